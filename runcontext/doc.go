@@ -1,0 +1,14 @@
+// Package runcontext defines the RunContext: the typed, validated value
+// that says what a model must see for one request, and its canonical,
+// cache-stable rendering.
+//
+// A RunContext has seven blocks, always rendered in this order, most
+// static first: identity, codex, environment, sigil, karma, state, query.
+// Rendering is a pure function of the value: the same RunContext renders to
+// the same bytes on every machine, and a change in one block never changes
+// the bytes of the blocks before it. The state block is append-only, so the
+// prompt of turn n+1 extends the prompt of turn n plus its answer.
+//
+// runcontext knows nothing about backends, sessions or limits: the
+// orchestrator builds RunContexts and the governor keeps them in bounds.
+package runcontext

@@ -1,0 +1,95 @@
+package runcontext
+
+// RunContext is everything the model sees for one request, in block order.
+type RunContext struct {
+	Identity    Identity    `json:"identity"`
+	Codex       Codex       `json:"codex"`
+	Environment Environment `json:"environment"`
+	Sigil       Sigil       `json:"sigil"`
+	Karma       Karma       `json:"karma"`
+	State       State       `json:"state"`
+	Query       Query       `json:"query"`
+}
+
+// Identity is the persona: the system prompt. Block 1.
+type Identity struct {
+	Name    string `json:"name" jsonschema:"minLength=1,maxLength=64" jsonschema_description:"persona name"`
+	Persona string `json:"persona" jsonschema:"minLength=1" jsonschema_description:"system prompt"`
+}
+
+// Codex modes.
+const (
+	ModeNone = "none" // no codex loaded
+	ModeCAG  = "cag"  // whole codex in the prompt
+	ModeRAG  = "rag"  // a codex map here, excerpts next to the query
+)
+
+// Codex is the loaded tree. Block 2. Body is rendered once when the codex
+// is loaded (see package codex), never per request.
+type Codex struct {
+	Name  string     `json:"name" jsonschema_description:"display name of the codex root; never an absolute path"`
+	Mode  string     `json:"mode" jsonschema:"enum=none,enum=cag,enum=rag"`
+	Files []CodexRef `json:"files" jsonschema_description:"files in rendering order"`
+	Body  string     `json:"body" jsonschema_description:"the rendered files (CAG) or codex map (RAG)"`
+}
+
+// CodexRef names one file of the codex.
+type CodexRef struct {
+	Path   string `json:"path" jsonschema_description:"slash-separated path relative to the codex root"`
+	Bytes  int64  `json:"bytes" jsonschema:"minimum=0"`
+	SHA256 string `json:"sha256" jsonschema:"pattern=^[0-9a-f]{64}$"`
+}
+
+// Environment is the hardware situation in coarse bands, never raw numbers,
+// so it changes only when a band changes. Block 3.
+type Environment struct {
+	Memory       string `json:"memory" jsonschema:"enum=unknown,enum=low,enum=medium,enum=high" jsonschema_description:"free memory band for the model (VRAM, or host memory without a GPU)"`
+	GPU          string `json:"gpu" jsonschema:"enum=unknown,enum=none,enum=present"`
+	Power        string `json:"power" jsonschema:"enum=unknown,enum=ac,enum=battery,enum=low_power"`
+	Connectivity string `json:"connectivity" jsonschema:"enum=unknown,enum=offline,enum=online"`
+}
+
+// Sigil is the active agent identity and its permission scopes. Block 4.
+type Sigil struct {
+	Name   string   `json:"name" jsonschema:"pattern=^[a-z0-9][a-z0-9._-]{0\\,63}$"`
+	Scopes []string `json:"scopes" jsonschema_description:"sorted, unique permission scopes"`
+}
+
+// Karma is the set of verified past traces chosen for this epoch. Block 5.
+type Karma struct {
+	Epoch   int          `json:"epoch" jsonschema:"minimum=0"`
+	Entries []KarmaEntry `json:"entries"`
+}
+
+// KarmaEntry is one verified trace or piece of feedback.
+type KarmaEntry struct {
+	ID       string `json:"id" jsonschema:"minLength=1"`
+	Text     string `json:"text" jsonschema:"minLength=1"`
+	Verbatim bool   `json:"verbatim,omitempty" jsonschema_description:"consecrated: never pruned or rewritten"`
+}
+
+// State is the conversation so far, append-only within an epoch. Block 6.
+type State struct {
+	Epoch int    `json:"epoch" jsonschema:"minimum=0"`
+	Turns []Turn `json:"turns"`
+}
+
+// Turn is one finished exchange.
+type Turn struct {
+	Query    string    `json:"query"`
+	Excerpts []Excerpt `json:"excerpts,omitempty"`
+	Answer   string    `json:"answer"`
+	Verbatim bool      `json:"verbatim,omitempty" jsonschema_description:"pinned: never pruned or rewritten"`
+}
+
+// Query is this request: the volatile tail. Block 7.
+type Query struct {
+	Text     string    `json:"text" jsonschema:"minLength=1"`
+	Excerpts []Excerpt `json:"excerpts,omitempty" jsonschema_description:"retrieved codex excerpts for this query (RAG)"`
+}
+
+// Excerpt is a piece of the codex retrieved for one query.
+type Excerpt struct {
+	Path string `json:"path"`
+	Text string `json:"text"`
+}

@@ -1,0 +1,174 @@
+package runcontext
+
+import (
+	"errors"
+	"fmt"
+	"path"
+	"regexp"
+	"slices"
+	"strings"
+	"unicode/utf8"
+)
+
+// FieldError says which field of a RunContext is bad and why.
+type FieldError struct {
+	Field   string // JSON path, e.g. "state.turns[2].query"
+	Problem string
+}
+
+func (e *FieldError) Error() string {
+	return fmt.Sprintf("runcontext: %s: %s", e.Field, e.Problem)
+}
+
+var (
+	sigilNameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,63}$`)
+	scopeRE     = regexp.MustCompile(`^[a-z][a-z0-9_.:-]{0,63}$`)
+	sha256RE    = regexp.MustCompile(`^[0-9a-f]{64}$`)
+)
+
+// Enumerations of the environment bands.
+var (
+	MemoryBands       = []string{"unknown", "low", "medium", "high"}
+	GPUStates         = []string{"unknown", "none", "present"}
+	PowerStates       = []string{"unknown", "ac", "battery", "low_power"}
+	ConnectivityBands = []string{"unknown", "offline", "online"}
+)
+
+// Validate checks every block and returns all problems found, each a
+// *FieldError naming its field, joined; nil if the RunContext is valid.
+func (rc *RunContext) Validate() error {
+	var v validator
+	v.name("identity.name", rc.Identity.Name, 64)
+	v.text("identity.persona", rc.Identity.Persona, true)
+
+	c := rc.Codex
+	v.text("codex.name", c.Name, false)
+	if strings.HasPrefix(c.Name, "/") {
+		v.fail("codex.name", "must not be an absolute path")
+	}
+	switch c.Mode {
+	case ModeNone:
+		if len(c.Files) > 0 || c.Body != "" {
+			v.fail("codex.mode", `is "none" but files or body are set`)
+		}
+	case ModeCAG, ModeRAG:
+		v.text("codex.body", c.Body, true)
+	default:
+		v.fail("codex.mode", fmt.Sprintf("%q is not one of none, cag, rag", c.Mode))
+	}
+	for i, f := range c.Files {
+		field := fmt.Sprintf("codex.files[%d]", i)
+		v.relPath(field+".path", f.Path)
+		if i > 0 && c.Files[i-1].Path >= f.Path {
+			v.fail(field+".path", "files must be sorted by path and unique")
+		}
+		if f.Bytes < 0 {
+			v.fail(field+".bytes", "must not be negative")
+		}
+		if !sha256RE.MatchString(f.SHA256) {
+			v.fail(field+".sha256", "must be 64 lowercase hex digits")
+		}
+	}
+
+	e := rc.Environment
+	v.enum("environment.memory", e.Memory, MemoryBands)
+	v.enum("environment.gpu", e.GPU, GPUStates)
+	v.enum("environment.power", e.Power, PowerStates)
+	v.enum("environment.connectivity", e.Connectivity, ConnectivityBands)
+
+	if !sigilNameRE.MatchString(rc.Sigil.Name) {
+		v.fail("sigil.name", fmt.Sprintf("%q must match %s", rc.Sigil.Name, sigilNameRE))
+	}
+	for i, s := range rc.Sigil.Scopes {
+		field := fmt.Sprintf("sigil.scopes[%d]", i)
+		if !scopeRE.MatchString(s) {
+			v.fail(field, fmt.Sprintf("%q must match %s", s, scopeRE))
+		}
+		if i > 0 && rc.Sigil.Scopes[i-1] >= s {
+			v.fail(field, "scopes must be sorted and unique")
+		}
+	}
+
+	if rc.Karma.Epoch < 0 {
+		v.fail("karma.epoch", "must not be negative")
+	}
+	ids := map[string]bool{}
+	for i, k := range rc.Karma.Entries {
+		field := fmt.Sprintf("karma.entries[%d]", i)
+		v.text(field+".id", k.ID, true)
+		if ids[k.ID] {
+			v.fail(field+".id", fmt.Sprintf("duplicate id %q", k.ID))
+		}
+		ids[k.ID] = true
+		v.text(field+".text", k.Text, true)
+	}
+
+	if rc.State.Epoch < 0 {
+		v.fail("state.epoch", "must not be negative")
+	}
+	for i, t := range rc.State.Turns {
+		field := fmt.Sprintf("state.turns[%d]", i)
+		v.text(field+".query", t.Query, true)
+		v.text(field+".answer", t.Answer, false)
+		v.excerpts(field+".excerpts", t.Excerpts)
+	}
+
+	v.text("query.text", rc.Query.Text, true)
+	v.excerpts("query.excerpts", rc.Query.Excerpts)
+	return errors.Join(v.errs...)
+}
+
+type validator struct{ errs []error }
+
+func (v *validator) fail(field, problem string) {
+	v.errs = append(v.errs, &FieldError{Field: field, Problem: problem})
+}
+
+// text checks s is valid UTF-8 without NUL bytes, and non-blank if required.
+func (v *validator) text(field, s string, required bool) {
+	switch {
+	case required && strings.TrimSpace(s) == "":
+		v.fail(field, "must not be empty")
+	case !utf8.ValidString(s):
+		v.fail(field, "is not valid UTF-8")
+	case strings.IndexByte(s, 0) >= 0:
+		v.fail(field, "contains a NUL byte")
+	}
+}
+
+func (v *validator) name(field, s string, max int) {
+	v.text(field, s, true)
+	if len(s) > max {
+		v.fail(field, fmt.Sprintf("is %d bytes, at most %d allowed", len(s), max))
+	}
+	if strings.ContainsAny(s, "\r\n") {
+		v.fail(field, "must be a single line")
+	}
+}
+
+func (v *validator) enum(field, s string, allowed []string) {
+	if !slices.Contains(allowed, s) {
+		v.fail(field, fmt.Sprintf("%q is not one of %s", s, strings.Join(allowed, ", ")))
+	}
+}
+
+func (v *validator) relPath(field, p string) {
+	switch {
+	case p == "":
+		v.fail(field, "must not be empty")
+	case strings.HasPrefix(p, "/"):
+		v.fail(field, "must be relative to the codex root")
+	case path.Clean(p) != p || p == ".." || strings.HasPrefix(p, "../"):
+		v.fail(field, fmt.Sprintf("%q is not a clean path inside the codex", p))
+	case strings.ContainsAny(p, "\x00\r\n"):
+		v.fail(field, "contains a control character")
+	}
+}
+
+func (v *validator) excerpts(field string, ex []Excerpt) {
+	for i, e := range ex {
+		f := fmt.Sprintf("%s[%d]", field, i)
+		v.relPath(f+".path", e.Path)
+		v.text(f+".text", e.Text, true)
+	}
+}
