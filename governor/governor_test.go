@@ -1,0 +1,62 @@
+package governor
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/ctxd/ctxd/runcontext"
+)
+
+func rendered() runcontext.Rendered {
+	var r runcontext.Rendered
+	for k := range r.Blocks {
+		r.Blocks[k] = strings.Repeat("x", 10*(k+1))
+	}
+	return r // 280 chars
+}
+
+func TestCheck(t *testing.T) {
+	cases := []struct {
+		name   string
+		limits Limits
+		tokens int
+		limit  string
+	}{
+		{"fits", Limits{MaxChars: 1000, NumCtx: 100, AnswerReserve: 20}, 80, ""},
+		{"char cap", Limits{MaxChars: 279, NumCtx: 100, AnswerReserve: 20}, 10, "max_chars"},
+		{"window", Limits{NumCtx: 100, AnswerReserve: 20}, 81, "num_ctx"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			if err := c.limits.Validate(); err != nil {
+				t.Fatal(err)
+			}
+			b, err := c.limits.Check(rendered(), c.tokens)
+			if b.Chars != 280 || len(b.Blocks) != runcontext.NumBlocks {
+				t.Errorf("budget %+v", b)
+			}
+			var le *LimitError
+			if c.limit == "" {
+				if err != nil {
+					t.Fatalf("unexpected error %v", err)
+				}
+				return
+			}
+			if !errors.As(err, &le) || le.Limit != c.limit {
+				t.Fatalf("error %v, want limit %s", err, c.limit)
+			}
+			if !strings.Contains(err.Error(), "query=70") {
+				t.Errorf("message lacks per-block numbers: %v", err)
+			}
+		})
+	}
+}
+
+func TestValidate(t *testing.T) {
+	for _, l := range []Limits{{NumCtx: 0, AnswerReserve: 1}, {NumCtx: 10, AnswerReserve: 10}, {MaxChars: -1, NumCtx: 10, AnswerReserve: 1}} {
+		if err := l.Validate(); err == nil {
+			t.Errorf("%+v accepted", l)
+		}
+	}
+}

@@ -1,0 +1,65 @@
+package llamatok
+
+import (
+	"fmt"
+	"os"
+	"sync"
+
+	"github.com/ollama/ollama/llama"
+)
+
+var backendOnce sync.Once
+
+// Tokenizer tokenizes with one model's vocabulary. It is safe for
+// concurrent use.
+type Tokenizer struct {
+	path  string
+	mu    sync.Mutex // guards model: llama.cpp vocab calls are not documented as thread-safe
+	model *llama.Model
+}
+
+// Open loads the vocabulary of the GGUF model at path.
+func Open(path string) (*Tokenizer, error) {
+	if _, err := os.Stat(path); err != nil {
+		return nil, fmt.Errorf("llamatok: %w", err)
+	}
+	backendOnce.Do(llama.BackendInit)
+	m, err := llama.LoadModelFromFile(path, llama.ModelParams{VocabOnly: true, UseMmap: true})
+	if err != nil {
+		return nil, fmt.Errorf("llamatok: load vocabulary of %s: %w", path, err)
+	}
+	return &Tokenizer{path: path, model: m}, nil
+}
+
+// Tokenize returns the token ids of a whole prompt as the runner makes
+// them: special tokens added (BOS where the vocabulary asks for it) and
+// special-token text parsed.
+func (t *Tokenizer) Tokenize(prompt string) ([]int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.model == nil {
+		return nil, fmt.Errorf("llamatok: tokenizer for %s is closed", t.path)
+	}
+	ids, err := t.model.Tokenize(prompt, true, true)
+	if err != nil {
+		return nil, fmt.Errorf("llamatok: %w", err)
+	}
+	return ids, nil
+}
+
+// Count returns the number of tokens of a whole prompt.
+func (t *Tokenizer) Count(prompt string) (int, error) {
+	ids, err := t.Tokenize(prompt)
+	return len(ids), err
+}
+
+// Close frees the vocabulary.
+func (t *Tokenizer) Close() error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.model != nil {
+		llama.FreeModel(t.model)
+		t.model = nil
+	}
+	return nil
+}

@@ -1,0 +1,47 @@
+package llamatok
+
+import (
+	"path/filepath"
+	"testing"
+
+	"github.com/ctxd/ctxd/modelgen"
+)
+
+func TestTokenizeBothVocabularies(t *testing.T) {
+	for _, vocab := range []string{modelgen.VocabSPM, modelgen.VocabBPE} {
+		t.Run(vocab, func(t *testing.T) {
+			c := modelgen.DefaultConfig()
+			c.Vocab = vocab
+			path := filepath.Join(t.TempDir(), "m.gguf")
+			if err := modelgen.WriteFile(path, c); err != nil {
+				t.Fatal(err)
+			}
+			tok, err := Open(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer tok.Close()
+			ids, err := tok.Tokenize("func main() { return nil }")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(ids) < 3 || len(ids) > 27 {
+				t.Fatalf("got %d tokens %v for 26 bytes of code", len(ids), ids)
+			}
+			if vocab == modelgen.VocabSPM && ids[0] != 1 {
+				t.Errorf("SentencePiece vocabulary should start with BOS (1), got %v", ids)
+			}
+			for _, id := range ids {
+				if id < 0 || id >= c.VocabSize {
+					t.Fatalf("token id %d outside vocabulary of %d", id, c.VocabSize)
+				}
+			}
+		})
+	}
+}
+
+func TestOpenMissingFile(t *testing.T) {
+	if _, err := Open(filepath.Join(t.TempDir(), "missing.gguf")); err == nil {
+		t.Fatal("Open of a missing file succeeded")
+	}
+}
