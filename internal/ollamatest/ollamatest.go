@@ -1,0 +1,118 @@
+// Package ollamatest runs a real, private `ollama serve` for tests: the
+// pinned binary that `make ollama` builds into bin/, a private models
+// directory, a loopback port, and models that modelgen writes.
+//
+// Without the binary, tests skip, unless CTXD_REQUIRE_OLLAMA is set (as
+// `make test` and CI set it), in which case they fail: the integration
+// tests must never pass by not running.
+package ollamatest
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+
+	"github.com/ctxd/ctxd/modelgen"
+	"github.com/ctxd/ctxd/ollama"
+)
+
+// Binary returns the path of the ollama binary, or skips (fails when
+// required) if there is none.
+func Binary(tb testing.TB) string {
+	tb.Helper()
+	path := os.Getenv("CTXD_OLLAMA_BIN")
+	if path == "" {
+		root, err := repoRoot()
+		if err != nil {
+			tb.Fatal(err)
+		}
+		path = filepath.Join(root, "bin", "ollama")
+	}
+	if _, err := os.Stat(path); err != nil {
+		if os.Getenv("CTXD_REQUIRE_OLLAMA") != "" {
+			tb.Fatalf("ollama binary %s: %v (run `make ollama`)", path, err)
+		}
+		tb.Skipf("ollama binary %s missing (run `make ollama`); set CTXD_REQUIRE_OLLAMA=1 to fail instead", path)
+	}
+	return path
+}
+
+func repoRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", fmt.Errorf("ollamatest: no go.mod above the working directory")
+		}
+		dir = parent
+	}
+}
+
+// Start runs a private ollama serve for the test and stops it at cleanup.
+func Start(tb testing.TB) *ollama.Server {
+	tb.Helper()
+	bin := Binary(tb)
+	dir := tb.TempDir()
+	srv, err := ollama.Start(context.Background(), ollama.ServeConfig{
+		Binary:    bin,
+		Addr:      "127.0.0.1:0",
+		ModelsDir: filepath.Join(dir, "models"),
+		HomeDir:   filepath.Join(dir, "home"),
+		LogPath:   filepath.Join(dir, "ollama.log"),
+		Env:       []string{"PATH=" + os.Getenv("PATH")},
+	})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { srv.Close() })
+	return srv
+}
+
+var (
+	modelsMu sync.Mutex
+	models   = map[modelgen.Config]string{}
+	modelDir string
+)
+
+// Model writes a model for cfg once per test process and returns its path.
+func Model(tb testing.TB, cfg modelgen.Config) string {
+	tb.Helper()
+	modelsMu.Lock()
+	defer modelsMu.Unlock()
+	if p, ok := models[cfg]; ok {
+		return p
+	}
+	if modelDir == "" {
+		d, err := os.MkdirTemp("", "ctxd-models-")
+		if err != nil {
+			tb.Fatal(err)
+		}
+		modelDir = d // removed with the OS temp dir; shared by the process's tests
+	}
+	p := filepath.Join(modelDir, fmt.Sprintf("m%d.gguf", len(models)))
+	if err := modelgen.WriteFile(p, cfg); err != nil {
+		tb.Fatal(err)
+	}
+	models[cfg] = p
+	return p
+}
+
+// Client imports the model for cfg into srv under name and returns a
+// client with the given load options, loaded.
+func Client(tb testing.TB, srv *ollama.Server, name string, cfg modelgen.Config, load ollama.LoadOptions) *ollama.Client {
+	tb.Helper()
+	c := ollama.New(srv.URL(), name, load)
+	if err := c.Import(context.Background(), Model(tb, cfg)); err != nil {
+		tb.Fatal(err)
+	}
+	return c
+}

@@ -1,0 +1,263 @@
+package ollama
+
+import (
+	"bufio"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/ollama/ollama/api"
+)
+
+// Errors callers branch on.
+var (
+	ErrUnavailable   = errors.New("ollama is not reachable")
+	ErrModelNotFound = errors.New("model not found")
+)
+
+// LoadOptions are fixed for the life of a model load. Zero fields are left
+// to Ollama's defaults, which are just as fixed.
+type LoadOptions struct {
+	NumCtx    int
+	NumBatch  int
+	NumThread int
+	NumGPU    int // -1: let Ollama decide
+	KeepAlive time.Duration
+}
+
+// Client talks to one Ollama server about one model.
+type Client struct {
+	api   *api.Client
+	base  *url.URL
+	model string
+	load  LoadOptions
+}
+
+// New returns a client for model at base (e.g. http://127.0.0.1:11434).
+func New(base *url.URL, model string, load LoadOptions) *Client {
+	hc := &http.Client{Transport: &http.Transport{
+		DialContext:         (&net.Dialer{Timeout: 5 * time.Second}).DialContext,
+		MaxIdleConnsPerHost: 4,
+	}}
+	return &Client{api: api.NewClient(base, hc), base: base, model: model, load: load}
+}
+
+// Model is the model name the client uses.
+func (c *Client) Model() string { return c.model }
+
+// URL is the server's base URL.
+func (c *Client) URL() *url.URL { return c.base }
+
+// options builds the request options: the fixed load options plus the
+// per-request sampling ones.
+func (c *Client) options(s Sampling) map[string]any {
+	o := map[string]any{}
+	if c.load.NumCtx > 0 {
+		o["num_ctx"] = c.load.NumCtx
+	}
+	if c.load.NumBatch > 0 {
+		o["num_batch"] = c.load.NumBatch
+	}
+	if c.load.NumThread > 0 {
+		o["num_thread"] = c.load.NumThread
+	}
+	if c.load.NumGPU != 0 {
+		o["num_gpu"] = c.load.NumGPU
+	}
+	if s.MaxTokens > 0 {
+		o["num_predict"] = s.MaxTokens
+	}
+	o["temperature"] = s.Temperature
+	o["seed"] = s.Seed
+	// Keep the whole prompt if the runner ever shifts: ctxd sizes requests
+	// so it never has to, and a shift must not drop the stable blocks.
+	o["num_keep"] = s.NumKeep
+	if len(s.Stop) > 0 {
+		o["stop"] = s.Stop
+	}
+	return o
+}
+
+func (c *Client) keepAlive() *api.Duration {
+	d := c.load.KeepAlive
+	if d == 0 {
+		d = -1 // forever
+	}
+	return &api.Duration{Duration: d}
+}
+
+// Sampling are the per-request options; none of them reloads the model.
+type Sampling struct {
+	MaxTokens   int
+	Temperature float64
+	Seed        int
+	NumKeep     int
+	Stop        []string
+}
+
+// Result is what a finished generation reports.
+type Result struct {
+	Text       string
+	DoneReason string
+	TTFT       time.Duration // from sending the request to the first token
+	Metrics    api.Metrics
+}
+
+// Generate sends prompt verbatim (raw mode) and calls onToken for every
+// piece of the answer as it arrives.
+func (c *Client) Generate(ctx context.Context, prompt string, s Sampling, onToken func(string) error) (Result, error) {
+	var (
+		res   Result
+		sb    strings.Builder
+		start = time.Now()
+		first = true
+	)
+	req := &api.GenerateRequest{
+		Model: c.model, Prompt: prompt, Raw: true,
+		KeepAlive: c.keepAlive(), Options: c.options(s),
+	}
+	err := c.api.Generate(ctx, req, func(r api.GenerateResponse) error {
+		if r.Response != "" {
+			if first {
+				res.TTFT = time.Since(start)
+				first = false
+			}
+			sb.WriteString(r.Response)
+			if onToken != nil {
+				if err := onToken(r.Response); err != nil {
+					return err
+				}
+			}
+		}
+		if r.Done {
+			res.DoneReason = r.DoneReason
+			res.Metrics = r.Metrics
+			if first {
+				res.TTFT = time.Since(start)
+			}
+		}
+		return nil
+	})
+	res.Text = sb.String()
+	if err != nil {
+		return res, c.wrap("generate", err)
+	}
+	return res, nil
+}
+
+// Load loads the model with the fixed options and keeps it loaded. Ollama
+// loads a model for a generate request with an empty prompt.
+func (c *Client) Load(ctx context.Context) error {
+	req := &api.GenerateRequest{Model: c.model, KeepAlive: c.keepAlive(), Options: c.options(Sampling{})}
+	if err := c.api.Generate(ctx, req, func(api.GenerateResponse) error { return nil }); err != nil {
+		return c.wrap("load", err)
+	}
+	return nil
+}
+
+// Ping checks the server answers.
+func (c *Client) Ping(ctx context.Context) error {
+	if err := c.api.Heartbeat(ctx); err != nil {
+		return c.wrap("ping", err)
+	}
+	return nil
+}
+
+// Version is the server's version string.
+func (c *Client) Version(ctx context.Context) (string, error) {
+	v, err := c.api.Version(ctx)
+	if err != nil {
+		return "", c.wrap("version", err)
+	}
+	return v, nil
+}
+
+// Facts are what ctxd needs to know about the model.
+type Facts struct {
+	Architecture  string         `json:"architecture"`
+	ContextLength int            `json:"context_length"`
+	GGUFPath      string         `json:"-"` // the model file on this machine, for the tokenizer
+	Info          map[string]any `json:"-"`
+}
+
+// Facts reads the model's architecture and file from /api/show.
+func (c *Client) Facts(ctx context.Context) (Facts, error) {
+	resp, err := c.api.Show(ctx, &api.ShowRequest{Model: c.model})
+	if err != nil {
+		return Facts{}, c.wrap("show", err)
+	}
+	f := Facts{Info: resp.ModelInfo}
+	f.Architecture, _ = resp.ModelInfo["general.architecture"].(string)
+	if v, ok := resp.ModelInfo[f.Architecture+".context_length"].(float64); ok {
+		f.ContextLength = int(v)
+	}
+	sc := bufio.NewScanner(strings.NewReader(resp.Modelfile))
+	for sc.Scan() {
+		if rest, ok := strings.CutPrefix(sc.Text(), "FROM "); ok {
+			f.GGUFPath = strings.TrimSpace(rest)
+			break
+		}
+	}
+	if f.Architecture == "" || f.ContextLength == 0 {
+		return f, fmt.Errorf("ollama: show %s: model info lacks architecture or context length", c.model)
+	}
+	return f, nil
+}
+
+// Import creates the model from a local GGUF file: the file is uploaded as
+// a blob and a model is created from it. Importing the same file again is
+// cheap and changes nothing.
+func (c *Client) Import(ctx context.Context, ggufPath string) error {
+	f, err := os.Open(ggufPath)
+	if err != nil {
+		return fmt.Errorf("ollama: import: %w", err)
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return fmt.Errorf("ollama: import: hash %s: %w", ggufPath, err)
+	}
+	digest := "sha256:" + hex.EncodeToString(h.Sum(nil))
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		return fmt.Errorf("ollama: import: %w", err)
+	}
+	if err := c.api.CreateBlob(ctx, digest, f); err != nil {
+		return c.wrap("import: upload blob", err)
+	}
+	stream := false
+	req := &api.CreateRequest{Model: c.model, Files: map[string]string{"model.gguf": digest}, Stream: &stream}
+	if err := c.api.Create(ctx, req, func(api.ProgressResponse) error { return nil }); err != nil {
+		return c.wrap("import: create", err)
+	}
+	return nil
+}
+
+// wrap classifies an API error so callers can branch on it.
+func (c *Client) wrap(op string, err error) error {
+	var se api.StatusError
+	switch {
+	case errors.As(err, &se) && se.StatusCode == http.StatusNotFound,
+		// The streaming endpoints report a missing model as a bare error
+		// line ("model 'x' not found") rather than a StatusError.
+		strings.Contains(err.Error(), "'"+c.model+"' not found"):
+		return fmt.Errorf("ollama: %s: %w: %q is not in the server's models (%v)", op, ErrModelNotFound, c.model, err)
+	case errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.ECONNRESET), isDialError(err):
+		return fmt.Errorf("ollama: %s: %w at %s: %v", op, ErrUnavailable, c.base, err)
+	}
+	return fmt.Errorf("ollama: %s: %w", op, err)
+}
+
+func isDialError(err error) bool {
+	var oe *net.OpError
+	return errors.As(err, &oe) && oe.Op == "dial"
+}

@@ -1,0 +1,73 @@
+package ollama_test
+
+import (
+	"context"
+	"errors"
+	"net/url"
+	"strings"
+	"testing"
+
+	"github.com/ctxd/ctxd/internal/ollamatest"
+	"github.com/ctxd/ctxd/modelgen"
+	"github.com/ctxd/ctxd/ollama"
+)
+
+func TestRealServer(t *testing.T) {
+	srv := ollamatest.Start(t)
+	cfg := modelgen.DefaultConfig()
+	c := ollamatest.Client(t, srv, "tiny", cfg, ollama.LoadOptions{NumCtx: 2048, NumBatch: 512})
+	ctx := context.Background()
+
+	facts, err := c.Facts(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if facts.Architecture != "llama" || facts.ContextLength != cfg.ContextLength || facts.GGUFPath == "" {
+		t.Fatalf("facts %+v", facts)
+	}
+	if err := c.Load(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var pieces []string
+	res, err := c.Generate(ctx, "### USER\nhello there\n### ASSISTANT\n", ollama.Sampling{MaxTokens: 8}, func(s string) error {
+		pieces = append(pieces, s)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Metrics.PromptEvalCount == 0 || res.Metrics.EvalCount == 0 || res.TTFT <= 0 {
+		t.Errorf("result lacks metrics: %+v", res)
+	}
+	if strings.Join(pieces, "") != res.Text {
+		t.Errorf("streamed pieces %q do not make the text %q", pieces, res.Text)
+	}
+	if res.Metrics.EvalCount > 8 {
+		t.Errorf("eval count %d exceeds num_predict 8", res.Metrics.EvalCount)
+	}
+
+	missing := ollama.New(srv.URL(), "no-such-model", ollama.LoadOptions{})
+	if _, err := missing.Generate(ctx, "x", ollama.Sampling{MaxTokens: 1}, nil); !errors.Is(err, ollama.ErrModelNotFound) {
+		t.Errorf("missing model: %v, want ErrModelNotFound", err)
+	}
+}
+
+func TestServerDown(t *testing.T) {
+	c := ollama.New(&url.URL{Scheme: "http", Host: "127.0.0.1:1"}, "m", ollama.LoadOptions{})
+	if err := c.Ping(context.Background()); !errors.Is(err, ollama.ErrUnavailable) {
+		t.Errorf("ping to a closed port: %v, want ErrUnavailable", err)
+	}
+}
+
+func TestStartRejectsBadConfig(t *testing.T) {
+	dir := t.TempDir()
+	_, err := ollama.Start(context.Background(), ollama.ServeConfig{Binary: dir + "/nope", Addr: "127.0.0.1:0", ModelsDir: dir, HomeDir: dir, LogPath: dir + "/log"})
+	if err == nil || !strings.Contains(err.Error(), "make ollama") {
+		t.Errorf("missing binary: %v", err)
+	}
+	bin := ollamatest.Binary(t)
+	_, err = ollama.Start(context.Background(), ollama.ServeConfig{Binary: bin, Addr: "0.0.0.0:0", ModelsDir: dir, HomeDir: dir, LogPath: dir + "/log"})
+	if err == nil || !strings.Contains(err.Error(), "loopback") {
+		t.Errorf("non-loopback addr: %v", err)
+	}
+}
