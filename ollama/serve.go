@@ -272,4 +272,3 @@ func tail(path string, n int64) string {
 	}
 	return string(buf)
 }
-

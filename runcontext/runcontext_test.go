@@ -201,8 +201,8 @@ func TestValidate(t *testing.T) {
 
 func TestSchema(t *testing.T) {
 	var s struct {
-		Ref   string `json:"$ref"`
-		Defs  map[string]struct {
+		Ref  string `json:"$ref"`
+		Defs map[string]struct {
 			Properties map[string]any `json:"properties"`
 		} `json:"$defs"`
 	}
