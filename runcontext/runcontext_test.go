@@ -175,7 +175,8 @@ func TestValidate(t *testing.T) {
 			rc.Karma.Entries = append(rc.Karma.Entries, KarmaEntry{ID: "k1", Text: "again"})
 		}, "karma.entries[1].id"},
 		{"empty turn query", func(rc *RunContext) { rc.State.Turns[0].Query = "" }, "state.turns[0].query"},
-		{"NUL in answer", func(rc *RunContext) { rc.State.Turns[0].Answer = "a\x00b" }, "state.turns[0].answer"},
+		{"NUL in query", func(rc *RunContext) { rc.State.Turns[0].Query = "a\x00b" }, "state.turns[0].query"},
+		{"invalid UTF-8 answer", func(rc *RunContext) { rc.State.Turns[0].Answer = "a\xffb" }, "state.turns[0].answer"},
 		{"invalid UTF-8 query", func(rc *RunContext) { rc.Query.Text = "\xff\xfe" }, "query.text"},
 		{"missing query", func(rc *RunContext) { rc.Query.Text = "" }, "query.text"},
 		{"excerpt path", func(rc *RunContext) { rc.Query.Excerpts = []Excerpt{{Path: "/abs", Text: "x"}} }, "query.excerpts[0].path"},

@@ -109,7 +109,11 @@ func (rc *RunContext) Validate() error {
 	for i, t := range rc.State.Turns {
 		field := fmt.Sprintf("state.turns[%d]", i)
 		v.text(field+".query", t.Query, true)
-		v.text(field+".answer", t.Answer, false)
+		// Answers are what the model said, byte for byte (the backend's KV
+		// cache holds exactly that); only invalid UTF-8 is refused.
+		if !utf8.ValidString(t.Answer) {
+			v.fail(field+".answer", "is not valid UTF-8")
+		}
 		v.excerpts(field+".excerpts", t.Excerpts)
 	}
 

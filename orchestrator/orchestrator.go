@@ -1,0 +1,255 @@
+package orchestrator
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"regexp"
+	"sync"
+	"time"
+
+	"github.com/ctxd/ctxd/cache"
+	"github.com/ctxd/ctxd/governor"
+	"github.com/ctxd/ctxd/hostenv"
+	"github.com/ctxd/ctxd/runcontext"
+	"github.com/ctxd/ctxd/sigils"
+	"github.com/ctxd/ctxd/sqlite"
+)
+
+// GenerateRequest is one prompt for the backend.
+type GenerateRequest struct {
+	Prompt    string
+	MaxTokens int      // the answer reserve: prompt + answer always fit the window
+	NumKeep   int      // tokens the backend must never shift out
+	Stop      []string // stop sequences
+}
+
+// Generation is a finished answer and the backend's own measurements.
+type Generation struct {
+	Text               string
+	DoneReason         string
+	TTFT               time.Duration
+	PromptEvalCount    int
+	PromptEvalDuration time.Duration
+	EvalCount          int
+	EvalDuration       time.Duration
+}
+
+// Backend generates from a raw prompt, streaming pieces to onToken.
+type Backend interface {
+	Generate(ctx context.Context, req GenerateRequest, onToken func(string) error) (Generation, error)
+}
+
+// Tokenizer tokenizes a whole prompt exactly as the backend will.
+type Tokenizer interface {
+	Tokenize(prompt string) ([]int, error)
+}
+
+// Store keeps sessions.
+type Store interface {
+	Session(ctx context.Context, id string) (sqlite.Session, error)
+	AppendTurn(ctx context.Context, id string, t runcontext.Turn, summary []byte, now time.Time) error
+}
+
+// Environment reads the hardware bands.
+type Environment interface {
+	Environment() (runcontext.Environment, hostenv.Reading)
+}
+
+// Config is what the orchestrator needs besides its collaborators.
+type Config struct {
+	Identity runcontext.Identity
+	Codex    runcontext.Codex // rendered once at load
+	Limits   governor.Limits
+	Sigils   *sigils.Registry
+	Slot     string // names the backend slot in the prefix tracker
+	Now      func() time.Time
+	Logger   *slog.Logger
+}
+
+// Orchestrator serves requests. It is safe for concurrent use; requests
+// reach the backend one at a time, so what each backend slot holds is
+// known exactly.
+type Orchestrator struct {
+	cfg     Config
+	backend Backend
+	tok     Tokenizer
+	store   Store
+	env     Environment
+	slots   *cache.Slots
+	log     *slog.Logger
+
+	mu   sync.Mutex          // serializes requests; guards last
+	last map[string]previous // the previous request of each session since start
+}
+
+// previous is what a session sent last, to find where a prefix broke.
+type previous struct {
+	rendered runcontext.Rendered
+	answer   string
+}
+
+// New returns an orchestrator.
+func New(cfg Config, backend Backend, tok Tokenizer, store Store, env Environment) (*Orchestrator, error) {
+	if err := cfg.Limits.Validate(); err != nil {
+		return nil, fmt.Errorf("orchestrator: %w", err)
+	}
+	if cfg.Sigils == nil {
+		return nil, errors.New("orchestrator: no sigil registry")
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Orchestrator{
+		cfg: cfg, backend: backend, tok: tok, store: store, env: env,
+		slots: cache.NewSlots(),
+		log:   cfg.Logger.With("component", "orchestrator"),
+		last:  map[string]previous{},
+	}, nil
+}
+
+// BackendRestarted forgets what the backend held: its KV cache is gone.
+func (o *Orchestrator) BackendRestarted() { o.slots.Forget(o.cfg.Slot) }
+
+// Request is one query of one session.
+type Request struct {
+	Session string `json:"session"`
+	Query   string `json:"query"`
+	Sigil   string `json:"sigil,omitempty"`
+}
+
+// SessionIDPattern is what a session id must look like.
+var SessionIDPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
+
+// Errors the API edge maps to statuses.
+var (
+	ErrBadRequest = errors.New("bad request")
+	ErrForbidden  = errors.New("forbidden")
+)
+
+// Summary ends every answer: what was sent, what the backend should have
+// reused, what it did, and what the governor measured.
+type Summary struct {
+	Session         string          `json:"session"`
+	Turn            int             `json:"turn"`
+	Mode            string          `json:"mode"`
+	PromptTokens    int             `json:"prompt_tokens"`
+	CachedTokens    int             `json:"cached_tokens"`    // prefix the backend slot already holds
+	EvaluatedTokens int             `json:"evaluated_tokens"` // prompt tokens the backend must evaluate
+	ReusePercent    float64         `json:"reuse_percent"`
+	AnswerTokens    int             `json:"answer_tokens"`
+	TTFTMillis      float64         `json:"ttft_ms"`
+	PromptEvalMs    float64         `json:"backend_prompt_eval_ms"`
+	BackendPromptN  int             `json:"backend_prompt_eval_count"`
+	TotalMillis     float64         `json:"total_ms"`
+	DoneReason      string          `json:"done_reason"`
+	PrefixBreak     *cache.Break    `json:"prefix_break,omitempty"`
+	PrefixNote      string          `json:"prefix_note,omitempty"`
+	Budget          governor.Budget `json:"budget"`
+}
+
+// Ask answers one request, calling onToken with each piece of the answer.
+func (o *Orchestrator) Ask(ctx context.Context, req Request, onToken func(string) error) (*Summary, error) {
+	if !SessionIDPattern.MatchString(req.Session) {
+		return nil, fmt.Errorf("%w: session %q must match %s", ErrBadRequest, req.Session, SessionIDPattern)
+	}
+	sigil, err := o.cfg.Sigils.Resolve(req.Sigil)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrForbidden, err)
+	}
+	if !sigils.Allows(sigil, sigils.ScopeAsk) {
+		return nil, fmt.Errorf("%w: sigil %q lacks the %q scope", ErrForbidden, sigil.Name, sigils.ScopeAsk)
+	}
+
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	start := o.cfg.Now()
+
+	sess, err := o.store.Session(ctx, req.Session)
+	if err != nil {
+		return nil, fmt.Errorf("orchestrator: %w", err)
+	}
+	env, _ := o.env.Environment()
+	rc := &runcontext.RunContext{
+		Identity:    o.cfg.Identity,
+		Codex:       o.cfg.Codex,
+		Environment: env,
+		Sigil:       sigil,
+		Karma:       runcontext.Karma{},
+		State:       runcontext.State{Epoch: sess.Epoch, Turns: sess.Turns},
+		Query:       runcontext.Query{Text: req.Query},
+	}
+	if err := rc.Validate(); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrBadRequest, err)
+	}
+	rendered := runcontext.Render(rc)
+	prompt := rendered.Prompt()
+	tokens, err := o.tok.Tokenize(prompt)
+	if err != nil {
+		return nil, fmt.Errorf("orchestrator: count prompt tokens: %w", err)
+	}
+	budget, err := o.cfg.Limits.Check(rendered, len(tokens))
+	if err != nil {
+		return nil, err
+	}
+
+	sum := &Summary{
+		Session: req.Session, Turn: len(sess.Turns) + 1, Mode: rc.Codex.Mode,
+		PromptTokens: len(tokens), Budget: budget,
+	}
+	sum.CachedTokens = o.slots.Expect(o.cfg.Slot, tokens)
+	sum.EvaluatedTokens = sum.PromptTokens - sum.CachedTokens
+	sum.ReusePercent = 100 * float64(sum.CachedTokens) / float64(max(1, sum.PromptTokens))
+	if prev, ok := o.last[req.Session]; ok {
+		sum.PrefixBreak = cache.Compare(prev.rendered, rendered, prev.answer)
+	} else if len(sess.Turns) == 0 {
+		sum.PrefixNote = "first turn of the session"
+	} else {
+		sum.PrefixNote = "no earlier prompt of this session since the daemon started"
+	}
+	if sum.PrefixBreak != nil {
+		o.log.Info("prefix break", "session", req.Session, "block", sum.PrefixBreak.Block, "reason", sum.PrefixBreak.Reason)
+	}
+
+	gen, err := o.backend.Generate(ctx, GenerateRequest{
+		Prompt:    prompt,
+		MaxTokens: o.cfg.Limits.AnswerReserve,
+		NumKeep:   len(tokens),
+		Stop:      []string{runcontext.StopSequence},
+	}, onToken)
+	if err != nil {
+		// What the slot holds now is unknown: expect nothing next time.
+		o.slots.Forget(o.cfg.Slot)
+		return nil, err
+	}
+	o.slots.Record(o.cfg.Slot, tokens)
+	o.last[req.Session] = previous{rendered: rendered, answer: gen.Text}
+
+	sum.AnswerTokens = gen.EvalCount
+	sum.TTFTMillis = ms(gen.TTFT)
+	sum.PromptEvalMs = ms(gen.PromptEvalDuration)
+	sum.BackendPromptN = gen.PromptEvalCount
+	sum.DoneReason = gen.DoneReason
+	sum.TotalMillis = ms(o.cfg.Now().Sub(start))
+
+	js, err := json.Marshal(sum)
+	if err != nil {
+		return nil, fmt.Errorf("orchestrator: %w", err)
+	}
+	turn := runcontext.Turn{Query: req.Query, Answer: gen.Text}
+	// Recorded even if the caller's context ends now: the backend already
+	// holds the answer in its cache, and the next turn must extend it.
+	if err := o.store.AppendTurn(context.WithoutCancel(ctx), req.Session, turn, js, o.cfg.Now()); err != nil {
+		return nil, fmt.Errorf("orchestrator: record turn: %w", err)
+	}
+	o.log.Info("answered", "session", req.Session, "turn", sum.Turn, "prompt_tokens", sum.PromptTokens,
+		"cached_tokens", sum.CachedTokens, "ttft_ms", sum.TTFTMillis, "done", sum.DoneReason)
+	return sum, nil
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }

@@ -1,0 +1,159 @@
+package orchestrator
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ctxd/ctxd/governor"
+	"github.com/ctxd/ctxd/hostenv"
+	"github.com/ctxd/ctxd/runcontext"
+	"github.com/ctxd/ctxd/sigils"
+	"github.com/ctxd/ctxd/sqlite"
+)
+
+// byteTokenizer makes one token per byte: exact and trivially checkable.
+type byteTokenizer struct{}
+
+func (byteTokenizer) Tokenize(s string) ([]int, error) {
+	out := make([]int, len(s))
+	for i := range len(s) {
+		out[i] = int(s[i])
+	}
+	return out, nil
+}
+
+// echoBackend answers with a fixed text in two pieces and remembers prompts.
+type echoBackend struct {
+	prompts []string
+	fail    error
+}
+
+func (b *echoBackend) Generate(_ context.Context, req GenerateRequest, onToken func(string) error) (Generation, error) {
+	if b.fail != nil {
+		return Generation{}, b.fail
+	}
+	b.prompts = append(b.prompts, req.Prompt)
+	for _, p := range []string{"an ", "answer"} {
+		if err := onToken(p); err != nil {
+			return Generation{}, err
+		}
+	}
+	return Generation{Text: "an answer", DoneReason: "stop", EvalCount: 2, TTFT: time.Millisecond}, nil
+}
+
+type fakeEnv struct{ memory string }
+
+func (e *fakeEnv) Environment() (runcontext.Environment, hostenv.Reading) {
+	return runcontext.Environment{Memory: e.memory, GPU: "none", Power: "ac", Connectivity: "offline"}, hostenv.Reading{}
+}
+
+func newTest(t *testing.T, limits governor.Limits) (*Orchestrator, *echoBackend, *fakeEnv) {
+	t.Helper()
+	store, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { store.Close() })
+	reg, err := sigils.NewRegistry(map[string][]string{"default": {"ask"}, "mute": {"read"}}, "default")
+	if err != nil {
+		t.Fatal(err)
+	}
+	be, env := &echoBackend{}, &fakeEnv{memory: "high"}
+	o, err := New(Config{
+		Identity: runcontext.Identity{Name: "t", Persona: "Be brief."},
+		Codex: runcontext.Codex{Name: "c", Mode: runcontext.ModeCAG, Body: strings.Repeat("codex line\n", 200),
+			Files: []runcontext.CodexRef{{Path: "a.txt", Bytes: 2200, SHA256: strings.Repeat("0", 64)}}},
+		Limits: limits, Sigils: reg, Slot: "m",
+	}, be, byteTokenizer{}, store, env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return o, be, env
+}
+
+func TestTurnsReuseThePrefix(t *testing.T) {
+	o, be, env := newTest(t, governor.Limits{NumCtx: 100000, AnswerReserve: 64})
+	ctx := t.Context()
+	var streamed strings.Builder
+	sum, err := o.Ask(ctx, Request{Session: "s1", Query: "first?"}, func(s string) error { streamed.WriteString(s); return nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sum.Turn != 1 || sum.CachedTokens != 0 || sum.PrefixNote == "" || streamed.String() != "an answer" {
+		t.Fatalf("turn 1 summary %+v streamed %q", sum, streamed.String())
+	}
+	for turn := 2; turn <= 3; turn++ {
+		sum, err = o.Ask(ctx, Request{Session: "s1", Query: "next?"}, func(string) error { return nil })
+		if err != nil {
+			t.Fatal(err)
+		}
+		prev := be.prompts[len(be.prompts)-2]
+		if sum.CachedTokens != len(prev) || sum.PrefixBreak != nil || sum.Turn != turn {
+			t.Fatalf("turn %d: summary %+v, want %d cached tokens and no break", turn, sum, len(prev))
+		}
+		if sum.ReusePercent < 95 {
+			t.Errorf("turn %d reuses %.1f%%", turn, sum.ReusePercent)
+		}
+		if !strings.HasPrefix(be.prompts[len(be.prompts)-1], prev+runcontext.RenderAnswer("an answer")) {
+			t.Errorf("turn %d prompt does not extend the previous prompt and answer", turn)
+		}
+	}
+
+	env.memory = "low"
+	sum, err = o.Ask(ctx, Request{Session: "s1", Query: "after a band change"}, func(string) error { return nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sum.PrefixBreak == nil || sum.PrefixBreak.Block != "environment" {
+		t.Errorf("environment change: break %+v", sum.PrefixBreak)
+	}
+}
+
+func TestRefusals(t *testing.T) {
+	o, _, _ := newTest(t, governor.Limits{NumCtx: 3000, AnswerReserve: 64})
+	ctx := t.Context()
+	noop := func(string) error { return nil }
+	cases := []struct {
+		name string
+		req  Request
+		want error
+	}{
+		{"bad session", Request{Session: "../etc", Query: "q"}, ErrBadRequest},
+		{"empty query", Request{Session: "s", Query: "  "}, ErrBadRequest},
+		{"unknown sigil", Request{Session: "s", Query: "q", Sigil: "root"}, ErrForbidden},
+		{"sigil without ask", Request{Session: "s", Query: "q", Sigil: "mute"}, ErrForbidden},
+	}
+	for _, c := range cases {
+		if _, err := o.Ask(ctx, Request(c.req), noop); !errors.Is(err, c.want) {
+			t.Errorf("%s: %v, want %v", c.name, err, c.want)
+		}
+	}
+	var le *governor.LimitError
+	if _, err := o.Ask(ctx, Request{Session: "s", Query: strings.Repeat("long ", 200)}, noop); !errors.As(err, &le) {
+		t.Errorf("over-window query: %v, want a LimitError", err)
+	}
+}
+
+func TestBackendFailureForgetsSlot(t *testing.T) {
+	o, be, _ := newTest(t, governor.Limits{NumCtx: 100000, AnswerReserve: 64})
+	noop := func(string) error { return nil }
+	if _, err := o.Ask(t.Context(), Request{Session: "s", Query: "q"}, noop); err != nil {
+		t.Fatal(err)
+	}
+	be.fail = errors.New("backend down")
+	if _, err := o.Ask(t.Context(), Request{Session: "s", Query: "q2"}, noop); err == nil {
+		t.Fatal("backend failure not reported")
+	}
+	be.fail = nil
+	sum, err := o.Ask(t.Context(), Request{Session: "s", Query: "q3"}, noop)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sum.CachedTokens != 0 || sum.Turn != 2 {
+		t.Errorf("after a failure: %+v, want nothing cached and turn 2", sum)
+	}
+}

@@ -1,0 +1,202 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	_ "modernc.org/sqlite" // registers the "sqlite" driver
+
+	"github.com/ctxd/ctxd/runcontext"
+)
+
+// schemaVersion is the user_version the migrations below bring a database to.
+const schemaVersion = 1
+
+var migrations = []string{
+	`CREATE TABLE sessions (
+		id           TEXT PRIMARY KEY,
+		created_unix INTEGER NOT NULL,
+		epoch        INTEGER NOT NULL DEFAULT 0
+	);
+	CREATE TABLE turns (
+		session_id   TEXT    NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+		seq          INTEGER NOT NULL,
+		epoch        INTEGER NOT NULL,
+		query        TEXT    NOT NULL,
+		excerpts     TEXT    NOT NULL DEFAULT '[]',
+		answer       TEXT    NOT NULL,
+		verbatim     INTEGER NOT NULL DEFAULT 0,
+		summary      TEXT    NOT NULL DEFAULT '{}',
+		created_unix INTEGER NOT NULL,
+		PRIMARY KEY (session_id, seq)
+	);`,
+}
+
+// Store is the session store. It is safe for concurrent use.
+type Store struct {
+	db *sql.DB
+}
+
+// Open opens (creating if needed) the database at path and migrates it.
+func Open(ctx context.Context, path string) (*Store, error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return nil, fmt.Errorf("sqlite: %w", err)
+	}
+	dsn := "file:" + path + "?_pragma=busy_timeout(5000)&_pragma=journal_mode(WAL)&_pragma=foreign_keys(1)&_pragma=synchronous(NORMAL)"
+	db, err := sql.Open("sqlite", dsn)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
+	}
+	db.SetMaxOpenConns(1) // one writer; SQLite serializes anyway
+	s := &Store{db: db}
+	if err := s.migrate(ctx); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("sqlite: %s: %w", path, err)
+	}
+	return s, nil
+}
+
+func (s *Store) migrate(ctx context.Context) error {
+	var v int
+	if err := s.db.QueryRowContext(ctx, "PRAGMA user_version").Scan(&v); err != nil {
+		return err
+	}
+	if v > schemaVersion {
+		return fmt.Errorf("database schema version %d is newer than this ctxd understands (%d)", v, schemaVersion)
+	}
+	for ; v < schemaVersion; v++ {
+		tx, err := s.db.BeginTx(ctx, nil)
+		if err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, migrations[v]); err != nil {
+			tx.Rollback()
+			return fmt.Errorf("migrate to version %d: %w", v+1, err)
+		}
+		if _, err := tx.ExecContext(ctx, fmt.Sprintf("PRAGMA user_version = %d", v+1)); err != nil {
+			tx.Rollback()
+			return err
+		}
+		if err := tx.Commit(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Close closes the database.
+func (s *Store) Close() error { return s.db.Close() }
+
+// Session is a conversation as stored.
+type Session struct {
+	ID    string
+	Epoch int
+	Turns []runcontext.Turn // the turns of the current epoch, oldest first
+}
+
+// Session loads a session; a session never seen before is empty, not an error.
+func (s *Store) Session(ctx context.Context, id string) (Session, error) {
+	sess := Session{ID: id}
+	err := s.db.QueryRowContext(ctx, "SELECT epoch FROM sessions WHERE id = ?", id).Scan(&sess.Epoch)
+	if errors.Is(err, sql.ErrNoRows) {
+		return sess, nil
+	}
+	if err != nil {
+		return sess, fmt.Errorf("sqlite: session %q: %w", id, err)
+	}
+	rows, err := s.db.QueryContext(ctx,
+		"SELECT query, excerpts, answer, verbatim FROM turns WHERE session_id = ? AND epoch = ? ORDER BY seq", id, sess.Epoch)
+	if err != nil {
+		return sess, fmt.Errorf("sqlite: session %q turns: %w", id, err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var t runcontext.Turn
+		var excerpts string
+		if err := rows.Scan(&t.Query, &excerpts, &t.Answer, &t.Verbatim); err != nil {
+			return sess, fmt.Errorf("sqlite: session %q turn: %w", id, err)
+		}
+		if err := json.Unmarshal([]byte(excerpts), &t.Excerpts); err != nil {
+			return sess, fmt.Errorf("sqlite: session %q turn excerpts: %w", id, err)
+		}
+		sess.Turns = append(sess.Turns, t)
+	}
+	return sess, rows.Err()
+}
+
+// AppendTurn adds a finished turn to the session's current epoch, creating
+// the session if needed. summary is stored as given (JSON).
+func (s *Store) AppendTurn(ctx context.Context, id string, t runcontext.Turn, summary []byte, now time.Time) error {
+	excerpts, err := json.Marshal(t.Excerpts)
+	if err != nil {
+		return fmt.Errorf("sqlite: append turn: %w", err)
+	}
+	if t.Excerpts == nil {
+		excerpts = []byte("[]")
+	}
+	if len(summary) == 0 {
+		summary = []byte("{}")
+	}
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("sqlite: append turn: %w", err)
+	}
+	defer tx.Rollback()
+	if _, err := tx.ExecContext(ctx,
+		"INSERT INTO sessions (id, created_unix) VALUES (?, ?) ON CONFLICT (id) DO NOTHING", id, now.Unix()); err != nil {
+		return fmt.Errorf("sqlite: append turn: %w", err)
+	}
+	if _, err := tx.ExecContext(ctx, `
+		INSERT INTO turns (session_id, seq, epoch, query, excerpts, answer, verbatim, summary, created_unix)
+		SELECT ?, COALESCE(MAX(seq), 0) + 1, (SELECT epoch FROM sessions WHERE id = ?), ?, ?, ?, ?, ?, ?
+		FROM turns WHERE session_id = ?`,
+		id, id, t.Query, string(excerpts), t.Answer, t.Verbatim, string(summary), now.Unix(), id); err != nil {
+		return fmt.Errorf("sqlite: append turn: %w", err)
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("sqlite: append turn: %w", err)
+	}
+	return nil
+}
+
+// DeleteSession removes a session and its turns. Deleting an unknown
+// session is not an error.
+func (s *Store) DeleteSession(ctx context.Context, id string) error {
+	if _, err := s.db.ExecContext(ctx, "DELETE FROM sessions WHERE id = ?", id); err != nil {
+		return fmt.Errorf("sqlite: delete session %q: %w", id, err)
+	}
+	return nil
+}
+
+// SessionInfo is one line of the session list.
+type SessionInfo struct {
+	ID    string `json:"id"`
+	Epoch int    `json:"epoch"`
+	Turns int    `json:"turns"`
+}
+
+// Sessions lists all sessions by id.
+func (s *Store) Sessions(ctx context.Context) ([]SessionInfo, error) {
+	rows, err := s.db.QueryContext(ctx, `
+		SELECT s.id, s.epoch, COUNT(t.seq) FROM sessions s
+		LEFT JOIN turns t ON t.session_id = s.id GROUP BY s.id ORDER BY s.id`)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: sessions: %w", err)
+	}
+	defer rows.Close()
+	var out []SessionInfo
+	for rows.Next() {
+		var si SessionInfo
+		if err := rows.Scan(&si.ID, &si.Epoch, &si.Turns); err != nil {
+			return nil, fmt.Errorf("sqlite: sessions: %w", err)
+		}
+		out = append(out, si)
+	}
+	return out, rows.Err()
+}
