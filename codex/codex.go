@@ -9,6 +9,7 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"path"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -20,8 +21,9 @@ import (
 
 // Options bound what a load reads.
 type Options struct {
-	MaxFileBytes  int64 // a larger file is skipped and reported
-	MaxTotalBytes int64 // the load fails if the kept files exceed it
+	MaxFileBytes  int64    // a larger file is skipped and reported
+	MaxTotalBytes int64    // the load fails if the kept files exceed it
+	Exclude       []string // path.Match patterns of relative paths to leave out
 }
 
 // DefaultOptions are sane caps for a source directory.
@@ -54,6 +56,9 @@ type Codex struct {
 // Load reads the regular files directly inside root (or root itself, if it
 // is a file) in sorted order.
 func Load(root string, opts Options) (*Codex, error) {
+	if err := ValidatePatterns(opts.Exclude); err != nil {
+		return nil, err
+	}
 	info, err := os.Stat(root)
 	if err != nil {
 		return nil, fmt.Errorf("codex: %w", err)
@@ -85,6 +90,10 @@ func Load(root string, opts Options) (*Codex, error) {
 				c.Skipped = append(c.Skipped, Skipped{name, "not a regular file"})
 				continue
 			}
+			if pat := excluded(name, opts.Exclude); pat != "" {
+				c.Skipped = append(c.Skipped, Skipped{name, "excluded by pattern " + strconv.Quote(pat)})
+				continue
+			}
 			c.add(abs, name, opts)
 		}
 	}
@@ -97,6 +106,26 @@ func Load(root string, opts Options) (*Codex, error) {
 	}
 	c.Body = render(c.Files)
 	return c, nil
+}
+
+// excluded returns the first pattern that matches rel, or "".
+func excluded(rel string, patterns []string) string {
+	for _, p := range patterns {
+		if ok, _ := path.Match(p, rel); ok {
+			return p
+		}
+	}
+	return ""
+}
+
+// ValidatePatterns checks exclude patterns are well-formed.
+func ValidatePatterns(patterns []string) error {
+	for _, p := range patterns {
+		if _, err := path.Match(p, ""); err != nil {
+			return fmt.Errorf("codex: exclude pattern %q: %w", p, err)
+		}
+	}
+	return nil
 }
 
 // add loads one file or records why it was skipped.

@@ -28,7 +28,8 @@ func TestLoadSortsSkipsAndReports(t *testing.T) {
 	if err := os.Symlink("/etc/passwd", filepath.Join(dir, "link")); err != nil {
 		t.Fatal(err)
 	}
-	c, err := Load(dir, Options{MaxFileBytes: 50})
+	write(t, dir, "go.sum", "h1:abc")
+	c, err := Load(dir, Options{MaxFileBytes: 50, Exclude: []string{"*.sum"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -43,7 +44,7 @@ func TestLoadSortsSkipsAndReports(t *testing.T) {
 	for _, s := range c.Skipped {
 		reasons[s.Path] = s.Reason
 	}
-	for name, want := range map[string]string{"blob.go": "binary", "latin1.txt": "UTF-8", "big.txt": "cap", "link": "symbolic"} {
+	for name, want := range map[string]string{"blob.go": "binary", "latin1.txt": "UTF-8", "big.txt": "cap", "link": "symbolic", "go.sum": "excluded"} {
 		if !strings.Contains(reasons[name], want) {
 			t.Errorf("skip reason for %s = %q, want it to mention %q", name, reasons[name], want)
 		}
@@ -73,6 +74,9 @@ func TestLoadErrors(t *testing.T) {
 	dir := t.TempDir()
 	if _, err := Load(filepath.Join(dir, "nope"), DefaultOptions()); err == nil {
 		t.Error("nonexistent path loaded")
+	}
+	if _, err := Load(dir, Options{Exclude: []string{"[z-a"}}); err == nil {
+		t.Error("bad exclude pattern accepted")
 	}
 	write(t, dir, "a.txt", strings.Repeat("a", 40))
 	write(t, dir, "b.txt", strings.Repeat("b", 40))

@@ -9,9 +9,9 @@ import (
 
 // Limits are the hard bounds of one model load.
 type Limits struct {
-	MaxChars      int // total prompt characters (bytes); 0: no cap
-	NumCtx        int // the backend's context window, fixed per model load
-	AnswerReserve int // tokens kept free for the answer
+	MaxChars      int `json:"max_chars"`      // total prompt characters (bytes); 0: no cap
+	NumCtx        int `json:"num_ctx"`        // the backend's context window, fixed per model load
+	AnswerReserve int `json:"answer_reserve"` // tokens kept free for the answer
 }
 
 // Validate names the first bad limit.

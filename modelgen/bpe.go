@@ -17,19 +17,30 @@ type word struct {
 }
 
 // trainMerges learns up to n BPE merges from words. Ties break on the
-// symbols themselves so the result is the same on every machine.
+// symbols themselves so the result is the same on every machine. Pair
+// counts are kept incrementally: a merge only revisits the words that hold
+// the merged pair.
 func trainMerges(words []word, n int) []pair {
-	merges := make([]pair, 0, n)
-	for len(merges) < n {
-		counts := map[pair]int{}
-		for _, w := range words {
-			for i := 0; i+1 < len(w.syms); i++ {
-				counts[pair{w.syms[i], w.syms[i+1]}] += w.count
+	counts := map[pair]int{}
+	where := map[pair]map[int]struct{}{}
+	addWord := func(wi, sign int) {
+		w := words[wi]
+		for i := 0; i+1 < len(w.syms); i++ {
+			p := pair{w.syms[i], w.syms[i+1]}
+			counts[p] += sign * w.count
+			if sign > 0 {
+				if where[p] == nil {
+					where[p] = map[int]struct{}{}
+				}
+				where[p][wi] = struct{}{}
 			}
 		}
-		if len(counts) == 0 {
-			break
-		}
+	}
+	for wi := range words {
+		addWord(wi, 1)
+	}
+	merges := make([]pair, 0, n)
+	for len(merges) < n {
 		best, bestN := pair{}, 0
 		for p, c := range counts {
 			if c > bestN || (c == bestN && cmpPair(p, best) < 0) {
@@ -41,9 +52,15 @@ func trainMerges(words []word, n int) []pair {
 		}
 		merges = append(merges, best)
 		joined := best.a + best.b
-		for wi := range words {
+		affected := make([]int, 0, len(where[best]))
+		for wi := range where[best] {
+			affected = append(affected, wi)
+		}
+		slices.Sort(affected)
+		for _, wi := range affected {
+			addWord(wi, -1)
 			s := words[wi].syms
-			out := s[:0]
+			out := make([]string, 0, len(s))
 			for i := 0; i < len(s); i++ {
 				if i+1 < len(s) && s[i] == best.a && s[i+1] == best.b {
 					out = append(out, joined)
@@ -53,6 +70,14 @@ func trainMerges(words []word, n int) []pair {
 				out = append(out, s[i])
 			}
 			words[wi].syms = out
+			addWord(wi, 1)
+		}
+		delete(counts, best)
+		delete(where, best)
+		for p, c := range counts {
+			if c <= 0 {
+				delete(counts, p)
+			}
 		}
 	}
 	return merges

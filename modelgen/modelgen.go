@@ -90,6 +90,10 @@ func WriteFile(path string, c Config) error {
 		tmp.Close()
 		return err
 	}
+	if err := tmp.Chmod(0o644); err != nil {
+		tmp.Close()
+		return fmt.Errorf("modelgen: %w", err)
+	}
 	if err := tmp.Close(); err != nil {
 		return fmt.Errorf("modelgen: %w", err)
 	}

@@ -1,0 +1,58 @@
+# ctxd — build, run and test. `make run` and `make test` are all a fresh
+# machine needs: they build the pinned Ollama and generate the models.
+
+GO             ?= go
+OLLAMA_VERSION ?= v0.6.5
+VERSION        ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+
+BIN        := bin
+CTXD       := $(BIN)/ctxd
+OLLAMA     := $(BIN)/ollama
+OLLAMA_PIN := $(BIN)/ollama-$(OLLAMA_VERSION)
+DEMO_MODEL := var/models/ctxd-demo.gguf
+# The demo model: small enough to load in a second, big enough that a cold
+# prompt takes visible time on a laptop CPU (5M parameters, 16k window).
+DEMO_FLAGS := --name ctxd-demo --vocab spm --vocab-size 4096 --embd 256 --layers 4 \
+              --heads 8 --kv-heads 4 --ff 768 --ctx 16384
+
+.PHONY: all build ollama run test bench vet fmt clean FORCE
+all: build
+
+build: $(CTXD)
+
+$(CTXD): FORCE
+	$(GO) build -ldflags "-X main.version=$(VERSION)" -o $@ ./cmd/ctxd
+
+# The pinned Ollama, built from the Go module proxy (cgo, CPU) once per
+# machine and version. bin/ollama points at the version in use.
+ollama: $(OLLAMA)
+
+$(OLLAMA): $(OLLAMA_PIN) FORCE
+	@ln -sfn ollama-$(OLLAMA_VERSION) $@
+
+$(OLLAMA_PIN):
+	@echo "building ollama $(OLLAMA_VERSION) from the Go module proxy (a few minutes, once)"
+	./scripts/build-ollama.sh $(OLLAMA_VERSION) $@
+
+$(DEMO_MODEL): | $(CTXD)
+	$(CTXD) genmodel --out $@ $(DEMO_FLAGS)
+
+# Start the daemon with the managed backend, the demo model and this
+# repository as the codex. Ask it from another terminal: bin/ctxd ask "..."
+run: build ollama $(DEMO_MODEL)
+	$(CTXD) serve --config ctxd.toml
+
+# The whole suite, the integration tests on the real Ollama included.
+test: ollama
+	CTXD_REQUIRE_OLLAMA=1 CTXD_OLLAMA_BIN=$(abspath $(OLLAMA)) $(GO) test -count=1 -timeout 30m ./...
+
+# Benchmarks on the real backend; figures go to the terminal.
+bench: ollama
+	CTXD_REQUIRE_OLLAMA=1 CTXD_OLLAMA_BIN=$(abspath $(OLLAMA)) $(GO) test -count=1 -run '^$$' -bench . -benchtime 1x -timeout 60m ./integration/
+
+vet:
+	$(GO) vet ./...
+	@test -z "$$(gofmt -l .)" || { gofmt -l .; echo "gofmt needed"; exit 1; }
+
+clean:
+	rm -rf $(CTXD) var/

@@ -1,0 +1,282 @@
+// Command ctxd is the context sidecar for local LLM agents: `ctxd serve`
+// runs the daemon; the other subcommands are its clients and tools.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+
+	"github.com/coreos/go-systemd/v22/activation"
+	sddaemon "github.com/coreos/go-systemd/v22/daemon"
+
+	"github.com/ctxd/ctxd/client"
+	"github.com/ctxd/ctxd/config"
+	"github.com/ctxd/ctxd/daemon"
+	"github.com/ctxd/ctxd/modelgen"
+	"github.com/ctxd/ctxd/runcontext"
+	"github.com/ctxd/ctxd/systemd"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+const usage = `ctxd — the context sidecar for local LLM agents
+
+Usage:
+  ctxd serve    [--config FILE] [--socket PATH]   run the daemon
+  ctxd ask      [--session S] [--sigil NAME] [--json] QUESTION
+  ctxd status                                     show the daemon's state
+  ctxd sessions                                   list sessions
+  ctxd schema                                     print the RunContext JSON Schema
+  ctxd genmodel --out FILE [flags]                write a random-weight GGUF model
+  ctxd systemd-units DIR                          write the systemd unit files
+  ctxd version
+
+Clients find the daemon at --socket, else $CTXD_SOCKET, else the default
+socket ($XDG_RUNTIME_DIR/ctxd/ctxd.sock or /tmp/ctxd-$UID/ctxd.sock).
+`
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	var err error
+	switch args[0] {
+	case "serve":
+		err = cmdServe(args[1:], stderr)
+	case "ask":
+		err = cmdAsk(args[1:], stdout, stderr)
+	case "status":
+		err = cmdGet(args[1:], stdout, "/v1/status")
+	case "sessions":
+		err = cmdGet(args[1:], stdout, "/v1/sessions")
+	case "schema":
+		_, err = stdout.Write(runcontext.Schema())
+	case "genmodel":
+		err = cmdGenModel(args[1:], stdout)
+	case "systemd-units":
+		err = cmdUnits(args[1:], stdout)
+	case "version":
+		fmt.Fprintln(stdout, "ctxd", version)
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, usage)
+	default:
+		fmt.Fprintf(stderr, "ctxd: unknown command %q\n\n%s", args[0], usage)
+		return 2
+	}
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 2
+		}
+		fmt.Fprintln(stderr, "ctxd:", err)
+		return 1
+	}
+	return 0
+}
+
+func processEnv() config.Env {
+	return config.Env{
+		UID: os.Getuid(), XDGRuntimeDir: os.Getenv("XDG_RUNTIME_DIR"),
+		XDGStateHome: os.Getenv("XDG_STATE_HOME"), Home: os.Getenv("HOME"),
+	}
+}
+
+// socketPath picks the client's socket: flag, $CTXD_SOCKET, default.
+func socketPath(flagValue string) string {
+	if flagValue != "" {
+		return flagValue
+	}
+	if s := os.Getenv("CTXD_SOCKET"); s != "" {
+		return s
+	}
+	return config.DefaultSocket(processEnv())
+}
+
+func cmdServe(args []string, stderr io.Writer) error {
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	cfgPath := fs.String("config", "", "TOML config file (default: built-in defaults)")
+	socket := fs.String("socket", "", "Unix socket path (overrides daemon.socket)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	env := processEnv()
+	cfg := config.Default(env)
+	if *cfgPath != "" {
+		var err error
+		if cfg, err = config.Load(*cfgPath, env); err != nil {
+			return err
+		}
+	}
+	if *socket != "" {
+		cfg.Daemon.Socket = *socket
+	} else if s := os.Getenv("CTXD_SOCKET"); s != "" {
+		cfg.Daemon.Socket = s
+	}
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(cfg.Daemon.LogLevel)); err != nil {
+		return fmt.Errorf("daemon.log_level: %w", err)
+	}
+	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	// Libraries that log through the default logger (llama.cpp's loader
+	// via the Ollama module) speak only when something is wrong.
+	slog.SetDefault(slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: max(level, slog.LevelWarn)})))
+
+	d, err := daemon.New(cfg, daemon.Options{
+		Logger: logger, Version: version,
+		BackendEnv: []string{"PATH=" + os.Getenv("PATH")},
+	})
+	if err != nil {
+		return err
+	}
+	ln, err := listener(cfg.Daemon.Socket)
+	if err != nil {
+		return err
+	}
+	defer ln.Close()
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	ready := func() {
+		logger.Info("ctxd is ready", "socket", cfg.Daemon.Socket, "try", "ctxd ask \"what is this codebase?\"")
+		_, _ = sddaemon.SdNotify(false, sddaemon.SdNotifyReady)
+	}
+	return d.Run(ctx, ln, ready)
+}
+
+// listener takes the socket systemd passed, if any, else listens itself.
+func listener(path string) (net.Listener, error) {
+	lns, err := activation.Listeners()
+	if err != nil {
+		return nil, fmt.Errorf("systemd socket activation: %w", err)
+	}
+	if len(lns) > 0 && lns[0] != nil {
+		return lns[0], nil
+	}
+	return daemon.Listen(path)
+}
+
+func cmdAsk(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("ask", flag.ContinueOnError)
+	session := fs.String("session", "default", "session id")
+	sigil := fs.String("sigil", "", "sigil to present (default: the daemon's default)")
+	asJSON := fs.Bool("json", false, "print the summary as JSON on stdout after the answer")
+	socket := fs.String("socket", "", "daemon socket")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	query := strings.Join(fs.Args(), " ")
+	if strings.TrimSpace(query) == "" {
+		return errors.New("ask: give a question, e.g. ctxd ask \"what does the daemon do?\"")
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	c := client.New(socketPath(*socket))
+	streamed := false
+	sum, err := c.Ask(ctx, daemon.AskRequest{Session: *session, Query: query, Sigil: *sigil}, func(s string) {
+		streamed = true
+		fmt.Fprint(stdout, s)
+	})
+	if streamed {
+		fmt.Fprintln(stdout)
+	}
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		return json.NewEncoder(stdout).Encode(sum)
+	}
+	note := ""
+	if sum.PrefixBreak != nil {
+		note = fmt.Sprintf(" prefix broke at %s (%s)", sum.PrefixBreak.Block, sum.PrefixBreak.Reason)
+	}
+	fmt.Fprintf(stderr, "[session %s turn %d · %s · %d prompt tokens, %d cached (%.1f%%), %d evaluated · ttft %.0f ms · %d answer tokens%s]\n",
+		sum.Session, sum.Turn, sum.Mode, sum.PromptTokens, sum.CachedTokens, sum.ReusePercent,
+		sum.EvaluatedTokens, sum.TTFTMillis, sum.AnswerTokens, note)
+	return nil
+}
+
+func cmdGet(args []string, stdout io.Writer, path string) error {
+	fs := flag.NewFlagSet(strings.TrimPrefix(path, "/v1/"), flag.ContinueOnError)
+	socket := fs.String("socket", "", "daemon socket")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	b, err := client.New(socketPath(*socket)).GetRaw(context.Background(), path)
+	if err != nil {
+		return err
+	}
+	_, err = stdout.Write(b)
+	return err
+}
+
+func cmdGenModel(args []string, stdout io.Writer) error {
+	c := modelgen.DefaultConfig()
+	fs := flag.NewFlagSet("genmodel", flag.ContinueOnError)
+	out := fs.String("out", "", "output GGUF path (required)")
+	fs.StringVar(&c.Name, "name", c.Name, "general.name")
+	fs.StringVar(&c.Vocab, "vocab", c.Vocab, "vocabulary kind: spm (SentencePiece) or bpe (byte-level BPE)")
+	fs.IntVar(&c.VocabSize, "vocab-size", c.VocabSize, "vocabulary size")
+	fs.IntVar(&c.Embedding, "embd", c.Embedding, "embedding length")
+	fs.IntVar(&c.Layers, "layers", c.Layers, "transformer blocks")
+	fs.IntVar(&c.Heads, "heads", c.Heads, "attention heads")
+	fs.IntVar(&c.KVHeads, "kv-heads", c.KVHeads, "key/value heads")
+	fs.IntVar(&c.FeedForward, "ff", c.FeedForward, "feed-forward length")
+	fs.IntVar(&c.ContextLength, "ctx", c.ContextLength, "trained context length")
+	fs.BoolVar(&c.F16, "f16", c.F16, "store weight matrices as f16")
+	fs.Uint64Var(&c.Seed, "seed", c.Seed, "weight seed")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *out == "" {
+		return errors.New("genmodel: --out is required")
+	}
+	if err := os.MkdirAll(filepath.Dir(*out), 0o755); err != nil {
+		return err
+	}
+	if err := modelgen.WriteFile(*out, c); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "wrote %s: %s vocabulary of %d, %d layers, embedding %d, %.1fM parameters, context %d\n",
+		*out, c.Vocab, c.VocabSize, c.Layers, c.Embedding, float64(c.Params())/1e6, c.ContextLength)
+	return nil
+}
+
+func cmdUnits(args []string, stdout io.Writer) error {
+	if len(args) != 1 {
+		return errors.New("systemd-units: give the directory to write into")
+	}
+	if err := os.MkdirAll(args[0], 0o755); err != nil {
+		return err
+	}
+	for _, name := range systemd.Names {
+		b, err := systemd.Units.ReadFile(name)
+		if err != nil {
+			return err
+		}
+		path := filepath.Join(args[0], name)
+		if err := os.WriteFile(path, b, 0o644); err != nil {
+			return err
+		}
+		fmt.Fprintln(stdout, "wrote", path)
+	}
+	return nil
+}

@@ -1,0 +1,245 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/BurntSushi/toml"
+
+	"github.com/ctxd/ctxd/codex"
+)
+
+// Config is the whole daemon configuration.
+type Config struct {
+	Daemon   Daemon           `toml:"daemon"`
+	Backend  Backend          `toml:"backend"`
+	Identity Identity         `toml:"identity"`
+	Codex    Codex            `toml:"codex"`
+	Limits   Limits           `toml:"limits"`
+	Sigils   map[string]Sigil `toml:"sigils"`
+}
+
+// Daemon is the daemon process itself.
+type Daemon struct {
+	Socket       string `toml:"socket"`         // Unix socket path
+	StateDir     string `toml:"state_dir"`      // database, managed backend files
+	LogLevel     string `toml:"log_level"`      // debug, info, warn, error
+	MaxBodyBytes int64  `toml:"max_body_bytes"` // request body cap
+	DefaultSigil string `toml:"default_sigil"`  // sigil of requests that name none
+}
+
+// Backend is the model server.
+type Backend struct {
+	Mode        string   `toml:"mode"`        // "managed": ctxd runs ollama serve; "external": ctxd connects to URL
+	URL         string   `toml:"url"`         // external: the server's base URL
+	Binary      string   `toml:"binary"`      // managed: the ollama binary
+	Listen      string   `toml:"listen"`      // managed: loopback host:port (port 0 picks one)
+	Model       string   `toml:"model"`       // model name on the server
+	GGUF        string   `toml:"gguf"`        // managed: GGUF file imported as Model at start ("" to use an existing model)
+	NumCtx      int      `toml:"num_ctx"`     // context window; 0: the model's trained length, capped at MaxNumCtx
+	MaxNumCtx   int      `toml:"max_num_ctx"` // upper bound when NumCtx is 0
+	NumBatch    int      `toml:"num_batch"`
+	NumThread   int      `toml:"num_thread"` // 0: the backend's default
+	KeepAlive   Duration `toml:"keep_alive"` // how long the model stays loaded; negative: forever
+	Temperature float64  `toml:"temperature"`
+	Seed        int      `toml:"seed"`
+}
+
+// Identity is the persona.
+type Identity struct {
+	Name    string `toml:"name"`
+	Persona string `toml:"persona"`
+}
+
+// Codex is the tree loaded as the codex block.
+type Codex struct {
+	Path          string   `toml:"path"` // "" for no codex
+	MaxFileBytes  int64    `toml:"max_file_bytes"`
+	MaxTotalBytes int64    `toml:"max_total_bytes"`
+	Exclude       []string `toml:"exclude"` // path.Match patterns of files to leave out
+}
+
+// Limits feed the governor.
+type Limits struct {
+	MaxChars      int `toml:"max_chars"`      // 0: no character cap
+	AnswerReserve int `toml:"answer_reserve"` // tokens kept for the answer (and the most it may have)
+}
+
+// Sigil is one configured agent identity.
+type Sigil struct {
+	Scopes []string `toml:"scopes"`
+}
+
+// Duration is a time.Duration written as "5m" or "-1s" in TOML.
+type Duration struct{ time.Duration }
+
+// UnmarshalText parses a Go duration.
+func (d *Duration) UnmarshalText(b []byte) error {
+	v, err := time.ParseDuration(string(b))
+	if err != nil {
+		return err
+	}
+	d.Duration = v
+	return nil
+}
+
+// MarshalText writes a Go duration.
+func (d Duration) MarshalText() ([]byte, error) { return []byte(d.String()), nil }
+
+// Env is what the defaults depend on; main fills it from the process.
+type Env struct {
+	UID           int
+	XDGRuntimeDir string
+	XDGStateHome  string
+	Home          string
+}
+
+// DefaultSocket is where the daemon listens and clients dial by default.
+func DefaultSocket(env Env) string {
+	if env.XDGRuntimeDir != "" {
+		return filepath.Join(env.XDGRuntimeDir, "ctxd", "ctxd.sock")
+	}
+	return filepath.Join(os.TempDir(), "ctxd-"+strconv.Itoa(env.UID), "ctxd.sock")
+}
+
+// Default is the configuration without a file.
+func Default(env Env) Config {
+	state := filepath.Join(env.Home, ".local", "state", "ctxd")
+	if env.XDGStateHome != "" {
+		state = filepath.Join(env.XDGStateHome, "ctxd")
+	}
+	return Config{
+		Daemon: Daemon{
+			Socket: DefaultSocket(env), StateDir: state, LogLevel: "info",
+			MaxBodyBytes: 1 << 20, DefaultSigil: "default",
+		},
+		Backend: Backend{
+			Mode: "managed", Binary: "ollama", Listen: "127.0.0.1:0", URL: "http://127.0.0.1:11434",
+			Model: "ctxd-demo", MaxNumCtx: 32768, NumBatch: 512,
+			KeepAlive: Duration{-1},
+		},
+		Identity: Identity{
+			Name:    "ctxd",
+			Persona: "You are a precise assistant for the codebase below. Answer from the codex; say so when it does not hold the answer.",
+		},
+		Codex:  Codex{MaxFileBytes: 256 << 10, MaxTotalBytes: 8 << 20},
+		Limits: Limits{AnswerReserve: 256},
+		Sigils: map[string]Sigil{"default": {Scopes: []string{"ask"}}},
+	}
+}
+
+// Load reads a TOML file over the defaults. Relative paths in the file are
+// resolved against the file's directory.
+func Load(path string, env Env) (Config, error) {
+	c := Default(env)
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return c, fmt.Errorf("config: %w", err)
+	}
+	// A file that sets [sigils] replaces the default set rather than merging.
+	c.Sigils = nil
+	md, err := toml.Decode(string(data), &c)
+	if err != nil {
+		return c, fmt.Errorf("config: %s: %w", path, err)
+	}
+	if und := md.Undecoded(); len(und) > 0 {
+		keys := make([]string, len(und))
+		for i, k := range und {
+			keys[i] = k.String()
+		}
+		return c, fmt.Errorf("config: %s: unknown key %s", path, strings.Join(keys, ", "))
+	}
+	if c.Sigils == nil {
+		c.Sigils = Default(env).Sigils
+	}
+	// Defaults are absolute, so a relative path came from the file.
+	dir := filepath.Dir(path)
+	for _, p := range []*string{&c.Daemon.Socket, &c.Daemon.StateDir, &c.Codex.Path, &c.Backend.GGUF} {
+		if *p != "" && !filepath.IsAbs(*p) {
+			*p = filepath.Join(dir, *p)
+		}
+	}
+	// A binary named without a slash is looked up on PATH, like a shell does.
+	if strings.Contains(c.Backend.Binary, "/") && !filepath.IsAbs(c.Backend.Binary) {
+		c.Backend.Binary = filepath.Join(dir, c.Backend.Binary)
+	}
+	return c, nil
+}
+
+// Validate names the first bad field.
+func (c Config) Validate() error {
+	var errs []error
+	bad := func(field, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("config: %s: %s", field, fmt.Sprintf(format, args...)))
+	}
+	if c.Daemon.Socket == "" {
+		bad("daemon.socket", "must be set")
+	} else if len(c.Daemon.Socket) > 100 {
+		bad("daemon.socket", "%q is %d bytes; Unix socket paths must stay under ~100", c.Daemon.Socket, len(c.Daemon.Socket))
+	}
+	if c.Daemon.StateDir == "" {
+		bad("daemon.state_dir", "must be set")
+	}
+	if !slices.Contains([]string{"debug", "info", "warn", "error"}, c.Daemon.LogLevel) {
+		bad("daemon.log_level", "%q is not one of debug, info, warn, error", c.Daemon.LogLevel)
+	}
+	if c.Daemon.MaxBodyBytes < 1024 {
+		bad("daemon.max_body_bytes", "%d is below 1024", c.Daemon.MaxBodyBytes)
+	}
+	if _, ok := c.Sigils[c.Daemon.DefaultSigil]; !ok {
+		bad("daemon.default_sigil", "%q is not a configured sigil", c.Daemon.DefaultSigil)
+	}
+	b := c.Backend
+	switch b.Mode {
+	case "managed":
+		if b.Binary == "" {
+			bad("backend.binary", "must be set in managed mode")
+		}
+		if host, _, err := net.SplitHostPort(b.Listen); err != nil {
+			bad("backend.listen", "%v", err)
+		} else if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() {
+			bad("backend.listen", "%q: a managed backend listens on a loopback address", b.Listen)
+		}
+	case "external":
+		if !strings.HasPrefix(b.URL, "http://") && !strings.HasPrefix(b.URL, "https://") {
+			bad("backend.url", "%q must be an http:// or https:// URL", b.URL)
+		}
+	default:
+		bad("backend.mode", "%q is not one of managed, external", b.Mode)
+	}
+	if b.Model == "" {
+		bad("backend.model", "must be set")
+	}
+	if b.NumCtx < 0 || b.MaxNumCtx <= 0 {
+		bad("backend.num_ctx", "num_ctx must be 0 or positive and max_num_ctx positive")
+	}
+	if b.NumBatch < 0 || b.NumThread < 0 {
+		bad("backend.num_batch", "num_batch and num_thread must not be negative")
+	}
+	if b.Temperature < 0 {
+		bad("backend.temperature", "%v must not be negative", b.Temperature)
+	}
+	if strings.TrimSpace(c.Identity.Persona) == "" {
+		bad("identity.persona", "must not be empty")
+	}
+	if c.Codex.MaxFileBytes <= 0 || c.Codex.MaxTotalBytes <= 0 {
+		bad("codex.max_file_bytes", "max_file_bytes and max_total_bytes must be positive")
+	}
+	if err := codex.ValidatePatterns(c.Codex.Exclude); err != nil {
+		bad("codex.exclude", "%v", err)
+	}
+	if c.Limits.MaxChars < 0 {
+		bad("limits.max_chars", "%d must not be negative", c.Limits.MaxChars)
+	}
+	if c.Limits.AnswerReserve <= 0 {
+		bad("limits.answer_reserve", "%d must be positive", c.Limits.AnswerReserve)
+	}
+	return errors.Join(errs...)
+}

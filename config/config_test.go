@@ -1,0 +1,125 @@
+package config
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+var env = Env{UID: 1000, Home: "/home/u"}
+
+func writeConfig(t *testing.T, body string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "ctxd.toml")
+	if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func TestDefaults(t *testing.T) {
+	c := Default(env)
+	if err := c.Validate(); err != nil {
+		t.Fatalf("defaults invalid: %v", err)
+	}
+	if c.Daemon.Socket != filepath.Join(os.TempDir(), "ctxd-1000", "ctxd.sock") {
+		t.Errorf("socket without XDG_RUNTIME_DIR = %s", c.Daemon.Socket)
+	}
+	if got := DefaultSocket(Env{XDGRuntimeDir: "/run/user/7"}); got != "/run/user/7/ctxd/ctxd.sock" {
+		t.Errorf("socket with XDG_RUNTIME_DIR = %s", got)
+	}
+}
+
+func TestLoad(t *testing.T) {
+	path := writeConfig(t, `
+[daemon]
+state_dir = "var/state"
+[backend]
+binary = "bin/ollama"
+gguf = "var/models/demo.gguf"
+keep_alive = "10m"
+[codex]
+path = "."
+[sigils.coder]
+scopes = ["ask", "search_codex"]
+[daemon.x]
+`)
+	_, err := Load(path, env)
+	if err == nil || !strings.Contains(err.Error(), "daemon.x") {
+		t.Fatalf("unknown table: %v", err)
+	}
+	path = writeConfig(t, `
+[daemon]
+state_dir = "var/state"
+default_sigil = "coder"
+[backend]
+binary = "bin/ollama"
+gguf = "var/models/demo.gguf"
+keep_alive = "10m"
+[codex]
+path = "."
+[sigils.coder]
+scopes = ["ask", "search_codex"]
+`)
+	c, err := Load(path, env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Dir(path)
+	if c.Daemon.StateDir != filepath.Join(dir, "var/state") || c.Backend.Binary != filepath.Join(dir, "bin/ollama") || c.Codex.Path != dir {
+		t.Errorf("relative paths not resolved against the file: %+v %+v", c.Daemon, c.Codex)
+	}
+	if c.Backend.KeepAlive.Duration != 10*time.Minute {
+		t.Errorf("keep_alive = %v", c.Backend.KeepAlive)
+	}
+	if _, ok := c.Sigils["default"]; ok {
+		t.Error("a file's [sigils] should replace the default set")
+	}
+	if err := c.Validate(); err != nil {
+		t.Errorf("loaded config invalid: %v", err)
+	}
+}
+
+func TestLoadErrorsNameTheKey(t *testing.T) {
+	cases := map[string]string{
+		"typo":       "[backend]\nmodle = \"x\"\n",
+		"bad type":   "[backend]\nnum_ctx = \"big\"\n",
+		"bad syntax": "[backend\n",
+		"duration":   "[backend]\nkeep_alive = \"forever\"\n",
+	}
+	for name, body := range cases {
+		if _, err := Load(writeConfig(t, body), env); err == nil {
+			t.Errorf("%s: accepted", name)
+		} else if name == "typo" && !strings.Contains(err.Error(), "backend.modle") {
+			t.Errorf("typo: %v does not name the key", err)
+		}
+	}
+	if _, err := Load(filepath.Join(t.TempDir(), "missing.toml"), env); err == nil {
+		t.Error("missing file accepted")
+	}
+}
+
+func TestValidateNamesField(t *testing.T) {
+	cases := map[string]func(*Config){
+		"backend.mode":          func(c *Config) { c.Backend.Mode = "cloud" },
+		"backend.listen":        func(c *Config) { c.Backend.Listen = "0.0.0.0:11434" },
+		"backend.url":           func(c *Config) { c.Backend.Mode = "external"; c.Backend.URL = "localhost:11434" },
+		"daemon.log_level":      func(c *Config) { c.Daemon.LogLevel = "loud" },
+		"daemon.default_sigil":  func(c *Config) { c.Daemon.DefaultSigil = "nobody" },
+		"limits.answer_reserve": func(c *Config) { c.Limits.AnswerReserve = 0 },
+		"identity.persona":      func(c *Config) { c.Identity.Persona = "" },
+		"daemon.socket":         func(c *Config) { c.Daemon.Socket = "/" + strings.Repeat("s", 120) },
+		"daemon.max_body_bytes": func(c *Config) { c.Daemon.MaxBodyBytes = 10 },
+		"backend.model":         func(c *Config) { c.Backend.Model = "" },
+	}
+	for field, mutate := range cases {
+		c := Default(env)
+		mutate(&c)
+		err := c.Validate()
+		if err == nil || !strings.Contains(err.Error(), field) {
+			t.Errorf("%s: error %v does not name it", field, err)
+		}
+	}
+}

@@ -1,0 +1,304 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+
+	"github.com/ctxd/ctxd/codex"
+	"github.com/ctxd/ctxd/config"
+	"github.com/ctxd/ctxd/governor"
+	"github.com/ctxd/ctxd/hostenv"
+	"github.com/ctxd/ctxd/llamatok"
+	"github.com/ctxd/ctxd/ollama"
+	"github.com/ctxd/ctxd/orchestrator"
+	"github.com/ctxd/ctxd/runcontext"
+	"github.com/ctxd/ctxd/sigils"
+	"github.com/ctxd/ctxd/sqlite"
+)
+
+// Options are the daemon's inputs besides its configuration.
+type Options struct {
+	Logger  *slog.Logger
+	Version string
+	// BackendEnv is the environment (KEY=VALUE) a managed backend inherits,
+	// e.g. PATH; main passes it so nothing below main reads the environment.
+	BackendEnv []string
+}
+
+// Daemon is one running ctxd.
+type Daemon struct {
+	cfg     config.Config
+	log     *slog.Logger
+	version string
+	env     []string
+
+	store  *sqlite.Store
+	probe  *hostenv.Probe
+	sigils *sigils.Registry
+	codex  *codex.Codex
+
+	mu      sync.RWMutex // guards the fields below, set once the backend is ready
+	orch    *orchestrator.Orchestrator
+	backend BackendInfo
+	initErr error
+	server  *ollama.Server
+	tok     *llamatok.Tokenizer
+}
+
+// BackendInfo describes the backend once it is ready.
+type BackendInfo struct {
+	Mode         string `json:"mode"`
+	URL          string `json:"url"`
+	Version      string `json:"version"`
+	Model        string `json:"model"`
+	Architecture string `json:"architecture"`
+	TrainedCtx   int    `json:"trained_context_length"`
+	NumCtx       int    `json:"num_ctx"`
+	Restarts     int    `json:"restarts,omitempty"`
+}
+
+// New checks the configuration and returns a daemon ready to Run.
+func New(cfg config.Config, opts Options) (*Daemon, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	scopes := map[string][]string{}
+	for name, s := range cfg.Sigils {
+		scopes[name] = s.Scopes
+	}
+	reg, err := sigils.NewRegistry(scopes, cfg.Daemon.DefaultSigil)
+	if err != nil {
+		return nil, err
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Daemon{cfg: cfg, log: opts.Logger, version: opts.Version, env: opts.BackendEnv, sigils: reg}, nil
+}
+
+// Run serves the API on ln until ctx ends. It answers at once (health says
+// "starting") while it brings the backend up in the background, and calls
+// ready once requests can be answered. Errors in the configuration, the
+// store or the codex end Run; a backend that is down or lacks the model
+// does not: the daemon keeps trying and says why in every answer.
+func (d *Daemon) Run(ctx context.Context, ln net.Listener, ready func()) error {
+	var err error
+	if d.codex, err = d.loadCodex(); err != nil {
+		return err
+	}
+	if d.store, err = sqlite.Open(ctx, filepath.Join(d.cfg.Daemon.StateDir, "ctxd.db")); err != nil {
+		return err
+	}
+	defer d.store.Close()
+	d.probe = hostenv.New(hostenv.Config{NVML: nvml.New(), Logger: d.log})
+	defer d.probe.Close()
+
+	reqCtx, cancelRequests := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelRequests()
+	srv := &http.Server{
+		Handler:           d.routes(),
+		ReadHeaderTimeout: 10 * time.Second,
+		BaseContext:       func(net.Listener) context.Context { return reqCtx },
+		ErrorLog:          slog.NewLogLogger(d.log.Handler(), slog.LevelWarn),
+	}
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- srv.Serve(ln) }()
+	d.log.Info("listening", "socket", ln.Addr().String())
+
+	initDone := make(chan struct{})
+	go func() {
+		defer close(initDone)
+		d.initBackendLoop(ctx, ready)
+	}()
+
+	select {
+	case <-ctx.Done():
+	case err = <-serveErr:
+	}
+	d.log.Info("shutting down")
+	shutCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if serr := srv.Shutdown(shutCtx); serr != nil {
+		d.log.Warn("streams still open at shutdown deadline; cancelling them", "err", serr)
+		cancelRequests()
+		srv.Close()
+	}
+	<-initDone
+	d.closeBackend()
+	if errors.Is(err, http.ErrServerClosed) {
+		err = nil
+	}
+	return err
+}
+
+func (d *Daemon) loadCodex() (*codex.Codex, error) {
+	if d.cfg.Codex.Path == "" {
+		return nil, nil
+	}
+	c, err := codex.Load(d.cfg.Codex.Path, codex.Options{
+		MaxFileBytes: d.cfg.Codex.MaxFileBytes, MaxTotalBytes: d.cfg.Codex.MaxTotalBytes, Exclude: d.cfg.Codex.Exclude,
+	})
+	if err != nil {
+		return nil, err
+	}
+	for _, s := range c.Skipped {
+		d.log.Warn("codex file skipped", "path", s.Path, "reason", s.Reason)
+	}
+	d.log.Info("codex loaded", "name", c.Name, "files", len(c.Files), "bytes", c.Bytes(), "skipped", len(c.Skipped))
+	return c, nil
+}
+
+// initBackendLoop brings the backend up, retrying with backoff until it
+// works or ctx ends.
+func (d *Daemon) initBackendLoop(ctx context.Context, ready func()) {
+	backoff := time.Second
+	for {
+		err := d.initBackend(ctx)
+		if err == nil {
+			if ready != nil {
+				ready()
+			}
+			return
+		}
+		d.mu.Lock()
+		d.initErr = err
+		d.mu.Unlock()
+		d.log.Error("backend not ready; retrying", "err", err, "in", backoff)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 30*time.Second)
+	}
+}
+
+func (d *Daemon) initBackend(ctx context.Context) error {
+	b := d.cfg.Backend
+	info := BackendInfo{Mode: b.Mode, Model: b.Model}
+	var base *url.URL
+	d.mu.Lock()
+	server := d.server
+	d.mu.Unlock()
+	switch {
+	case b.Mode == "managed" && server == nil:
+		dir := filepath.Join(d.cfg.Daemon.StateDir, "ollama")
+		s, err := ollama.Start(ctx, ollama.ServeConfig{
+			Binary: b.Binary, Addr: b.Listen,
+			ModelsDir: filepath.Join(dir, "models"), HomeDir: filepath.Join(dir, "home"),
+			LogPath: filepath.Join(dir, "ollama.log"),
+			Env:     d.env,
+			Logger:  d.log,
+			OnRestart: func() {
+				if o := d.orchestrator(); o != nil {
+					o.BackendRestarted()
+				}
+			},
+		})
+		if err != nil {
+			return err
+		}
+		d.mu.Lock()
+		d.server = s
+		d.mu.Unlock()
+		base = s.URL()
+	case b.Mode == "managed":
+		base = server.URL()
+	default:
+		u, err := url.Parse(b.URL)
+		if err != nil {
+			return fmt.Errorf("daemon: backend.url: %w", err)
+		}
+		base = u
+	}
+	info.URL = base.String()
+
+	probe := ollama.New(base, b.Model, ollama.LoadOptions{})
+	v, err := probe.Version(ctx)
+	if err != nil {
+		return err
+	}
+	info.Version = v
+	if b.Mode == "managed" && b.GGUF != "" {
+		d.log.Info("importing model", "model", b.Model, "gguf", b.GGUF)
+		if err := probe.Import(ctx, b.GGUF); err != nil {
+			return err
+		}
+	}
+	facts, err := probe.Facts(ctx)
+	if err != nil {
+		return err
+	}
+	info.Architecture, info.TrainedCtx = facts.Architecture, facts.ContextLength
+	info.NumCtx = b.NumCtx
+	if info.NumCtx == 0 {
+		info.NumCtx = min(facts.ContextLength, b.MaxNumCtx)
+	}
+	limits := governor.Limits{MaxChars: d.cfg.Limits.MaxChars, NumCtx: info.NumCtx, AnswerReserve: d.cfg.Limits.AnswerReserve}
+	if err := limits.Validate(); err != nil {
+		return fmt.Errorf("daemon: %w", err)
+	}
+	client := ollama.New(base, b.Model, ollama.LoadOptions{
+		NumCtx: info.NumCtx, NumBatch: b.NumBatch, NumThread: b.NumThread, KeepAlive: b.KeepAlive.Duration,
+	})
+	tok, err := llamatok.Open(facts.GGUFPath)
+	if err != nil {
+		return fmt.Errorf("daemon: tokenizer for %s: %w", b.Model, err)
+	}
+	d.log.Info("loading model", "model", b.Model, "num_ctx", info.NumCtx, "num_batch", b.NumBatch)
+	if err := client.Load(ctx); err != nil {
+		tok.Close()
+		return err
+	}
+	block := runcontext.Codex{Mode: runcontext.ModeNone}
+	if d.codex != nil {
+		block = d.codex.Block(runcontext.ModeCAG)
+	}
+	orch, err := orchestrator.New(orchestrator.Config{
+		Identity: runcontext.Identity{Name: d.cfg.Identity.Name, Persona: d.cfg.Identity.Persona},
+		Codex:    block,
+		Limits:   limits,
+		Sigils:   d.sigils,
+		Slot:     info.URL + "/" + b.Model,
+		Logger:   d.log,
+	}, &ollamaBackend{client: client, temperature: b.Temperature, seed: b.Seed}, tok, d.store, d.probe)
+	if err != nil {
+		tok.Close()
+		return err
+	}
+	d.mu.Lock()
+	d.orch, d.backend, d.tok, d.initErr = orch, info, tok, nil
+	d.mu.Unlock()
+	d.log.Info("ready", "backend", info.URL, "version", info.Version, "model", b.Model, "num_ctx", info.NumCtx)
+	return nil
+}
+
+func (d *Daemon) orchestrator() *orchestrator.Orchestrator {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	return d.orch
+}
+
+func (d *Daemon) closeBackend() {
+	d.mu.Lock()
+	server, tok := d.server, d.tok
+	d.server, d.tok, d.orch = nil, nil, nil
+	d.mu.Unlock()
+	if tok != nil {
+		tok.Close()
+	}
+	if server != nil {
+		server.Close()
+		d.log.Info("managed ollama stopped")
+	}
+}

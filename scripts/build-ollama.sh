@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Builds the pinned Ollama from the Go module proxy into OUT.
+# Usage: scripts/build-ollama.sh VERSION OUT
+#
+# v0.6.5 needs only Go and gcc. Later versions (v0.17.x) ship without
+# llama.cpp's vendored headers in the module zip: they need Debian's
+# nlohmann-json3-dev and libstb-dev, and miniaudio.h, which the
+# github.com/gen2brain/malgo module carries.
+set -euo pipefail
+version=$1
+out=$2
+go=${GO:-go}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+case "$version" in
+v0.6.*) ;;
+*)
+	need=()
+	dpkg -s nlohmann-json3-dev >/dev/null 2>&1 || need+=(nlohmann-json3-dev)
+	dpkg -s libstb-dev >/dev/null 2>&1 || need+=(libstb-dev)
+	if [ ${#need[@]} -gt 0 ]; then
+		echo "installing ${need[*]} for ollama $version"
+		sudo=""
+		[ "$(id -u)" -eq 0 ] || sudo=sudo
+		$sudo apt-get update -qq
+		$sudo apt-get install -y -qq "${need[@]}"
+	fi
+	malgo=$(cd "$tmp" && "$go" mod download -json github.com/gen2brain/malgo@v0.11.24 | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')
+	export CGO_CPPFLAGS="${CGO_CPPFLAGS:-} -I$malgo -I/usr/include/stb"
+	;;
+esac
+
+GOBIN="$tmp" "$go" install "github.com/ollama/ollama@$version"
+mkdir -p "$(dirname "$out")"
+mv "$tmp/ollama" "$out"
+echo "built $out"
