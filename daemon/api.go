@@ -41,6 +41,17 @@ func (d *Daemon) routes() http.Handler {
 	mux.HandleFunc("GET /v1/sessions", d.handleSessions)
 	mux.HandleFunc("GET /v1/sessions/{id}", d.handleSession)
 	mux.HandleFunc("DELETE /v1/sessions/{id}", d.handleDeleteSession)
+	// Method-less patterns for the same paths catch the wrong methods:
+	// the method-specific ones above take precedence.
+	for path, allow := range map[string]string{
+		"/v1/health": "GET", "/v1/status": "GET", "/v1/schema": "GET", "/v1/ask": "POST",
+		"/v1/sessions": "GET", "/v1/sessions/{id}": "GET, DELETE",
+	} {
+		mux.HandleFunc(path, func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Allow", allow)
+			writeError(w, http.StatusMethodNotAllowed, fmt.Sprintf("%s %s: method not allowed; use %s", r.Method, r.URL.Path, allow))
+		})
+	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, fmt.Sprintf("no route %s %s; routes are under /v1/ (health, status, schema, ask, sessions)", r.Method, r.URL.Path))
 	})

@@ -96,7 +96,9 @@ func (d *Daemon) Run(ctx context.Context, ln net.Listener, ready func()) error {
 	if d.codex, err = d.loadCodex(); err != nil {
 		return err
 	}
-	if d.store, err = sqlite.Open(ctx, filepath.Join(d.cfg.Daemon.StateDir, "ctxd.db")); err != nil {
+	// The store opens whatever ctx says: a stop during start-up is handled
+	// below, after the server has started, like any other stop.
+	if d.store, err = sqlite.Open(context.WithoutCancel(ctx), filepath.Join(d.cfg.Daemon.StateDir, "ctxd.db")); err != nil {
 		return err
 	}
 	defer d.store.Close()

@@ -1,0 +1,138 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ctxd/ctxd/client"
+	"github.com/ctxd/ctxd/config"
+	"github.com/ctxd/ctxd/daemon"
+	"github.com/ctxd/ctxd/internal/ollamatest"
+	"github.com/ctxd/ctxd/modelgen"
+)
+
+// testModel is small enough to load and evaluate quickly on two cores.
+func testModel() modelgen.Config {
+	c := modelgen.DefaultConfig()
+	c.Name = "ctxd-test"
+	c.VocabSize = 2048
+	c.ContextLength = 8192
+	return c
+}
+
+// running is a daemon under test.
+type running struct {
+	cfg    config.Config
+	client *client.Client
+	stop   func() error // stops the daemon and returns Run's error
+}
+
+// socketDir returns a short directory for a socket: t.TempDir paths can be
+// longer than a Unix socket path may be.
+func socketDir(t testing.TB) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "ctxd-e2e-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	return dir
+}
+
+// codexDir writes a codex of roughly n bytes of Go-like text.
+func codexDir(t testing.TB, n int) string {
+	t.Helper()
+	dir := t.TempDir()
+	var sb strings.Builder
+	for i := 0; sb.Len() < n; i++ {
+		fmt.Fprintf(&sb, "// Handler%d serves request kind %d and returns an error.\nfunc Handler%d(w io.Writer, n int) error {\n\treturn fmt.Errorf(\"kind %%d\", n+%d)\n}\n\n", i, i, i, i)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "handlers.go"), []byte(sb.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "README.md"), []byte("# Handlers\nEach handler serves one kind of request.\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// baseConfig is a managed-backend configuration over the test model.
+func baseConfig(t testing.TB, stateDir, codex string) config.Config {
+	t.Helper()
+	c := config.Default(config.Env{UID: os.Getuid(), Home: t.TempDir()})
+	c.Daemon.Socket = filepath.Join(socketDir(t), "ctxd.sock")
+	c.Daemon.StateDir = stateDir
+	c.Daemon.LogLevel = "debug"
+	c.Backend.Binary = ollamatest.Binary(t)
+	c.Backend.GGUF = ollamatest.Model(t, testModel())
+	c.Backend.Model = "ctxd-test"
+	c.Backend.NumCtx = 4096
+	c.Codex.Path = codex
+	c.Limits.AnswerReserve = 16
+	return c
+}
+
+// start runs a daemon and waits until it is ready (or wait=false: only
+// until it listens).
+func start(t testing.TB, cfg config.Config, wait bool) *running {
+	t.Helper()
+	logger := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	d, err := daemon.New(cfg, daemon.Options{Logger: logger, Version: "test", BackendEnv: []string{"PATH=" + os.Getenv("PATH")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := daemon.Listen(cfg.Daemon.Socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	ready := make(chan struct{})
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx, ln, func() { close(ready) }) }()
+	r := &running{cfg: cfg, client: client.New(cfg.Daemon.Socket)}
+	stopped := false
+	r.stop = func() error {
+		if stopped {
+			return nil
+		}
+		stopped = true
+		cancel()
+		select {
+		case err := <-done:
+			ln.Close()
+			return err
+		case <-time.After(30 * time.Second):
+			return fmt.Errorf("daemon did not stop within 30s")
+		}
+	}
+	t.Cleanup(func() {
+		if err := r.stop(); err != nil {
+			t.Errorf("daemon stop: %v", err)
+		}
+	})
+	if wait {
+		select {
+		case <-ready:
+		case err := <-done:
+			t.Fatalf("daemon exited before ready: %v", err)
+		case <-time.After(2 * time.Minute):
+			t.Fatal("daemon not ready within 2 minutes")
+		}
+	}
+	return r
+}
+
+// testWriter sends log lines to the test log, so they show only on failure.
+type testWriter struct{ t testing.TB }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Helper()
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
