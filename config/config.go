@@ -161,14 +161,17 @@ func Load(path string, env Env) (Config, error) {
 	}
 	// Defaults are absolute, so a relative path came from the file.
 	dir := filepath.Dir(path)
-	for _, p := range []*string{&c.Daemon.Socket, &c.Daemon.StateDir, &c.Codex.Path, &c.Backend.GGUF} {
+	for _, p := range []*string{&c.Daemon.Socket, &c.Daemon.StateDir, &c.Codex.Path, &c.Backend.GGUF, &c.Backend.Binary} {
+		if rest, ok := strings.CutPrefix(*p, "~/"); ok && env.Home != "" {
+			*p = filepath.Join(env.Home, rest)
+		}
+		// A binary named without a slash is looked up on PATH, as a shell does.
+		if p == &c.Backend.Binary && !strings.Contains(*p, "/") {
+			continue
+		}
 		if *p != "" && !filepath.IsAbs(*p) {
 			*p = filepath.Join(dir, *p)
 		}
-	}
-	// A binary named without a slash is looked up on PATH, like a shell does.
-	if strings.Contains(c.Backend.Binary, "/") && !filepath.IsAbs(c.Backend.Binary) {
-		c.Backend.Binary = filepath.Join(dir, c.Backend.Binary)
 	}
 	return c, nil
 }

@@ -59,7 +59,7 @@ binary = "bin/ollama"
 gguf = "var/models/demo.gguf"
 keep_alive = "10m"
 [codex]
-path = "."
+path = "~/src/proj"
 [sigils.coder]
 scopes = ["ask", "search_codex"]
 `)
@@ -68,7 +68,7 @@ scopes = ["ask", "search_codex"]
 		t.Fatal(err)
 	}
 	dir := filepath.Dir(path)
-	if c.Daemon.StateDir != filepath.Join(dir, "var/state") || c.Backend.Binary != filepath.Join(dir, "bin/ollama") || c.Codex.Path != dir {
+	if c.Daemon.StateDir != filepath.Join(dir, "var/state") || c.Backend.Binary != filepath.Join(dir, "bin/ollama") || c.Codex.Path != "/home/u/src/proj" {
 		t.Errorf("relative paths not resolved against the file: %+v %+v", c.Daemon, c.Codex)
 	}
 	if c.Backend.KeepAlive.Duration != 10*time.Minute {

@@ -21,6 +21,11 @@ import (
 	"github.com/ctxd/ctxd/orchestrator"
 )
 
+// askB asks in session "bench" and returns the summary.
+func askB(d *running, query string) (*orchestrator.Summary, error) {
+	return d.client.Ask(context.Background(), daemon.AskRequest{Session: "bench", Query: query}, nil)
+}
+
 func ask(t *testing.T, c *client.Client, session, query string) (*orchestrator.Summary, string) {
 	t.Helper()
 	var sb strings.Builder

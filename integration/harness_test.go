@@ -26,6 +26,11 @@ func testModel() modelgen.Config {
 	return c
 }
 
+func modelPath(t testing.TB, c modelgen.Config) string {
+	t.Helper()
+	return ollamatest.Model(t, c)
+}
+
 // running is a daemon under test.
 type running struct {
 	cfg    config.Config
@@ -68,9 +73,9 @@ func baseConfig(t testing.TB, stateDir, codex string) config.Config {
 	c := config.Default(config.Env{UID: os.Getuid(), Home: t.TempDir()})
 	c.Daemon.Socket = filepath.Join(socketDir(t), "ctxd.sock")
 	c.Daemon.StateDir = stateDir
-	c.Daemon.LogLevel = "debug"
+	c.Daemon.LogLevel = "info"
 	c.Backend.Binary = ollamatest.Binary(t)
-	c.Backend.GGUF = ollamatest.Model(t, testModel())
+	c.Backend.GGUF = modelPath(t, testModel())
 	c.Backend.Model = "ctxd-test"
 	c.Backend.NumCtx = 4096
 	c.Codex.Path = codex
@@ -82,7 +87,11 @@ func baseConfig(t testing.TB, stateDir, codex string) config.Config {
 // until it listens).
 func start(t testing.TB, cfg config.Config, wait bool) *running {
 	t.Helper()
-	logger := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(cfg.Daemon.LogLevel)); err != nil {
+		t.Fatal(err)
+	}
+	logger := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: level}))
 	d, err := daemon.New(cfg, daemon.Options{Logger: logger, Version: "test", BackendEnv: []string{"PATH=" + os.Getenv("PATH")}})
 	if err != nil {
 		t.Fatal(err)

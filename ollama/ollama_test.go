@@ -5,7 +5,9 @@ import (
 	"errors"
 	"net/url"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/ctxd/ctxd/internal/ollamatest"
 	"github.com/ctxd/ctxd/modelgen"
@@ -49,6 +51,37 @@ func TestRealServer(t *testing.T) {
 	missing := ollama.New(srv.URL(), "no-such-model", ollama.LoadOptions{})
 	if _, err := missing.Generate(ctx, "x", ollama.Sampling{MaxTokens: 1}, nil); !errors.Is(err, ollama.ErrModelNotFound) {
 		t.Errorf("missing model: %v, want ErrModelNotFound", err)
+	}
+}
+
+func TestSupervisorRestartsACrashedServer(t *testing.T) {
+	bin := ollamatest.Binary(t)
+	dir := t.TempDir()
+	restarted := make(chan struct{}, 1)
+	srv, err := ollama.Start(context.Background(), ollama.ServeConfig{
+		Binary: bin, Addr: "127.0.0.1:0",
+		ModelsDir: dir + "/models", HomeDir: dir + "/home", LogPath: dir + "/ollama.log",
+		OnRestart: func() { restarted <- struct{}{} },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	old := srv.PID()
+	if err := syscall.Kill(old, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-restarted:
+	case <-time.After(60 * time.Second):
+		t.Fatal("server not restarted within 60s")
+	}
+	if srv.Restarts() != 1 || srv.PID() == old {
+		t.Errorf("restarts %d, pid %d (was %d)", srv.Restarts(), srv.PID(), old)
+	}
+	c := ollama.New(srv.URL(), "m", ollama.LoadOptions{})
+	if err := c.Ping(context.Background()); err != nil {
+		t.Errorf("restarted server does not answer on the same URL: %v", err)
 	}
 }
 

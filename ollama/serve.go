@@ -100,6 +100,16 @@ func Start(ctx context.Context, cfg ServeConfig) (*Server, error) {
 // URL is the server's base URL.
 func (s *Server) URL() *url.URL { return s.base }
 
+// PID is the process id of the current server process.
+func (s *Server) PID() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd == nil || s.cmd.Process == nil {
+		return 0
+	}
+	return s.cmd.Process.Pid
+}
+
 // Restarts is how often the supervisor restarted the server.
 func (s *Server) Restarts() int {
 	s.mu.Lock()
