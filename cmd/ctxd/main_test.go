@@ -1,0 +1,56 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestCommands(t *testing.T) {
+	dir := t.TempDir()
+	cases := []struct {
+		name   string
+		args   []string
+		code   int
+		stdout string
+		stderr string
+	}{
+		{"no args", nil, 2, "", "Usage"},
+		{"unknown", []string{"frobnicate"}, 2, "", `unknown command "frobnicate"`},
+		{"version", []string{"version"}, 0, "ctxd", ""},
+		{"genmodel without out", []string{"genmodel"}, 1, "", "--out is required"},
+		{"genmodel bad vocab", []string{"genmodel", "--out", filepath.Join(dir, "m.gguf"), "--vocab", "x"}, 1, "", "vocab"},
+		{"genmodel", []string{"genmodel", "--out", filepath.Join(dir, "m.gguf"), "--vocab-size", "512"}, 0, "wrote", ""},
+		{"ask without question", []string{"ask", "--socket", filepath.Join(dir, "s.sock")}, 1, "", "give a question"},
+		{"ask without daemon", []string{"ask", "--socket", filepath.Join(dir, "s.sock"), "hi"}, 1, "", "cannot reach the daemon"},
+		{"serve with bad config", []string{"serve", "--config", filepath.Join(dir, "missing.toml")}, 1, "", "missing.toml"},
+		{"units", []string{"systemd-units", filepath.Join(dir, "units")}, 0, "ctxd.socket", ""},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			var out, errb bytes.Buffer
+			code := run(c.args, &out, &errb)
+			if code != c.code || !strings.Contains(out.String(), c.stdout) || !strings.Contains(errb.String(), c.stderr) {
+				t.Errorf("code %d stdout %q stderr %q; want code %d, stdout with %q, stderr with %q",
+					code, out.String(), errb.String(), c.code, c.stdout, c.stderr)
+			}
+		})
+	}
+	if _, err := os.Stat(filepath.Join(dir, "units", "ctxd.service")); err != nil {
+		t.Errorf("unit not written: %v", err)
+	}
+}
+
+func TestSchemaCommand(t *testing.T) {
+	var out bytes.Buffer
+	if code := run([]string{"schema"}, &out, &bytes.Buffer{}); code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+	var v map[string]any
+	if err := json.Unmarshal(out.Bytes(), &v); err != nil || v["$defs"] == nil {
+		t.Errorf("schema output is not a JSON Schema: %v", err)
+	}
+}

@@ -1,0 +1,111 @@
+package modelgen
+
+import (
+	"bytes"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/ollama/ollama/fs/ggml"
+)
+
+// memFile is an in-memory io.WriteSeeker.
+type memFile struct {
+	buf []byte
+	off int64
+}
+
+func (m *memFile) Write(p []byte) (int, error) {
+	if need := m.off + int64(len(p)); need > int64(len(m.buf)) {
+		m.buf = append(m.buf, make([]byte, need-int64(len(m.buf)))...)
+	}
+	copy(m.buf[m.off:], p)
+	m.off += int64(len(p))
+	return len(p), nil
+}
+
+func (m *memFile) Seek(off int64, whence int) (int64, error) {
+	switch whence {
+	case io.SeekStart:
+		m.off = off
+	case io.SeekCurrent:
+		m.off += off
+	case io.SeekEnd:
+		m.off = int64(len(m.buf)) + off
+	}
+	return m.off, nil
+}
+
+func TestDeterministicAndReadable(t *testing.T) {
+	for _, vocab := range []string{VocabSPM, VocabBPE} {
+		t.Run(vocab, func(t *testing.T) {
+			c := DefaultConfig()
+			c.Vocab = vocab
+			var a, b memFile
+			if err := Write(&a, c); err != nil {
+				t.Fatal(err)
+			}
+			if err := Write(&b, c); err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(a.buf, b.buf) {
+				t.Fatal("same config wrote different bytes")
+			}
+			path := filepath.Join(t.TempDir(), "m.gguf")
+			if err := os.WriteFile(path, a.buf, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			f, err := os.Open(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			g, _, err := ggml.Decode(f, -1)
+			if err != nil {
+				t.Fatalf("Ollama cannot decode the model: %v", err)
+			}
+			kv := g.KV()
+			if kv.Architecture() != "llama" || kv.BlockCount() != uint64(c.Layers) || kv.ContextLength() != uint64(c.ContextLength) {
+				t.Errorf("kv: arch %s blocks %d ctx %d", kv.Architecture(), kv.BlockCount(), kv.ContextLength())
+			}
+			var params uint64
+			for _, ts := range g.Tensors().Items() {
+				n := uint64(1)
+				for _, d := range ts.Shape {
+					n *= d
+				}
+				params += n
+			}
+			if int64(params) != c.Params() {
+				t.Errorf("tensors hold %d parameters, Params says %d", params, c.Params())
+			}
+			if n := len(kv.Strings("tokenizer.ggml.tokens")); n != c.VocabSize {
+				t.Errorf("vocabulary has %d tokens, want %d", n, c.VocabSize)
+			}
+		})
+	}
+}
+
+func TestValidate(t *testing.T) {
+	bad := map[string]func(*Config){
+		"vocab":      func(c *Config) { c.Vocab = "wordpiece" },
+		"vocab size": func(c *Config) { c.VocabSize = 10 },
+		"multiple":   func(c *Config) { c.Heads = 3 },
+		"kv heads":   func(c *Config) { c.KVHeads = 3 },
+		"context":    func(c *Config) { c.ContextLength = 4 },
+	}
+	for name, mutate := range bad {
+		c := DefaultConfig()
+		mutate(&c)
+		if err := c.Validate(); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+	c := DefaultConfig()
+	c.VocabSize = 1 << 20
+	if err := Write(&memFile{}, c); err == nil || !strings.Contains(err.Error(), "corpus yields") {
+		t.Errorf("oversized vocabulary: %v", err)
+	}
+}
