@@ -12,6 +12,33 @@ type Limits struct {
 	MaxChars      int `json:"max_chars"`      // total prompt characters (bytes); 0: no cap
 	NumCtx        int `json:"num_ctx"`        // the backend's context window, fixed per model load
 	AnswerReserve int `json:"answer_reserve"` // tokens kept free for the answer
+	MaxDepth      int `json:"max_depth"`      // turns of history kept; 0: no limit
+	CompactTo     int `json:"compact_to"`     // turns left after a compaction; 0: MaxDepth/2
+}
+
+// Tighten composes a narrower layer (a codex's own limits) over l: each
+// limit the narrower layer sets may only make l stricter. Zero means unset.
+func (l Limits) Tighten(n Limits) Limits {
+	tighter := func(wide, narrow int) int {
+		if narrow > 0 && (wide == 0 || narrow < wide) {
+			return narrow
+		}
+		return wide
+	}
+	l.MaxChars = tighter(l.MaxChars, n.MaxChars)
+	l.NumCtx = tighter(l.NumCtx, n.NumCtx)
+	l.AnswerReserve = tighter(l.AnswerReserve, n.AnswerReserve)
+	l.MaxDepth = tighter(l.MaxDepth, n.MaxDepth)
+	l.CompactTo = tighter(l.CompactTo, n.CompactTo)
+	return l
+}
+
+// LowMark is how many turns a compaction leaves.
+func (l Limits) LowMark() int {
+	if l.CompactTo > 0 {
+		return min(l.CompactTo, l.MaxDepth)
+	}
+	return l.MaxDepth / 2
 }
 
 // Validate names the first bad limit.
@@ -23,6 +50,10 @@ func (l Limits) Validate() error {
 		return fmt.Errorf("governor: num_ctx %d must be positive", l.NumCtx)
 	case l.AnswerReserve <= 0 || l.AnswerReserve >= l.NumCtx:
 		return fmt.Errorf("governor: answer_reserve %d must be positive and below num_ctx %d", l.AnswerReserve, l.NumCtx)
+	case l.MaxDepth < 0 || l.CompactTo < 0:
+		return fmt.Errorf("governor: max_depth %d and compact_to %d must not be negative", l.MaxDepth, l.CompactTo)
+	case l.CompactTo > l.MaxDepth && l.MaxDepth > 0:
+		return fmt.Errorf("governor: compact_to %d must not exceed max_depth %d", l.CompactTo, l.MaxDepth)
 	}
 	return nil
 }

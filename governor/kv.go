@@ -1,0 +1,212 @@
+package governor
+
+import (
+	"errors"
+	"fmt"
+)
+
+// CacheType is the element type of the backend's KV cache.
+type CacheType string
+
+// KV cache types llama.cpp offers through Ollama.
+const (
+	CacheF16  CacheType = "f16"
+	CacheQ8_0 CacheType = "q8_0"
+	CacheQ4_0 CacheType = "q4_0"
+)
+
+// ParseCacheType checks a configured cache type.
+func ParseCacheType(s string) (CacheType, error) {
+	switch c := CacheType(s); c {
+	case CacheF16, CacheQ8_0, CacheQ4_0:
+		return c, nil
+	}
+	return "", fmt.Errorf("governor: kv cache type %q is not one of f16, q8_0, q4_0", s)
+}
+
+// RowBytes is the size of n elements of this type, as ggml_row_size
+// computes it: f16 is 2 bytes an element; q8_0 and q4_0 store blocks of 32
+// elements in 34 and 18 bytes (a 2-byte scale plus 32 8-bit or 4-bit values).
+func (c CacheType) RowBytes(n int64) int64 {
+	switch c {
+	case CacheQ8_0:
+		return (n + 31) / 32 * 34
+	case CacheQ4_0:
+		return (n + 31) / 32 * 18
+	default:
+		return 2 * n
+	}
+}
+
+// ModelFacts are the numbers of a model that size its KV cache.
+type ModelFacts struct {
+	Architecture  string `json:"architecture"`
+	BlockCount    int    `json:"block_count"`
+	HeadCount     int    `json:"head_count"`
+	HeadCountKV   []int  `json:"head_count_kv"` // per layer
+	KeyLength     int    `json:"key_length"`
+	ValueLength   int    `json:"value_length"`
+	Embedding     int    `json:"embedding_length"`
+	ContextLength int    `json:"context_length"`
+	WeightsBytes  int64  `json:"weights_bytes"`
+}
+
+// FactsFromModelInfo reads model facts from Ollama's /api/show model_info:
+// the architecture prefix comes from general.architecture; key and value
+// lengths default to embedding length / heads when the model does not say.
+func FactsFromModelInfo(info map[string]any) (ModelFacts, error) {
+	arch, _ := info["general.architecture"].(string)
+	if arch == "" {
+		return ModelFacts{}, errors.New("governor: model info lacks general.architecture")
+	}
+	num := func(key string) (int, bool) {
+		v, ok := info[arch+"."+key].(float64)
+		return int(v), ok
+	}
+	f := ModelFacts{Architecture: arch}
+	var ok bool
+	if f.BlockCount, ok = num("block_count"); !ok || f.BlockCount <= 0 {
+		return f, fmt.Errorf("governor: model info lacks %s.block_count", arch)
+	}
+	if f.HeadCount, ok = num("attention.head_count"); !ok || f.HeadCount <= 0 {
+		return f, fmt.Errorf("governor: model info lacks %s.attention.head_count", arch)
+	}
+	if f.Embedding, ok = num("embedding_length"); !ok || f.Embedding <= 0 {
+		return f, fmt.Errorf("governor: model info lacks %s.embedding_length", arch)
+	}
+	f.ContextLength, _ = num("context_length")
+	// head_count_kv is a number, or an array with one entry per layer.
+	switch v := info[arch+".attention.head_count_kv"].(type) {
+	case float64:
+		for range f.BlockCount {
+			f.HeadCountKV = append(f.HeadCountKV, int(v))
+		}
+	case []any:
+		for _, e := range v {
+			n, _ := e.(float64)
+			f.HeadCountKV = append(f.HeadCountKV, int(n))
+		}
+	default:
+		for range f.BlockCount {
+			f.HeadCountKV = append(f.HeadCountKV, f.HeadCount) // no GQA
+		}
+	}
+	if len(f.HeadCountKV) != f.BlockCount {
+		return f, fmt.Errorf("governor: %s.attention.head_count_kv has %d entries for %d layers", arch, len(f.HeadCountKV), f.BlockCount)
+	}
+	headDim := f.Embedding / f.HeadCount
+	if f.KeyLength, ok = num("attention.key_length"); !ok || f.KeyLength <= 0 {
+		f.KeyLength = headDim
+	}
+	if f.ValueLength, ok = num("attention.value_length"); !ok || f.ValueLength <= 0 {
+		f.ValueLength = headDim
+	}
+	return f, nil
+}
+
+// KVBytes is the size of a KV cache of n cells, computed per layer as
+// llama.cpp allocates it: one K and one V tensor of n_embd_{k,v}_gqa * n
+// elements each.
+func (f ModelFacts) KVBytes(c CacheType, n int) int64 {
+	var total int64
+	for _, kvHeads := range f.HeadCountKV {
+		total += c.RowBytes(int64(kvHeads*f.KeyLength) * int64(n))
+		total += c.RowBytes(int64(kvHeads*f.ValueLength) * int64(n))
+	}
+	return total
+}
+
+// KVBytesPerToken is the KV cost of one token (exact for f16; for the block
+// types a multiple of 32 tokens is exact).
+func (f ModelFacts) KVBytesPerToken(c CacheType) float64 {
+	return float64(f.KVBytes(c, 32*1024)) / (32 * 1024)
+}
+
+// ErrInsufficientMemory means the model and the smallest useful window do
+// not fit in the memory there is.
+var ErrInsufficientMemory = errors.New("insufficient memory")
+
+// ctxStep is the granularity of a chosen window: a multiple of llama.cpp's
+// largest KV padding (256, with flash attention), so no padding is added.
+const ctxStep = 256
+
+// Memory is what the budget is computed against.
+type Memory struct {
+	Source string `json:"source"` // "nvml" or "host"
+	Total  uint64 `json:"total_bytes"`
+	Free   uint64 `json:"free_bytes"`
+}
+
+// WindowPlan is the governor's choice of num_ctx for one model load.
+type WindowPlan struct {
+	NumCtx        int       `json:"num_ctx"`
+	CacheType     CacheType `json:"kv_cache_type"`
+	KVBytes       int64     `json:"kv_bytes"`
+	KVPerToken    float64   `json:"kv_bytes_per_token"`
+	WeightsBytes  int64     `json:"weights_bytes"`
+	HeadroomBytes int64     `json:"headroom_bytes"`
+	Memory        Memory    `json:"memory"`
+	Reason        string    `json:"reason"`
+}
+
+// PlanRequest is what PlanWindow needs.
+type PlanRequest struct {
+	Facts     ModelFacts
+	CacheType CacheType
+	Memory    Memory
+	Headroom  int64 // bytes kept free besides weights and KV
+	Requested int   // num_ctx asked for by the operator; 0: as large as fits
+	Max       int   // cap when Requested is 0
+	Min       int   // the smallest window worth loading (e.g. twice the answer reserve)
+}
+
+// PlanWindow chooses num_ctx once per model load so that weights + KV +
+// headroom fit the free memory. An operator's explicit num_ctx that does not
+// fit is an error, not a silent shrink.
+func PlanWindow(r PlanRequest) (WindowPlan, error) {
+	p := WindowPlan{
+		CacheType: r.CacheType, KVPerToken: r.Facts.KVBytesPerToken(r.CacheType),
+		WeightsBytes: r.Facts.WeightsBytes, HeadroomBytes: r.Headroom, Memory: r.Memory,
+	}
+	avail := int64(r.Memory.Free) - r.Facts.WeightsBytes - r.Headroom
+	fits := func(n int) bool { return avail >= r.Facts.KVBytes(r.CacheType, n) }
+	if r.Requested > 0 {
+		p.NumCtx = r.Requested
+		p.KVBytes = r.Facts.KVBytes(r.CacheType, p.NumCtx)
+		if !fits(p.NumCtx) {
+			return p, fmt.Errorf("governor: %w: num_ctx %d needs %s of KV cache (%s) beside %s of weights and %s headroom; %s is free (%s)",
+				ErrInsufficientMemory, p.NumCtx, mib(p.KVBytes), r.CacheType, mib(r.Facts.WeightsBytes), mib(r.Headroom), mib(int64(r.Memory.Free)), r.Memory.Source)
+		}
+		p.Reason = "num_ctx set by the operator; fits"
+		return p, nil
+	}
+	upper := r.Max
+	if r.Facts.ContextLength > 0 {
+		upper = min(upper, r.Facts.ContextLength)
+	}
+	n := upper
+	if !fits(n) {
+		// Largest multiple of ctxStep that fits.
+		per := r.Facts.KVBytes(r.CacheType, ctxStep)
+		n = 0
+		if avail > 0 && per > 0 {
+			n = int(avail/per) * ctxStep
+		}
+		for n > 0 && !fits(n) {
+			n -= ctxStep
+		}
+		p.Reason = fmt.Sprintf("memory-bound: the trained window %d does not fit; the largest that does is %d", upper, n)
+	} else {
+		p.Reason = fmt.Sprintf("the model's window %d (capped at %d) fits", upper, r.Max)
+	}
+	if n < r.Min {
+		return p, fmt.Errorf("governor: %w: weights %s + headroom %s leave %s for the KV cache (%s), not enough for a %d-token window (%s); %s free of %s (%s)",
+			ErrInsufficientMemory, mib(r.Facts.WeightsBytes), mib(r.Headroom), mib(max(0, avail)), r.CacheType, r.Min,
+			mib(r.Facts.KVBytes(r.CacheType, r.Min)), mib(int64(r.Memory.Free)), mib(int64(r.Memory.Total)), r.Memory.Source)
+	}
+	p.NumCtx = n
+	p.KVBytes = r.Facts.KVBytes(r.CacheType, n)
+	return p, nil
+}
+
+func mib(b int64) string { return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20)) }

@@ -1,0 +1,158 @@
+package governor
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/NVIDIA/go-nvml/pkg/nvml/mock"
+
+	"github.com/ctxd/ctxd/hostenv"
+)
+
+// stories260K's model_info as Ollama's /api/show reports it (JSON numbers
+// decode to float64).
+func stories260K() map[string]any {
+	return map[string]any{
+		"general.architecture":          "llama",
+		"llama.block_count":             float64(5),
+		"llama.attention.head_count":    float64(8),
+		"llama.attention.head_count_kv": float64(4),
+		"llama.embedding_length":        float64(64),
+		"llama.context_length":          float64(2048),
+	}
+}
+
+func TestKVBytesMatchesLlamaCpp(t *testing.T) {
+	f, err := FactsFromModelInfo(stories260K())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// llama-server logged "K (f16) 0.62 MiB, V (f16) 0.62 MiB" for 2048
+	// cells of this model: 2048 * 5 layers * (32+32) * 2 bytes.
+	if got := f.KVBytes(CacheF16, 2048); got != 1310720 {
+		t.Errorf("f16 KV for 2048 cells = %d, want 1310720", got)
+	}
+	// q8_0: 34 bytes per 32 elements; q4_0: 18.
+	if got := f.KVBytes(CacheQ8_0, 2048); got != 1310720/64*34 {
+		t.Errorf("q8_0 KV = %d, want %d", got, 1310720/64*34)
+	}
+	if got := f.KVBytes(CacheQ4_0, 2048); got != 1310720/64*18 {
+		t.Errorf("q4_0 KV = %d, want %d", got, 1310720/64*18)
+	}
+	if got := f.KVBytesPerToken(CacheF16); got != 640 {
+		t.Errorf("f16 per token = %v, want 640", got)
+	}
+}
+
+func TestFactsFromModelInfo(t *testing.T) {
+	info := stories260K()
+	info["llama.attention.head_count_kv"] = []any{float64(4), float64(4), float64(2), float64(2), float64(1)}
+	info["llama.attention.key_length"] = float64(16)
+	f, err := FactsFromModelInfo(info)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.KeyLength != 16 || f.ValueLength != 8 || f.HeadCountKV[4] != 1 {
+		t.Errorf("facts %+v", f)
+	}
+	// Per layer: kvHeads*(16+8) elements * 2 bytes per cell.
+	want := int64((4 + 4 + 2 + 2 + 1) * 24 * 2 * 100)
+	if got := f.KVBytes(CacheF16, 100); got != want {
+		t.Errorf("per-layer KV = %d, want %d", got, want)
+	}
+	for _, key := range []string{"general.architecture", "llama.block_count", "llama.embedding_length"} {
+		bad := stories260K()
+		delete(bad, key)
+		if _, err := FactsFromModelInfo(bad); err == nil {
+			t.Errorf("model info without %s accepted", key)
+		}
+	}
+	if _, err := ParseCacheType("q5_1"); err == nil {
+		t.Error("unknown cache type accepted")
+	}
+}
+
+const gib = 1 << 30
+
+// gpu returns a mock NVML library with one device of total bytes and free bytes.
+func gpu(total, free uint64) *mock.Interface {
+	dev := &mock.Device{GetMemoryInfoFunc: func() (nvml.Memory, nvml.Return) {
+		return nvml.Memory{Total: total, Free: free, Used: total - free}, nvml.SUCCESS
+	}}
+	return &mock.Interface{
+		InitFunc:                   func() nvml.Return { return nvml.SUCCESS },
+		ShutdownFunc:               func() nvml.Return { return nvml.SUCCESS },
+		DeviceGetCountFunc:         func() (int, nvml.Return) { return 1, nvml.SUCCESS },
+		DeviceGetHandleByIndexFunc: func(int) (nvml.Device, nvml.Return) { return dev, nvml.SUCCESS },
+	}
+}
+
+// llama8B is a Llama-3-8B-shaped model: 32 layers, 8 KV heads of 128, 4.9 GB of q4 weights.
+func llama8B() ModelFacts {
+	f := ModelFacts{Architecture: "llama", BlockCount: 32, HeadCount: 32, KeyLength: 128, ValueLength: 128,
+		Embedding: 4096, ContextLength: 131072, WeightsBytes: 4_920_000_000}
+	for range 32 {
+		f.HeadCountKV = append(f.HeadCountKV, 8)
+	}
+	return f
+}
+
+// TestPlanWindowUnderNVML drives every memory scenario through the real
+// probe with go-nvml's mocks.
+func TestPlanWindowUnderNVML(t *testing.T) {
+	hostMem := func(total, avail uint64) func() (uint64, uint64, error) {
+		return func() (uint64, uint64, error) { return total, avail, nil }
+	}
+	lost := gpu(24*gib, 20*gib)
+	lost.DeviceGetHandleByIndexFunc = func(int) (nvml.Device, nvml.Return) { return nil, nvml.ERROR_GPU_IS_LOST }
+	cases := []struct {
+		name      string
+		lib       hostenv.NVML
+		host      func() (uint64, uint64, error)
+		requested int
+		source    string
+		numCtx    int // 0: want ErrInsufficientMemory
+	}{
+		{"plenty", gpu(80*gib, 78*gib), hostMem(64*gib, 60*gib), 0, "nvml", 32768},
+		{"tight", gpu(8*gib, 7*gib), hostMem(64*gib, 60*gib), 0, "nvml", 15616},
+		{"insufficient", gpu(6*gib, 5*gib), hostMem(64*gib, 60*gib), 0, "nvml", 0},
+		{"explicit too large", gpu(8*gib, 7*gib), hostMem(64*gib, 60*gib), 32768, "nvml", 0},
+		{"library missing", &mock.Interface{InitFunc: func() nvml.Return { return nvml.ERROR_LIBRARY_NOT_FOUND }}, hostMem(16*gib, 9*gib), 0, "host", 32000},
+		{"device lost", lost, hostMem(16*gib, 6*gib), 0, "host", 7424},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			probe := hostenv.New(hostenv.Config{NVML: c.lib, HostMemory: c.host, SysRoot: t.TempDir()})
+			r := probe.Read()
+			if r.Source != c.source {
+				t.Fatalf("memory source %q, want %q (%s)", r.Source, c.source, r.Note)
+			}
+			plan, err := PlanWindow(PlanRequest{
+				Facts: llama8B(), CacheType: CacheF16,
+				Memory:   Memory{Source: r.Source, Total: r.TotalBytes, Free: r.FreeBytes},
+				Headroom: 512 << 20, Requested: c.requested, Max: 32768, Min: 2048,
+			})
+			if c.numCtx == 0 {
+				if !errors.Is(err, ErrInsufficientMemory) {
+					t.Fatalf("plan %+v, err %v; want ErrInsufficientMemory", plan, err)
+				}
+				t.Logf("refused: %v", err)
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if plan.NumCtx != c.numCtx {
+				t.Errorf("num_ctx %d, want %d (%s)", plan.NumCtx, c.numCtx, plan.Reason)
+			}
+			used := plan.WeightsBytes + plan.KVBytes + plan.HeadroomBytes
+			if used > int64(r.FreeBytes) {
+				t.Errorf("plan uses %d bytes of %d free", used, r.FreeBytes)
+			}
+			if next := llama8B().KVBytes(CacheF16, plan.NumCtx+ctxStep); plan.NumCtx < 32768 && plan.WeightsBytes+next+plan.HeadroomBytes <= int64(r.FreeBytes) {
+				t.Errorf("num_ctx %d is not the largest that fits", plan.NumCtx)
+			}
+		})
+	}
+}
