@@ -14,6 +14,7 @@ import (
 	"github.com/BurntSushi/toml"
 
 	"github.com/ctxd/ctxd/codex"
+	"github.com/ctxd/ctxd/governor"
 )
 
 // Config is the whole daemon configuration.
@@ -68,8 +69,12 @@ type Codex struct {
 
 // Limits feed the governor.
 type Limits struct {
-	MaxChars      int `toml:"max_chars"`      // 0: no character cap
-	AnswerReserve int `toml:"answer_reserve"` // tokens kept for the answer (and the most it may have)
+	MaxChars         int    `toml:"max_chars"`          // 0: no character cap
+	AnswerReserve    int    `toml:"answer_reserve"`     // tokens kept for the answer (and the most it may have)
+	MaxDepth         int    `toml:"max_depth"`          // turns of history in the prompt; 0: no limit
+	CompactTo        int    `toml:"compact_to"`         // turns left after a compaction; 0: max_depth/2
+	KVCacheType      string `toml:"kv_cache_type"`      // f16, q8_0 or q4_0
+	MemoryHeadroomMB int    `toml:"memory_headroom_mb"` // memory kept free besides weights and KV
 }
 
 // Sigil is one configured agent identity.
@@ -130,7 +135,7 @@ func Default(env Env) Config {
 			Persona: "You are a precise assistant for the codebase below. Answer from the codex; say so when it does not hold the answer.",
 		},
 		Codex:  Codex{MaxFileBytes: 256 << 10, MaxTotalBytes: 8 << 20},
-		Limits: Limits{AnswerReserve: 256},
+		Limits: Limits{AnswerReserve: 256, MaxDepth: 32, KVCacheType: "f16", MemoryHeadroomMB: 512},
 		Sigils: map[string]Sigil{"default": {Scopes: []string{"ask"}}},
 	}
 }
@@ -243,6 +248,18 @@ func (c Config) Validate() error {
 	}
 	if c.Limits.AnswerReserve <= 0 {
 		bad("limits.answer_reserve", "%d must be positive", c.Limits.AnswerReserve)
+	}
+	if c.Limits.MaxDepth < 0 {
+		bad("limits.max_depth", "%d must not be negative", c.Limits.MaxDepth)
+	}
+	if c.Limits.CompactTo < 0 || (c.Limits.MaxDepth > 0 && c.Limits.CompactTo > c.Limits.MaxDepth) {
+		bad("limits.compact_to", "%d must be between 0 and max_depth %d", c.Limits.CompactTo, c.Limits.MaxDepth)
+	}
+	if _, err := governor.ParseCacheType(c.Limits.KVCacheType); err != nil {
+		bad("limits.kv_cache_type", "%q is not one of f16, q8_0, q4_0", c.Limits.KVCacheType)
+	}
+	if c.Limits.MemoryHeadroomMB < 0 {
+		bad("limits.memory_headroom_mb", "%d must not be negative", c.Limits.MemoryHeadroomMB)
 	}
 	return errors.Join(errs...)
 }

@@ -30,6 +30,7 @@ type AskRequest struct {
 	Session string `json:"session"`
 	Query   string `json:"query"`
 	Sigil   string `json:"sigil,omitempty"`
+	Pin     bool   `json:"pin,omitempty"` // keep this turn verbatim: never compacted or condensed
 }
 
 func (d *Daemon) routes() http.Handler {
@@ -109,6 +110,9 @@ type Status struct {
 	Backend      BackendInfo            `json:"backend"`
 	Codex        CodexStatus            `json:"codex"`
 	Limits       governor.Limits        `json:"limits"`
+	Window       *governor.WindowPlan   `json:"window,omitempty"`
+	Model        *governor.ModelFacts   `json:"model,omitempty"`
+	LastRequest  *orchestrator.Summary  `json:"last_request,omitempty"`
 	Environment  runcontext.Environment `json:"environment"`
 	MemorySource string                 `json:"memory_source"`
 	Sessions     int                    `json:"sessions"`
@@ -131,8 +135,12 @@ func (d *Daemon) handleStatus(w http.ResponseWriter, r *http.Request) {
 	if d.server != nil {
 		st.Backend.Restarts = d.server.Restarts()
 	}
+	st.Limits = d.limits
+	if d.orch != nil {
+		plan, facts := d.plan, d.facts
+		st.Window, st.Model, st.LastRequest = &plan, &facts, d.orch.LastSummary()
+	}
 	d.mu.RUnlock()
-	st.Limits = governor.Limits{MaxChars: d.cfg.Limits.MaxChars, NumCtx: st.Backend.NumCtx, AnswerReserve: d.cfg.Limits.AnswerReserve}
 	if d.codex != nil {
 		st.Codex = CodexStatus{Name: d.codex.Name, Files: len(d.codex.Files), Bytes: d.codex.Bytes(), Skipped: d.codex.Skipped}
 	}
@@ -242,7 +250,7 @@ func (d *Daemon) handleAsk(w http.ResponseWriter, r *http.Request) {
 	}
 
 	s := &stream{w: w}
-	sum, err := orch.Ask(r.Context(), orchestrator.Request{Session: req.Session, Query: req.Query, Sigil: req.Sigil}, s.token)
+	sum, err := orch.Ask(r.Context(), orchestrator.Request{Session: req.Session, Query: req.Query, Sigil: req.Sigil, Pin: req.Pin}, s.token)
 	if err != nil {
 		status, msg := errorStatus(err)
 		if !s.started {

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"os"
 	"path/filepath"
 	"sync"
 	"time"
@@ -42,14 +43,18 @@ type Daemon struct {
 	version string
 	env     []string
 
-	store  *sqlite.Store
-	probe  *hostenv.Probe
-	sigils *sigils.Registry
-	codex  *codex.Codex
+	store    *sqlite.Store
+	probe    *hostenv.Probe
+	sigils   *sigils.Registry
+	codex    *codex.Codex
+	codexLim governor.Limits // the codex's own limits (.ctxd.toml); they only tighten
 
 	mu      sync.RWMutex // guards the fields below, set once the backend is ready
 	orch    *orchestrator.Orchestrator
 	backend BackendInfo
+	plan    governor.WindowPlan
+	facts   governor.ModelFacts
+	limits  governor.Limits
 	initErr error
 	server  *ollama.Server
 	tok     *llamatok.Tokenizer
@@ -65,6 +70,7 @@ type BackendInfo struct {
 	TrainedCtx   int    `json:"trained_context_length"`
 	NumCtx       int    `json:"num_ctx"`
 	Restarts     int    `json:"restarts,omitempty"`
+	KVCacheType  string `json:"kv_cache_type"`
 }
 
 // New checks the configuration and returns a daemon ready to Run.
@@ -156,6 +162,15 @@ func (d *Daemon) loadCodex() (*codex.Codex, error) {
 	for _, s := range c.Skipped {
 		d.log.Warn("codex file skipped", "path", s.Path, "reason", s.Reason)
 	}
+	settings, found, err := codex.LoadSettings(d.cfg.Codex.Path)
+	if err != nil {
+		return nil, err
+	}
+	if found {
+		l := settings.Limits
+		d.codexLim = governor.Limits{MaxChars: l.MaxChars, AnswerReserve: l.AnswerReserve, MaxDepth: l.MaxDepth, CompactTo: l.CompactTo}
+		d.log.Info("codex settings", "file", codex.SettingsFile, "limits", fmt.Sprintf("%+v", d.codexLim))
+	}
 	d.log.Info("codex loaded", "name", c.Name, "files", len(c.Files), "bytes", c.Bytes(), "skipped", len(c.Skipped))
 	return c, nil
 }
@@ -199,7 +214,7 @@ func (d *Daemon) initBackend(ctx context.Context) error {
 			Binary: b.Binary, Addr: b.Listen,
 			ModelsDir: filepath.Join(dir, "models"), HomeDir: filepath.Join(dir, "home"),
 			LogPath: filepath.Join(dir, "ollama.log"),
-			Env:     d.env,
+			Env:     append(d.env, kvCacheEnv(d.cfg.Limits.KVCacheType)...),
 			Logger:  d.log,
 			OnRestart: func() {
 				if o := d.orchestrator(); o != nil {
@@ -242,11 +257,15 @@ func (d *Daemon) initBackend(ctx context.Context) error {
 		return err
 	}
 	info.Architecture, info.TrainedCtx = facts.Architecture, facts.ContextLength
-	info.NumCtx = b.NumCtx
-	if info.NumCtx == 0 {
-		info.NumCtx = min(facts.ContextLength, b.MaxNumCtx)
+	mf, plan, err := d.planWindow(facts)
+	if err != nil {
+		return err
 	}
-	limits := governor.Limits{MaxChars: d.cfg.Limits.MaxChars, NumCtx: info.NumCtx, AnswerReserve: d.cfg.Limits.AnswerReserve}
+	info.NumCtx, info.KVCacheType = plan.NumCtx, string(plan.CacheType)
+	limits := governor.Limits{
+		MaxChars: d.cfg.Limits.MaxChars, NumCtx: plan.NumCtx, AnswerReserve: d.cfg.Limits.AnswerReserve,
+		MaxDepth: d.cfg.Limits.MaxDepth, CompactTo: d.cfg.Limits.CompactTo,
+	}.Tighten(d.codexLim)
 	if err := limits.Validate(); err != nil {
 		return fmt.Errorf("daemon: %w", err)
 	}
@@ -257,7 +276,8 @@ func (d *Daemon) initBackend(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("daemon: tokenizer for %s: %w", b.Model, err)
 	}
-	d.log.Info("loading model", "model", b.Model, "num_ctx", info.NumCtx, "num_batch", b.NumBatch)
+	d.log.Info("loading model", "model", b.Model, "num_ctx", info.NumCtx, "num_batch", b.NumBatch,
+		"kv_cache", plan.CacheType, "kv_bytes", plan.KVBytes, "plan", plan.Reason)
 	if err := client.Load(ctx); err != nil {
 		tok.Close()
 		return err
@@ -270,6 +290,7 @@ func (d *Daemon) initBackend(ctx context.Context) error {
 		Identity: runcontext.Identity{Name: d.cfg.Identity.Name, Persona: d.cfg.Identity.Persona},
 		Codex:    block,
 		Limits:   limits,
+		KVBytes:  func(n int) int64 { return mf.KVBytes(plan.CacheType, n) },
 		Sigils:   d.sigils,
 		Slot:     info.URL + "/" + b.Model,
 		Logger:   d.log,
@@ -280,9 +301,50 @@ func (d *Daemon) initBackend(ctx context.Context) error {
 	}
 	d.mu.Lock()
 	d.orch, d.backend, d.tok, d.initErr = orch, info, tok, nil
+	d.plan, d.facts, d.limits = plan, mf, limits
 	d.mu.Unlock()
 	d.log.Info("ready", "backend", info.URL, "version", info.Version, "model", b.Model, "num_ctx", info.NumCtx)
 	return nil
+}
+
+// planWindow reads the model's facts and the memory there is, and chooses
+// num_ctx for this load.
+func (d *Daemon) planWindow(facts ollama.Facts) (governor.ModelFacts, governor.WindowPlan, error) {
+	mf, err := governor.FactsFromModelInfo(facts.Info)
+	if err != nil {
+		return mf, governor.WindowPlan{}, err
+	}
+	if info, err := os.Stat(facts.GGUFPath); err == nil {
+		mf.WeightsBytes = info.Size()
+	}
+	reading := d.probe.Read()
+	cacheType, _ := governor.ParseCacheType(d.cfg.Limits.KVCacheType) // validated with the config
+	if cacheType != governor.CacheF16 && reading.GPUs == 0 {
+		d.log.Warn("a quantized KV cache needs flash attention, which Ollama enables on GPUs only; budgeting f16", "configured", cacheType)
+		cacheType = governor.CacheF16
+	}
+	b := d.cfg.Backend
+	plan, err := governor.PlanWindow(governor.PlanRequest{
+		Facts: mf, CacheType: cacheType,
+		Memory:    governor.Memory{Source: reading.Source, Total: reading.TotalBytes, Free: reading.FreeBytes},
+		Headroom:  int64(d.cfg.Limits.MemoryHeadroomMB) << 20,
+		Requested: b.NumCtx, Max: b.MaxNumCtx, Min: 2*d.cfg.Limits.AnswerReserve + 256,
+	})
+	if err != nil {
+		return mf, plan, err
+	}
+	d.log.Info("window planned", "num_ctx", plan.NumCtx, "kv_cache", plan.CacheType, "kv_bytes", plan.KVBytes,
+		"weights_bytes", plan.WeightsBytes, "memory_source", reading.Source, "free_bytes", reading.FreeBytes, "reason", plan.Reason)
+	return mf, plan, nil
+}
+
+// kvCacheEnv is the managed server's environment for a KV cache type:
+// Ollama quantizes the cache only with flash attention on.
+func kvCacheEnv(cacheType string) []string {
+	if cacheType == "" || cacheType == string(governor.CacheF16) {
+		return nil
+	}
+	return []string{"OLLAMA_FLASH_ATTENTION=1", "OLLAMA_KV_CACHE_TYPE=" + cacheType}
 }
 
 func (d *Daemon) orchestrator() *orchestrator.Orchestrator {

@@ -63,8 +63,9 @@ func (l Limits) PromptBudget() int { return l.NumCtx - l.AnswerReserve }
 
 // BlockUsage is one block's share of the prompt.
 type BlockUsage struct {
-	Block string `json:"block"`
-	Chars int    `json:"chars"`
+	Block  string `json:"block"`
+	Chars  int    `json:"chars"`
+	Tokens int    `json:"tokens"` // counted block by block, so the sum can differ from the prompt's count by a token or two
 }
 
 // Budget is what the governor measured for one request.
@@ -74,7 +75,26 @@ type Budget struct {
 	PromptTokens  int          `json:"prompt_tokens"`
 	AnswerReserve int          `json:"answer_reserve"`
 	NumCtx        int          `json:"num_ctx"`
+	KVBytes       int64        `json:"kv_bytes"`        // KV cache the prompt plus the answer reserve occupy
+	KVBudgetBytes int64        `json:"kv_budget_bytes"` // KV cache allocated for num_ctx at load
 	Blocks        []BlockUsage `json:"blocks"`
+}
+
+// Action is one thing the governor did to make a request fit.
+type Action struct {
+	Kind          string `json:"kind"` // "compact", "condense" or "prune"
+	Reason        string `json:"reason"`
+	TurnsDropped  int    `json:"turns_dropped"`
+	TokensDropped int    `json:"tokens_dropped"`
+	Epoch         int    `json:"epoch"` // the epoch the session is in afterwards
+}
+
+// Measure is a rendered prompt with its token counts.
+type Measure struct {
+	Rendered     runcontext.Rendered
+	PromptTokens int
+	BlockTokens  [runcontext.NumBlocks]int
+	KVBytes      func(tokens int) int64 // nil: KV not reported
 }
 
 // LimitError says which limit a request exceeds, with the numbers.
@@ -94,23 +114,28 @@ func (e *LimitError) Error() string {
 		fmt.Fprintf(&sb, "prompt is %d tokens; with %d reserved for the answer the window of %d allows %d",
 			e.Needed, e.Budget.AnswerReserve, e.Budget.NumCtx, e.Allowed)
 	}
-	sb.WriteString(" (chars per block:")
+	sb.WriteString(" (per block, chars/tokens:")
 	for _, b := range e.Budget.Blocks {
-		fmt.Fprintf(&sb, " %s=%d", b.Block, b.Chars)
+		fmt.Fprintf(&sb, " %s=%d/%d", b.Block, b.Chars, b.Tokens)
 	}
 	sb.WriteString(")")
 	return sb.String()
 }
 
-// Check measures a rendered prompt of promptTokens tokens against the
-// limits. It returns the budget, and a *LimitError if the prompt does not fit.
-func (l Limits) Check(r runcontext.Rendered, promptTokens int) (Budget, error) {
+// Check measures a rendered prompt against the limits. It returns the
+// budget, and a *LimitError if the prompt does not fit.
+func (l Limits) Check(m Measure) (Budget, error) {
+	r, promptTokens := m.Rendered, m.PromptTokens
 	b := Budget{
 		Chars: r.Len(), MaxChars: l.MaxChars, PromptTokens: promptTokens,
 		AnswerReserve: l.AnswerReserve, NumCtx: l.NumCtx,
 	}
+	if m.KVBytes != nil {
+		b.KVBytes = m.KVBytes(promptTokens + l.AnswerReserve)
+		b.KVBudgetBytes = m.KVBytes(l.NumCtx)
+	}
 	for k, text := range r.Blocks {
-		b.Blocks = append(b.Blocks, BlockUsage{Block: runcontext.BlockNames[k], Chars: len(text)})
+		b.Blocks = append(b.Blocks, BlockUsage{Block: runcontext.BlockNames[k], Chars: len(text), Tokens: m.BlockTokens[k]})
 	}
 	if l.MaxChars > 0 && b.Chars > l.MaxChars {
 		return b, &LimitError{Limit: "max_chars", Needed: b.Chars, Allowed: l.MaxChars, Budget: b}

@@ -32,8 +32,10 @@ func TestCheck(t *testing.T) {
 			if err := c.limits.Validate(); err != nil {
 				t.Fatal(err)
 			}
-			b, err := c.limits.Check(rendered(), c.tokens)
-			if b.Chars != 280 || len(b.Blocks) != runcontext.NumBlocks {
+			b, err := c.limits.Check(Measure{Rendered: rendered(), PromptTokens: c.tokens, BlockTokens: [7]int{1, 2, 3, 4, 5, 6, 7},
+				KVBytes: func(n int) int64 { return int64(n) * 10 }})
+			if b.Chars != 280 || len(b.Blocks) != runcontext.NumBlocks || b.Blocks[6].Tokens != 7 ||
+				b.KVBytes != int64(c.tokens+20)*10 || b.KVBudgetBytes != 1000 {
 				t.Errorf("budget %+v", b)
 			}
 			var le *LimitError
@@ -46,7 +48,7 @@ func TestCheck(t *testing.T) {
 			if !errors.As(err, &le) || le.Limit != c.limit {
 				t.Fatalf("error %v, want limit %s", err, c.limit)
 			}
-			if !strings.Contains(err.Error(), "query=70") {
+			if !strings.Contains(err.Error(), "query=70/7") {
 				t.Errorf("message lacks per-block numbers: %v", err)
 			}
 		})

@@ -51,6 +51,7 @@ type Tokenizer interface {
 type Store interface {
 	Session(ctx context.Context, id string) (sqlite.Session, error)
 	AppendTurn(ctx context.Context, id string, t runcontext.Turn, summary []byte, now time.Time) error
+	NewEpoch(ctx context.Context, id string, keep []int64, summary string, now time.Time) (int, error)
 }
 
 // Environment reads the hardware bands.
@@ -63,6 +64,7 @@ type Config struct {
 	Identity runcontext.Identity
 	Codex    runcontext.Codex // rendered once at load
 	Limits   governor.Limits
+	KVBytes  func(tokens int) int64 // KV cache size of a prompt; nil: not reported
 	Sigils   *sigils.Registry
 	Slot     string // names the backend slot in the prefix tracker
 	Now      func() time.Time
@@ -81,8 +83,11 @@ type Orchestrator struct {
 	slots   *cache.Slots
 	log     *slog.Logger
 
-	mu   sync.Mutex          // serializes requests; guards last
-	last map[string]previous // the previous request of each session since start
+	mu         sync.Mutex          // serializes requests; guards the fields below
+	last       map[string]previous // the previous request of each session since start
+	blockCache map[uint64]int      // token counts of rendered blocks, by content hash
+	bos        int                 // tokens the tokenizer adds to any text (BOS)
+	lastBudget *Summary            // the last answered request, for status
 }
 
 // previous is what a session sent last, to find where a prefix broke.
@@ -107,9 +112,11 @@ func New(cfg Config, backend Backend, tok Tokenizer, store Store, env Environmen
 	}
 	return &Orchestrator{
 		cfg: cfg, backend: backend, tok: tok, store: store, env: env,
-		slots: cache.NewSlots(),
-		log:   cfg.Logger.With("component", "orchestrator"),
-		last:  map[string]previous{},
+		slots:      cache.NewSlots(),
+		log:        cfg.Logger.With("component", "orchestrator"),
+		last:       map[string]previous{},
+		blockCache: map[uint64]int{},
+		bos:        -1,
 	}, nil
 }
 
@@ -121,6 +128,7 @@ type Request struct {
 	Session string `json:"session"`
 	Query   string `json:"query"`
 	Sigil   string `json:"sigil,omitempty"`
+	Pin     bool   `json:"pin,omitempty"` // keep this turn verbatim: never compacted or condensed
 }
 
 // SessionIDPattern is what a session id must look like.
@@ -135,22 +143,24 @@ var (
 // Summary ends every answer: what was sent, what the backend should have
 // reused, what it did, and what the governor measured.
 type Summary struct {
-	Session         string          `json:"session"`
-	Turn            int             `json:"turn"`
-	Mode            string          `json:"mode"`
-	PromptTokens    int             `json:"prompt_tokens"`
-	CachedTokens    int             `json:"cached_tokens"`    // prefix the backend slot already holds
-	EvaluatedTokens int             `json:"evaluated_tokens"` // prompt tokens the backend must evaluate
-	ReusePercent    float64         `json:"reuse_percent"`
-	AnswerTokens    int             `json:"answer_tokens"`
-	TTFTMillis      float64         `json:"ttft_ms"`
-	PromptEvalMs    float64         `json:"backend_prompt_eval_ms"`
-	BackendPromptN  int             `json:"backend_prompt_eval_count"`
-	TotalMillis     float64         `json:"total_ms"`
-	DoneReason      string          `json:"done_reason"`
-	PrefixBreak     *cache.Break    `json:"prefix_break,omitempty"`
-	PrefixNote      string          `json:"prefix_note,omitempty"`
-	Budget          governor.Budget `json:"budget"`
+	Session         string            `json:"session"`
+	Turn            int               `json:"turn"`
+	Mode            string            `json:"mode"`
+	PromptTokens    int               `json:"prompt_tokens"`
+	CachedTokens    int               `json:"cached_tokens"`    // prefix the backend slot already holds
+	EvaluatedTokens int               `json:"evaluated_tokens"` // prompt tokens the backend must evaluate
+	ReusePercent    float64           `json:"reuse_percent"`
+	AnswerTokens    int               `json:"answer_tokens"`
+	TTFTMillis      float64           `json:"ttft_ms"`
+	PromptEvalMs    float64           `json:"backend_prompt_eval_ms"`
+	BackendPromptN  int               `json:"backend_prompt_eval_count"`
+	TotalMillis     float64           `json:"total_ms"`
+	DoneReason      string            `json:"done_reason"`
+	PrefixBreak     *cache.Break      `json:"prefix_break,omitempty"`
+	PrefixNote      string            `json:"prefix_note,omitempty"`
+	Epoch           int               `json:"epoch"`
+	Governor        []governor.Action `json:"governor,omitempty"` // what the governor did to make it fit
+	Budget          governor.Budget   `json:"budget"`
 }
 
 // Ask answers one request, calling onToken with each piece of the answer.
@@ -181,33 +191,56 @@ func (o *Orchestrator) Ask(ctx context.Context, req Request, onToken func(string
 		Environment: env,
 		Sigil:       sigil,
 		Karma:       runcontext.Karma{},
-		State:       runcontext.State{Epoch: sess.Epoch, Turns: sess.Turns},
+		State:       runcontext.State{Epoch: sess.Epoch, Summary: sess.Summary, Turns: sess.Turns},
 		Query:       runcontext.Query{Text: req.Query},
 	}
 	if err := rc.Validate(); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrBadRequest, err)
 	}
-	rendered := runcontext.Render(rc)
-	prompt := rendered.Prompt()
-	tokens, err := o.tok.Tokenize(prompt)
-	if err != nil {
-		return nil, fmt.Errorf("orchestrator: count prompt tokens: %w", err)
+	var actions []governor.Action
+	if act, ok, err := o.compact(ctx, req.Session, &sess, rc); err != nil {
+		return nil, err
+	} else if ok {
+		actions = append(actions, act)
 	}
-	budget, err := o.cfg.Limits.Check(rendered, len(tokens))
+	m, err := o.measure(rc)
 	if err != nil {
 		return nil, err
 	}
+	budget, err := o.cfg.Limits.Check(m.Measure)
+	var le *governor.LimitError
+	if errors.As(err, &le) {
+		acts, cerr := o.condense(ctx, req.Session, &sess, rc)
+		actions = append(actions, acts...)
+		if cerr != nil {
+			return nil, cerr
+		}
+		if len(acts) > 0 {
+			if m, err = o.measure(rc); err != nil {
+				return nil, err
+			}
+			budget, err = o.cfg.Limits.Check(m.Measure)
+		}
+	}
+	if err != nil {
+		if len(actions) > 0 {
+			return nil, fmt.Errorf("%w (after: %s)", err, describe(actions))
+		}
+		return nil, err
+	}
+	rendered, tokens := m.Rendered, m.Tokens
+	prompt := rendered.Prompt()
 
 	sum := &Summary{
-		Session: req.Session, Turn: len(sess.Turns) + 1, Mode: rc.Codex.Mode,
-		PromptTokens: len(tokens), Budget: budget,
+		Session: req.Session, Turn: sess.Count + 1, Mode: rc.Codex.Mode,
+		PromptTokens: len(tokens), Budget: budget, Epoch: rc.State.Epoch, Governor: actions,
 	}
 	sum.CachedTokens = o.slots.Expect(o.cfg.Slot, tokens)
 	sum.EvaluatedTokens = sum.PromptTokens - sum.CachedTokens
 	sum.ReusePercent = 100 * float64(sum.CachedTokens) / float64(max(1, sum.PromptTokens))
 	if prev, ok := o.last[req.Session]; ok {
 		sum.PrefixBreak = cache.Compare(prev.rendered, rendered, prev.answer)
-	} else if len(sess.Turns) == 0 {
+	} else if sess.Count == 0 {
 		sum.PrefixNote = "first turn of the session"
 	} else {
 		sum.PrefixNote = "no earlier prompt of this session since the daemon started"
@@ -241,12 +274,13 @@ func (o *Orchestrator) Ask(ctx context.Context, req Request, onToken func(string
 	if err != nil {
 		return nil, fmt.Errorf("orchestrator: %w", err)
 	}
-	turn := runcontext.Turn{Query: req.Query, Answer: gen.Text}
+	turn := runcontext.Turn{Query: req.Query, Answer: gen.Text, Verbatim: req.Pin}
 	// Recorded even if the caller's context ends now: the backend already
 	// holds the answer in its cache, and the next turn must extend it.
 	if err := o.store.AppendTurn(context.WithoutCancel(ctx), req.Session, turn, js, o.cfg.Now()); err != nil {
 		return nil, fmt.Errorf("orchestrator: record turn: %w", err)
 	}
+	o.lastBudget = sum
 	o.log.Info("answered", "session", req.Session, "turn", sum.Turn, "prompt_tokens", sum.PromptTokens,
 		"cached_tokens", sum.CachedTokens, "ttft_ms", sum.TTFTMillis, "done", sum.DoneReason)
 	return sum, nil

@@ -3,6 +3,7 @@ package orchestrator
 import (
 	"context"
 	"errors"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -155,5 +156,79 @@ func TestBackendFailureForgetsSlot(t *testing.T) {
 	}
 	if sum.CachedTokens != 0 || sum.Turn != 2 {
 		t.Errorf("after a failure: %+v, want nothing cached and turn 2", sum)
+	}
+}
+
+func TestDepthCompactsInEpochsAndKeepsPinned(t *testing.T) {
+	o, be, _ := newTest(t, governor.Limits{NumCtx: 100000, AnswerReserve: 64, MaxDepth: 4})
+	ctx := t.Context()
+	noop := func(string) error { return nil }
+	if _, err := o.Ask(ctx, Request{Session: "s", Query: "remember: the key is 42", Pin: true}, noop); err != nil {
+		t.Fatal(err)
+	}
+	var sum *Summary
+	var err error
+	for i := 2; i <= 6; i++ {
+		if sum, err = o.Ask(ctx, Request{Session: "s", Query: fmt.Sprint("filler ", i)}, noop); err != nil {
+			t.Fatal(err)
+		}
+		if i <= 5 && len(sum.Governor) != 0 {
+			t.Fatalf("turn %d compacted early: %+v", i, sum.Governor)
+		}
+	}
+	// Turn 6 saw 5 turns of history > max_depth 4: cut to 2 in one step.
+	if len(sum.Governor) != 1 || sum.Governor[0].Kind != "compact" || sum.Governor[0].TurnsDropped != 3 || sum.Epoch != 1 {
+		t.Fatalf("turn 6 governor %+v epoch %d", sum.Governor, sum.Epoch)
+	}
+	if sum.PrefixBreak == nil || sum.PrefixBreak.Block != "state" {
+		t.Errorf("compaction not reported as a state break: %+v", sum.PrefixBreak)
+	}
+	last := be.prompts[len(be.prompts)-1]
+	if !strings.Contains(last, "the key is 42") || strings.Contains(last, "filler 2\n") || !strings.Contains(last, "filler 5") {
+		t.Errorf("after compaction the prompt should keep the pinned turn and the newest, not the oldest filler:\n%s", last[len(last)-400:])
+	}
+	// The next turn extends the compacted prompt again.
+	if sum, err = o.Ask(ctx, Request{Session: "s", Query: "next"}, noop); err != nil || sum.PrefixBreak != nil || len(sum.Governor) != 0 {
+		t.Errorf("turn after compaction: %+v %v", sum, err)
+	}
+}
+
+func TestCondenseWhenTheWindowIsExceeded(t *testing.T) {
+	// Byte tokens: the stable blocks are ~2.4k, each turn ~60; the window
+	// holds the stable blocks and a few turns only.
+	o, be, _ := newTest(t, governor.Limits{NumCtx: 2850, AnswerReserve: 64})
+	ctx := t.Context()
+	noop := func(string) error { return nil }
+	var sum *Summary
+	var err error
+	for i := range 8 {
+		sum, err = o.Ask(ctx, Request{Session: "c", Query: fmt.Sprintf("question number %d, padded a little", i), Pin: i == 0}, noop)
+		if err != nil {
+			t.Fatalf("turn %d: %v", i+1, err)
+		}
+		if len(sum.Governor) > 0 {
+			break
+		}
+	}
+	if len(sum.Governor) == 0 || sum.Governor[len(sum.Governor)-1].Kind != "condense" {
+		t.Fatalf("no condensation within 8 turns: %+v", sum)
+	}
+	if sum.PromptTokens > 2850-64 {
+		t.Errorf("condensed prompt %d tokens still over the budget", sum.PromptTokens)
+	}
+	last := be.prompts[len(be.prompts)-1]
+	condensePrompt := be.prompts[len(be.prompts)-2]
+	if !strings.Contains(condensePrompt, condenseInstruction) {
+		t.Errorf("the backend was not asked to condense:\n%s", condensePrompt)
+	}
+	if !strings.Contains(last, "[summary of earlier turns]\nan answer\n") || !strings.Contains(last, "question number 0") {
+		t.Errorf("the condensed prompt should hold the summary and the pinned turn:\n%s", last[len(last)-600:])
+	}
+
+	// A query that cannot fit even with no history is refused with numbers.
+	_, err = o.Ask(ctx, Request{Session: "c", Query: strings.Repeat("z", 3000)}, noop)
+	var le *governor.LimitError
+	if !errors.As(err, &le) || le.Needed <= le.Allowed || !strings.Contains(err.Error(), "query=") {
+		t.Errorf("oversized query: %v", err)
 	}
 }

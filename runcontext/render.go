@@ -138,6 +138,11 @@ func RenderState(s State) string {
 	sb.WriteString("### CONVERSATION epoch=")
 	sb.WriteString(strconv.Itoa(s.Epoch))
 	sb.WriteString("\n")
+	if s.Summary != "" {
+		sb.WriteString("[summary of earlier turns]\n")
+		sb.WriteString(escape(s.Summary))
+		sb.WriteString("\n[/summary]\n")
+	}
 	for _, t := range s.Turns {
 		sb.WriteString(RenderQuery(t.Query, t.Excerpts))
 		sb.WriteString(RenderAnswer(t.Answer))

@@ -70,8 +70,9 @@ type KarmaEntry struct {
 
 // State is the conversation so far, append-only within an epoch. Block 6.
 type State struct {
-	Epoch int    `json:"epoch" jsonschema:"minimum=0"`
-	Turns []Turn `json:"turns"`
+	Epoch   int    `json:"epoch" jsonschema:"minimum=0"`
+	Summary string `json:"summary,omitempty" jsonschema_description:"condensed earlier turns, stored once per epoch"`
+	Turns   []Turn `json:"turns"`
 }
 
 // Turn is one finished exchange.

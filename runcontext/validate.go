@@ -106,6 +106,9 @@ func (rc *RunContext) Validate() error {
 	if rc.State.Epoch < 0 {
 		v.fail("state.epoch", "must not be negative")
 	}
+	if !utf8.ValidString(rc.State.Summary) {
+		v.fail("state.summary", "is not valid UTF-8")
+	}
 	for i, t := range rc.State.Turns {
 		field := fmt.Sprintf("state.turns[%d]", i)
 		v.text(field+".query", t.Query, true)

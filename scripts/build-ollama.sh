@@ -27,7 +27,10 @@ v0.6.*) ;;
 		$sudo apt-get install -y -qq "${need[@]}"
 	fi
 	malgo=$(cd "$tmp" && "$go" mod download -json github.com/gen2brain/malgo@v0.11.24 | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')
-	export CGO_CPPFLAGS="${CGO_CPPFLAGS:-} -I$malgo -I/usr/include/stb"
+	# llama.cpp includes "miniaudio/miniaudio.h"; malgo has it at its root.
+	mkdir -p "$tmp/include"
+	ln -s "$malgo" "$tmp/include/miniaudio"
+	export CGO_CPPFLAGS="${CGO_CPPFLAGS:-} -I$tmp/include -I/usr/include/stb"
 	;;
 esac
 

@@ -16,7 +16,7 @@ import (
 )
 
 // schemaVersion is the user_version the migrations below bring a database to.
-const schemaVersion = 1
+const schemaVersion = 2
 
 var migrations = []string{
 	`CREATE TABLE sessions (
@@ -36,6 +36,8 @@ var migrations = []string{
 		created_unix INTEGER NOT NULL,
 		PRIMARY KEY (session_id, seq)
 	);`,
+	// 2: epochs may start with a condensed summary of the turns before them.
+	`ALTER TABLE sessions ADD COLUMN summary TEXT NOT NULL DEFAULT '';`,
 }
 
 // Store is the session store. It is safe for concurrent use.
@@ -95,15 +97,18 @@ func (s *Store) Close() error { return s.db.Close() }
 
 // Session is a conversation as stored.
 type Session struct {
-	ID    string
-	Epoch int
-	Turns []runcontext.Turn // the turns of the current epoch, oldest first
+	ID      string
+	Epoch   int
+	Summary string            // condensed turns of earlier epochs, if any
+	Turns   []runcontext.Turn // the turns of the current epoch, oldest first
+	Seqs    []int64           // the turns' sequence numbers, parallel to Turns
+	Count   int               // turns in all epochs
 }
 
 // Session loads a session; a session never seen before is empty, not an error.
 func (s *Store) Session(ctx context.Context, id string) (Session, error) {
 	sess := Session{ID: id}
-	err := s.db.QueryRowContext(ctx, "SELECT epoch FROM sessions WHERE id = ?", id).Scan(&sess.Epoch)
+	err := s.db.QueryRowContext(ctx, "SELECT epoch, summary FROM sessions WHERE id = ?", id).Scan(&sess.Epoch, &sess.Summary)
 	if errors.Is(err, sql.ErrNoRows) {
 		return sess, nil
 	}
@@ -111,7 +116,7 @@ func (s *Store) Session(ctx context.Context, id string) (Session, error) {
 		return sess, fmt.Errorf("sqlite: session %q: %w", id, err)
 	}
 	rows, err := s.db.QueryContext(ctx,
-		"SELECT query, excerpts, answer, verbatim FROM turns WHERE session_id = ? AND epoch = ? ORDER BY seq", id, sess.Epoch)
+		"SELECT seq, query, excerpts, answer, verbatim FROM turns WHERE session_id = ? AND epoch = ? ORDER BY seq", id, sess.Epoch)
 	if err != nil {
 		return sess, fmt.Errorf("sqlite: session %q turns: %w", id, err)
 	}
@@ -119,15 +124,52 @@ func (s *Store) Session(ctx context.Context, id string) (Session, error) {
 	for rows.Next() {
 		var t runcontext.Turn
 		var excerpts string
-		if err := rows.Scan(&t.Query, &excerpts, &t.Answer, &t.Verbatim); err != nil {
+		var seq int64
+		if err := rows.Scan(&seq, &t.Query, &excerpts, &t.Answer, &t.Verbatim); err != nil {
 			return sess, fmt.Errorf("sqlite: session %q turn: %w", id, err)
 		}
 		if err := json.Unmarshal([]byte(excerpts), &t.Excerpts); err != nil {
 			return sess, fmt.Errorf("sqlite: session %q turn excerpts: %w", id, err)
 		}
 		sess.Turns = append(sess.Turns, t)
+		sess.Seqs = append(sess.Seqs, seq)
 	}
-	return sess, rows.Err()
+	if err := rows.Err(); err != nil {
+		return sess, fmt.Errorf("sqlite: session %q turns: %w", id, err)
+	}
+	if err := s.db.QueryRowContext(ctx, "SELECT COUNT(*) FROM turns WHERE session_id = ?", id).Scan(&sess.Count); err != nil {
+		return sess, fmt.Errorf("sqlite: session %q: %w", id, err)
+	}
+	return sess, nil
+}
+
+// NewEpoch starts the session's next epoch with the turns keep (sequence
+// numbers) and summary. Turns left out stay in the database under their
+// old epoch: compaction drops them from the prompt, never from the record.
+func (s *Store) NewEpoch(ctx context.Context, id string, keep []int64, summary string, now time.Time) (int, error) {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return 0, fmt.Errorf("sqlite: new epoch: %w", err)
+	}
+	defer tx.Rollback()
+	if _, err := tx.ExecContext(ctx,
+		"INSERT INTO sessions (id, created_unix) VALUES (?, ?) ON CONFLICT (id) DO NOTHING", id, now.Unix()); err != nil {
+		return 0, fmt.Errorf("sqlite: new epoch: %w", err)
+	}
+	var epoch int
+	if err := tx.QueryRowContext(ctx,
+		"UPDATE sessions SET epoch = epoch + 1, summary = ? WHERE id = ? RETURNING epoch", summary, id).Scan(&epoch); err != nil {
+		return 0, fmt.Errorf("sqlite: new epoch: %w", err)
+	}
+	for _, seq := range keep {
+		if _, err := tx.ExecContext(ctx, "UPDATE turns SET epoch = ? WHERE session_id = ? AND seq = ?", epoch, id, seq); err != nil {
+			return 0, fmt.Errorf("sqlite: new epoch: %w", err)
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return 0, fmt.Errorf("sqlite: new epoch: %w", err)
+	}
+	return epoch, nil
 }
 
 // AppendTurn adds a finished turn to the session's current epoch, creating

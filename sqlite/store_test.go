@@ -60,6 +60,45 @@ func TestSessionsSurviveReopen(t *testing.T) {
 	}
 }
 
+func TestNewEpochKeepsTheRecord(t *testing.T) {
+	ctx := t.Context()
+	s, err := Open(ctx, filepath.Join(t.TempDir(), "ctxd.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	now := time.Unix(1700000000, 0)
+	for i := range 5 {
+		tr := runcontext.Turn{Query: string(rune('a' + i)), Answer: "x", Verbatim: i == 0}
+		if err := s.AppendTurn(ctx, "s", tr, nil, now); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before, _ := s.Session(ctx, "s")
+	epoch, err := s.NewEpoch(ctx, "s", []int64{before.Seqs[0], before.Seqs[4]}, "they talked", now)
+	if err != nil || epoch != 1 {
+		t.Fatalf("epoch %d, %v", epoch, err)
+	}
+	if err := s.AppendTurn(ctx, "s", runcontext.Turn{Query: "f", Answer: "y"}, nil, now); err != nil {
+		t.Fatal(err)
+	}
+	after, err := s.Session(ctx, "s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var qs string
+	for _, tr := range after.Turns {
+		qs += tr.Query
+	}
+	if after.Epoch != 1 || after.Summary != "they talked" || qs != "aef" {
+		t.Errorf("after compaction: epoch %d summary %q turns %q", after.Epoch, after.Summary, qs)
+	}
+	var total int
+	if err := s.db.QueryRowContext(ctx, "SELECT COUNT(*) FROM turns WHERE session_id = 's'").Scan(&total); err != nil || total != 6 {
+		t.Errorf("the record holds %d turns, want all 6 (%v)", total, err)
+	}
+}
+
 func TestRefusesNewerSchema(t *testing.T) {
 	ctx := t.Context()
 	path := filepath.Join(t.TempDir(), "ctxd.db")

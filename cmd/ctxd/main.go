@@ -35,7 +35,7 @@ const usage = `ctxd — the context sidecar for local LLM agents
 
 Usage:
   ctxd serve    [--config FILE] [--socket PATH]   run the daemon
-  ctxd ask      [--session S] [--sigil NAME] [--json] QUESTION
+  ctxd ask      [--session S] [--sigil NAME] [--pin] [--json] QUESTION
   ctxd status                                     show the daemon's state
   ctxd sessions                                   list sessions
   ctxd schema                                     print the RunContext JSON Schema
@@ -179,6 +179,7 @@ func cmdAsk(args []string, stdout, stderr io.Writer) error {
 	session := fs.String("session", "default", "session id")
 	sigil := fs.String("sigil", "", "sigil to present (default: the daemon's default)")
 	asJSON := fs.Bool("json", false, "print the summary as JSON on stdout after the answer")
+	pin := fs.Bool("pin", false, "keep this turn verbatim: never compacted or condensed")
 	socket := fs.String("socket", "", "daemon socket")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -191,7 +192,7 @@ func cmdAsk(args []string, stdout, stderr io.Writer) error {
 	defer stop()
 	c := client.New(socketPath(*socket))
 	streamed := false
-	sum, err := c.Ask(ctx, daemon.AskRequest{Session: *session, Query: query, Sigil: *sigil}, func(s string) {
+	sum, err := c.Ask(ctx, daemon.AskRequest{Session: *session, Query: query, Sigil: *sigil, Pin: *pin}, func(s string) {
 		streamed = true
 		fmt.Fprint(stdout, s)
 	})
@@ -206,7 +207,10 @@ func cmdAsk(args []string, stdout, stderr io.Writer) error {
 	}
 	note := ""
 	if sum.PrefixBreak != nil {
-		note = fmt.Sprintf(" prefix broke at %s (%s)", sum.PrefixBreak.Block, sum.PrefixBreak.Reason)
+		note = fmt.Sprintf(" · prefix broke at %s (%s)", sum.PrefixBreak.Block, sum.PrefixBreak.Reason)
+	}
+	for _, a := range sum.Governor {
+		note += fmt.Sprintf(" · governor %s: %s", a.Kind, a.Reason)
 	}
 	fmt.Fprintf(stderr, "[session %s turn %d · %s · %d prompt tokens, %d cached (%.1f%%), %d evaluated · ttft %.0f ms · %d answer tokens%s]\n",
 		sum.Session, sum.Turn, sum.Mode, sum.PromptTokens, sum.CachedTokens, sum.ReusePercent,

@@ -1,0 +1,201 @@
+package orchestrator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/maphash"
+	"strings"
+
+	"github.com/ctxd/ctxd/governor"
+	"github.com/ctxd/ctxd/runcontext"
+	"github.com/ctxd/ctxd/sqlite"
+)
+
+// measured is a rendered prompt, its tokens and the governor's view of it.
+type measured struct {
+	governor.Measure
+	Tokens []int
+}
+
+var hashSeed = maphash.MakeSeed()
+
+// measure renders rc and counts its tokens: the whole prompt exactly, and
+// each block on its own (cached by content, so the codex is counted once).
+func (o *Orchestrator) measure(rc *runcontext.RunContext) (measured, error) {
+	r := runcontext.Render(rc)
+	tokens, err := o.tok.Tokenize(r.Prompt())
+	if err != nil {
+		return measured{}, fmt.Errorf("orchestrator: count prompt tokens: %w", err)
+	}
+	m := measured{Measure: governor.Measure{Rendered: r, PromptTokens: len(tokens), KVBytes: o.cfg.KVBytes}, Tokens: tokens}
+	for k, block := range r.Blocks {
+		if m.BlockTokens[k], err = o.countLocked(block); err != nil {
+			return measured{}, err
+		}
+	}
+	return m, nil
+}
+
+// countLocked counts the tokens of a piece of text without the special
+// tokens the tokenizer adds to every text.
+func (o *Orchestrator) countLocked(text string) (int, error) {
+	if o.bos < 0 {
+		ids, err := o.tok.Tokenize("")
+		if err != nil {
+			return 0, fmt.Errorf("orchestrator: count tokens: %w", err)
+		}
+		o.bos = len(ids)
+	}
+	h := maphash.String(hashSeed, text)
+	if n, ok := o.blockCache[h]; ok {
+		return n, nil
+	}
+	ids, err := o.tok.Tokenize(text)
+	if err != nil {
+		return 0, fmt.Errorf("orchestrator: count tokens: %w", err)
+	}
+	if len(o.blockCache) > 4096 {
+		clear(o.blockCache) // state and query blocks change every turn; keep the map bounded
+	}
+	n := max(0, len(ids)-o.bos)
+	o.blockCache[h] = n
+	return n, nil
+}
+
+// compact applies the message depth: once the history passes max_depth it
+// is cut to the low mark in one step and a new epoch begins.
+func (o *Orchestrator) compact(ctx context.Context, id string, sess *sqlite.Session, rc *runcontext.RunContext) (governor.Action, bool, error) {
+	c := o.cfg.Limits.Compact(sess.Turns)
+	if !c.Compacted() {
+		return governor.Action{}, false, nil
+	}
+	dropped := 0
+	for _, i := range c.Dropped {
+		n, err := o.countLocked(runcontext.RenderQuery(sess.Turns[i].Query, sess.Turns[i].Excerpts) + runcontext.RenderAnswer(sess.Turns[i].Answer))
+		if err != nil {
+			return governor.Action{}, false, err
+		}
+		dropped += n
+	}
+	before := len(sess.Turns)
+	if err := o.newEpoch(ctx, id, sess, c.Keep, sess.Summary); err != nil {
+		return governor.Action{}, false, err
+	}
+	rc.State = runcontext.State{Epoch: sess.Epoch, Summary: sess.Summary, Turns: sess.Turns}
+	act := governor.Action{
+		Kind:         "compact",
+		Reason:       fmt.Sprintf("history of %d turns passed max_depth %d; cut to %d in one step", before, o.cfg.Limits.MaxDepth, len(c.Keep)),
+		TurnsDropped: len(c.Dropped), TokensDropped: dropped, Epoch: sess.Epoch,
+	}
+	o.log.Info("compacted history", "session", id, "epoch", act.Epoch, "turns_dropped", act.TurnsDropped, "tokens_dropped", act.TokensDropped, "reason", act.Reason)
+	return act, true, nil
+}
+
+// newEpoch stores a new epoch holding the turns at keep and summary, and
+// updates sess to match.
+func (o *Orchestrator) newEpoch(ctx context.Context, id string, sess *sqlite.Session, keep []int, summary string) error {
+	seqs := make([]int64, len(keep))
+	turns := make([]runcontext.Turn, len(keep))
+	for j, i := range keep {
+		seqs[j], turns[j] = sess.Seqs[i], sess.Turns[i]
+	}
+	epoch, err := o.store.NewEpoch(ctx, id, seqs, summary, o.cfg.Now())
+	if err != nil {
+		return fmt.Errorf("orchestrator: %w", err)
+	}
+	sess.Epoch, sess.Summary, sess.Turns, sess.Seqs = epoch, summary, turns, seqs
+	return nil
+}
+
+// condenseInstruction asks the backend for the summary that replaces the
+// prunable history.
+const condenseInstruction = "Condense the conversation above into a short summary. Keep every fact, name, number and decision; drop greetings and repetition."
+
+// condense makes room when a request is still too large after compaction:
+// the prunable (not pinned) turns and any earlier summary are summarized by
+// the backend in a separate call, and the summary, stored with a new epoch,
+// replaces them. If even the summarizing prompt does not fit, the oldest
+// prunable turns are dropped from it first, and that is reported as well.
+func (o *Orchestrator) condense(ctx context.Context, id string, sess *sqlite.Session, rc *runcontext.RunContext) ([]governor.Action, error) {
+	var prunable, pinned []int
+	for i, t := range sess.Turns {
+		if t.Verbatim {
+			pinned = append(pinned, i)
+		} else {
+			prunable = append(prunable, i)
+		}
+	}
+	if len(prunable) == 0 {
+		return nil, nil // nothing the governor may touch: the request is refused as it is
+	}
+	crc := *rc
+	crc.Query = runcontext.Query{Text: condenseInstruction}
+	var actions []governor.Action
+	var m measured
+	for skip := 0; ; skip++ {
+		turns := make([]runcontext.Turn, 0, len(prunable)-skip)
+		for _, i := range prunable[skip:] {
+			turns = append(turns, sess.Turns[i])
+		}
+		crc.State = runcontext.State{Epoch: sess.Epoch, Summary: sess.Summary, Turns: turns}
+		var err error
+		if m, err = o.measure(&crc); err != nil {
+			return nil, err
+		}
+		if _, err := o.cfg.Limits.Check(m.Measure); err == nil {
+			if skip > 0 {
+				actions = append(actions, governor.Action{
+					Kind:         "prune",
+					Reason:       fmt.Sprintf("even the summarizing prompt did not fit; the oldest %d turns were left out of the summary", skip),
+					TurnsDropped: skip,
+				})
+			}
+			break
+		}
+		if skip == len(prunable) {
+			return nil, nil // the stable blocks and the query alone do not fit: condensing cannot help
+		}
+	}
+	gen, err := o.backend.Generate(ctx, GenerateRequest{
+		Prompt: m.Rendered.Prompt(), MaxTokens: o.cfg.Limits.AnswerReserve, NumKeep: len(m.Tokens),
+		Stop: []string{runcontext.StopSequence},
+	}, func(string) error { return nil })
+	if err != nil {
+		o.slots.Forget(o.cfg.Slot)
+		return nil, fmt.Errorf("orchestrator: condense history: %w", err)
+	}
+	o.slots.Record(o.cfg.Slot, m.Tokens)
+	summary := strings.TrimSpace(gen.Text)
+	if summary == "" {
+		return nil, errors.New("orchestrator: condense history: the backend returned an empty summary")
+	}
+	dropped := m.BlockTokens[runcontext.BlockState]
+	if err := o.newEpoch(ctx, id, sess, pinned, summary); err != nil {
+		return nil, err
+	}
+	rc.State = runcontext.State{Epoch: sess.Epoch, Summary: sess.Summary, Turns: sess.Turns}
+	act := governor.Action{
+		Kind:         "condense",
+		Reason:       fmt.Sprintf("the request did not fit; %d prunable turns were summarized by the backend (%d tokens)", len(prunable), gen.EvalCount),
+		TurnsDropped: len(prunable), TokensDropped: dropped, Epoch: sess.Epoch,
+	}
+	o.log.Info("condensed history", "session", id, "epoch", act.Epoch, "turns", act.TurnsDropped, "state_tokens_before", dropped)
+	return append(actions, act), nil
+}
+
+// describe lists actions for an error message.
+func describe(actions []governor.Action) string {
+	parts := make([]string, len(actions))
+	for i, a := range actions {
+		parts[i] = a.Kind + ": " + a.Reason
+	}
+	return strings.Join(parts, "; ")
+}
+
+// LastSummary is the summary of the last answered request, for status.
+func (o *Orchestrator) LastSummary() *Summary {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.lastBudget
+}
