@@ -19,6 +19,10 @@ import (
 //go:embed corpus.txt
 var corpus string
 
+// Version changes whenever the same Config would write different bytes,
+// so caches of generated models can key on it.
+const Version = "1"
+
 // Vocabulary kinds.
 const (
 	VocabSPM = "spm" // SentencePiece-style, GGUF tokenizer model "llama"

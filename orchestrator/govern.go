@@ -133,7 +133,8 @@ func (o *Orchestrator) condense(ctx context.Context, id string, sess *sqlite.Ses
 	crc.Query = runcontext.Query{Text: condenseInstruction}
 	var actions []governor.Action
 	var m measured
-	for skip := 0; ; skip++ {
+	skip := 0
+	for ; ; skip++ {
 		turns := make([]runcontext.Turn, 0, len(prunable)-skip)
 		for _, i := range prunable[skip:] {
 			turns = append(turns, sess.Turns[i])
@@ -178,7 +179,7 @@ func (o *Orchestrator) condense(ctx context.Context, id string, sess *sqlite.Ses
 	act := governor.Action{
 		Kind:         "condense",
 		Reason:       fmt.Sprintf("the request did not fit; %d prunable turns were summarized by the backend (%d tokens)", len(prunable), gen.EvalCount),
-		TurnsDropped: len(prunable), TokensDropped: dropped, Epoch: sess.Epoch,
+		TurnsDropped: len(prunable) - skip, TokensDropped: dropped, Epoch: sess.Epoch,
 	}
 	o.log.Info("condensed history", "session", id, "epoch", act.Epoch, "turns", act.TurnsDropped, "state_tokens_before", dropped)
 	return append(actions, act), nil

@@ -9,6 +9,8 @@ package ollamatest
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -77,32 +79,27 @@ func Start(tb testing.TB) *ollama.Server {
 	return srv
 }
 
-var (
-	modelsMu sync.Mutex
-	models   = map[modelgen.Config]string{}
-	modelDir string
-)
+var modelsMu sync.Mutex
 
-// Model writes a model for cfg once per test process and returns its path.
+// Model writes the model for cfg, or reuses the one an earlier run wrote:
+// generation is deterministic, so a file named by the config's hash holds
+// exactly that model. Files live in the OS temp dir, shared by test runs.
 func Model(tb testing.TB, cfg modelgen.Config) string {
 	tb.Helper()
 	modelsMu.Lock()
 	defer modelsMu.Unlock()
-	if p, ok := models[cfg]; ok {
+	dir := filepath.Join(os.TempDir(), "ctxd-test-models")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		tb.Fatal(err)
+	}
+	sum := sha256.Sum256(fmt.Appendf(nil, "%s %+v", modelgen.Version, cfg))
+	p := filepath.Join(dir, hex.EncodeToString(sum[:8])+".gguf")
+	if _, err := os.Stat(p); err == nil {
 		return p
 	}
-	if modelDir == "" {
-		d, err := os.MkdirTemp("", "ctxd-models-")
-		if err != nil {
-			tb.Fatal(err)
-		}
-		modelDir = d // removed with the OS temp dir; shared by the process's tests
-	}
-	p := filepath.Join(modelDir, fmt.Sprintf("m%d.gguf", len(models)))
 	if err := modelgen.WriteFile(p, cfg); err != nil {
 		tb.Fatal(err)
 	}
-	models[cfg] = p
 	return p
 }
 
