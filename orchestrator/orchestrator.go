@@ -180,55 +180,12 @@ func (o *Orchestrator) Ask(ctx context.Context, req Request, onToken func(string
 	defer o.mu.Unlock()
 	start := o.cfg.Now()
 
-	sess, err := o.store.Session(ctx, req.Session)
-	if err != nil {
-		return nil, fmt.Errorf("orchestrator: %w", err)
-	}
-	env, _ := o.env.Environment()
-	rc := &runcontext.RunContext{
-		Identity:    o.cfg.Identity,
-		Codex:       o.cfg.Codex,
-		Environment: env,
-		Sigil:       sigil,
-		Karma:       runcontext.Karma{},
-		State:       runcontext.State{Epoch: sess.Epoch, Summary: sess.Summary, Turns: sess.Turns},
-		Query:       runcontext.Query{Text: req.Query},
-	}
-	if err := rc.Validate(); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrBadRequest, err)
-	}
-	var actions []governor.Action
-	if act, ok, err := o.compact(ctx, req.Session, &sess, rc); err != nil {
-		return nil, err
-	} else if ok {
-		actions = append(actions, act)
-	}
-	m, err := o.measure(rc)
+	p, err := o.prepare(ctx, req, sigil)
 	if err != nil {
 		return nil, err
 	}
-	budget, err := o.cfg.Limits.Check(m.Measure)
-	var le *governor.LimitError
-	if errors.As(err, &le) {
-		acts, cerr := o.condense(ctx, req.Session, &sess, rc)
-		actions = append(actions, acts...)
-		if cerr != nil {
-			return nil, cerr
-		}
-		if len(acts) > 0 {
-			if m, err = o.measure(rc); err != nil {
-				return nil, err
-			}
-			budget, err = o.cfg.Limits.Check(m.Measure)
-		}
-	}
-	if err != nil {
-		if len(actions) > 0 {
-			return nil, fmt.Errorf("%w (after: %s)", err, describe(actions))
-		}
-		return nil, err
-	}
-	rendered, tokens := m.Rendered, m.Tokens
+	sess, rc, budget, actions := p.sess, p.rc, p.budget, p.actions
+	rendered, tokens := p.m.Rendered, p.m.Tokens
 	prompt := rendered.Prompt()
 
 	sum := &Summary{
@@ -284,6 +241,71 @@ func (o *Orchestrator) Ask(ctx context.Context, req Request, onToken func(string
 	o.log.Info("answered", "session", req.Session, "turn", sum.Turn, "prompt_tokens", sum.PromptTokens,
 		"cached_tokens", sum.CachedTokens, "ttft_ms", sum.TTFTMillis, "done", sum.DoneReason)
 	return sum, nil
+}
+
+// prepared is a request made ready for the backend.
+type prepared struct {
+	sess    sqlite.Session
+	rc      *runcontext.RunContext
+	m       measured
+	budget  governor.Budget
+	actions []governor.Action
+}
+
+// prepare loads the session, builds and validates the RunContext,
+// and has the governor make it fit: compaction, then condensation, then a
+// refusal with the numbers.
+func (o *Orchestrator) prepare(ctx context.Context, req Request, sigil runcontext.Sigil) (prepared, error) {
+	var p prepared
+	sess, err := o.store.Session(ctx, req.Session)
+	if err != nil {
+		return p, fmt.Errorf("orchestrator: %w", err)
+	}
+	env, _ := o.env.Environment()
+	rc := &runcontext.RunContext{
+		Identity:    o.cfg.Identity,
+		Codex:       o.cfg.Codex,
+		Environment: env,
+		Sigil:       sigil,
+		Karma:       runcontext.Karma{},
+		State:       runcontext.State{Epoch: sess.Epoch, Summary: sess.Summary, Turns: sess.Turns},
+		Query:       runcontext.Query{Text: req.Query},
+	}
+	if err := rc.Validate(); err != nil {
+		return p, fmt.Errorf("%w: %w", ErrBadRequest, err)
+	}
+	var actions []governor.Action
+	if act, ok, err := o.compact(ctx, req.Session, &sess, rc); err != nil {
+		return p, err
+	} else if ok {
+		actions = append(actions, act)
+	}
+	m, err := o.measure(rc)
+	if err != nil {
+		return p, err
+	}
+	budget, err := o.cfg.Limits.Check(m.Measure)
+	var le *governor.LimitError
+	if errors.As(err, &le) {
+		acts, cerr := o.condense(ctx, req.Session, &sess, rc)
+		actions = append(actions, acts...)
+		if cerr != nil {
+			return p, cerr
+		}
+		if len(acts) > 0 {
+			if m, err = o.measure(rc); err != nil {
+				return p, err
+			}
+			budget, err = o.cfg.Limits.Check(m.Measure)
+		}
+	}
+	if err != nil {
+		if len(actions) > 0 {
+			return p, fmt.Errorf("%w (after: %s)", err, describe(actions))
+		}
+		return p, err
+	}
+	return prepared{sess: sess, rc: rc, m: m, budget: budget, actions: actions}, nil
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
