@@ -30,9 +30,9 @@ ollama: $(OLLAMA)
 $(OLLAMA): $(OLLAMA_PIN) FORCE
 	@ln -sfn ollama-$(OLLAMA_VERSION) $@
 
-$(OLLAMA_PIN):
-	@echo "building ollama $(OLLAMA_VERSION) from the Go module proxy (a few minutes, once)"
-	./scripts/build-ollama.sh $(OLLAMA_VERSION) $@
+$(BIN)/ollama-v%:
+	@echo "building ollama v$* from the Go module proxy (a few minutes, once)"
+	./scripts/build-ollama.sh v$* $@
 
 $(DEMO_MODEL): | $(CTXD)
 	$(CTXD) genmodel --out $@ $(DEMO_FLAGS)
@@ -42,9 +42,13 @@ $(DEMO_MODEL): | $(CTXD)
 run: build ollama $(DEMO_MODEL)
 	$(CTXD) serve --config ctxd.toml
 
-# The whole suite, the integration tests on the real Ollama included.
-test: ollama
+# The whole suite, the integration tests on the real Ollama included; then
+# the backend-facing tests again on the newer Ollama the adapter supports.
+COMPAT_VERSION := v0.17.4
+test: ollama $(BIN)/ollama-$(COMPAT_VERSION)
 	CTXD_REQUIRE_OLLAMA=1 CTXD_OLLAMA_BIN=$(abspath $(OLLAMA)) $(GO) test -count=1 -timeout 30m ./...
+	CTXD_REQUIRE_OLLAMA=1 CTXD_OLLAMA_BIN=$(abspath $(BIN)/ollama-$(COMPAT_VERSION)) $(GO) test -count=1 -timeout 30m ./ollama/ ./integration/
+
 
 # Benchmarks on the real backend; figures go to the terminal.
 bench: ollama

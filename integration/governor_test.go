@@ -16,16 +16,17 @@ import (
 )
 
 // kvSelfSize reads the KV cache size llama.cpp logged when it loaded the
-// model ("KV self size  =   32.00 MiB") from the managed server's log.
+// model ("CPU KV buffer size =    32.00 MiB", in the runner's output of
+// Ollama v0.6.5 and v0.17.4 alike) from the managed server's log.
 func kvSelfSize(t *testing.T, stateDir string) float64 {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join(stateDir, "ollama", "ollama.log"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := regexp.MustCompile(`KV self size\s*=\s*([0-9.]+) MiB`).FindAllSubmatch(b, -1)
+	m := regexp.MustCompile(`KV buffer size\s*=\s*([0-9.]+) MiB`).FindAllSubmatch(b, -1)
 	if len(m) == 0 {
-		t.Fatalf("the backend log has no KV self size line")
+		t.Fatalf("the backend log has no KV buffer size line")
 	}
 	mib, err := strconv.ParseFloat(string(m[len(m)-1][1]), 64)
 	if err != nil {
