@@ -7,36 +7,55 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"os"
-	"path"
 	"path/filepath"
+	"runtime"
 	"slices"
-	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"unicode/utf8"
 
 	"github.com/ctxd/ctxd/runcontext"
 )
 
-// Options bound what a load reads.
+// Options bound and shape what a load reads.
 type Options struct {
 	MaxFileBytes  int64    // a larger file is skipped and reported
-	MaxTotalBytes int64    // the load fails if the kept files exceed it
-	Exclude       []string // path.Match patterns of relative paths to leave out
+	MaxTotalBytes int64    // the load fails (loads nothing) if the kept files exceed it
+	Include       []string // gitignore-style patterns; if set, only matching files are loaded
+	Exclude       []string // gitignore-style patterns of files and directories to leave out
+	NoRedact      bool     // turn secret redaction off (it is on by default)
+	Counter       Counter  // counts tokens with the serving model's tokenizer; nil: no counts
+	Cache         *Cache   // reuses counts and redactions of unchanged content; nil: none
+	Progress      func(Progress)
 }
 
-// DefaultOptions are sane caps for a source directory.
+// Counter counts the tokens of a text. It must be safe for concurrent use.
+type Counter interface {
+	CountText(text string) (int, error)
+}
+
+// Progress is reported as files are processed.
+type Progress struct {
+	Files, TotalFiles int
+	Bytes, TotalBytes int64
+	Tokens            int64
+}
+
+// DefaultOptions are sane caps for a source tree.
 func DefaultOptions() Options {
-	return Options{MaxFileBytes: 256 << 10, MaxTotalBytes: 8 << 20}
+	return Options{MaxFileBytes: 1 << 20, MaxTotalBytes: 512 << 20}
 }
 
 // File is one loaded file.
 type File struct {
-	Path    string // slash-separated, relative to the root
-	Size    int64
-	SHA256  string
-	Content string
+	Path       string      `json:"path"` // slash-separated, relative to the root
+	Size       int64       `json:"bytes"`
+	SHA256     string      `json:"sha256"` // of the file as read
+	Tokens     int         `json:"tokens"` // of the content as rendered (after redaction)
+	Redactions []Redaction `json:"redactions,omitempty"`
+	Content    string      `json:"-"` // redacted content
 }
 
 // Skipped is a file that was not loaded, and why.
@@ -45,134 +64,216 @@ type Skipped struct {
 	Reason string `json:"reason"`
 }
 
-// Codex is a loaded, rendered tree.
+// Codex is a loaded tree.
 type Codex struct {
 	Name    string // base name of the root; never an absolute path
+	Root    string // absolute root, for reloading; never rendered
 	Files   []File
 	Skipped []Skipped
-	Body    string // rendered once at load
+	Tokens  int64 // sum of the files' tokens
+	Counted bool  // whether Tokens were counted
+
+	renderOnce sync.Once
+	body       string
 }
 
-// Load reads the regular files directly inside root (or root itself, if it
-// is a file) in sorted order.
+// Load reads a tree: the files below root in sorted path order, honouring
+// .gitignore and .ignore files at every level and the include/exclude
+// patterns, or root alone if it is a file. Files that cannot be used are
+// skipped and reported; a tree over MaxTotalBytes is refused whole.
 func Load(root string, opts Options) (*Codex, error) {
-	if err := ValidatePatterns(opts.Exclude); err != nil {
+	if err := ValidatePatterns(opts.Include); err != nil {
 		return nil, err
 	}
-	info, err := os.Stat(root)
-	if err != nil {
-		return nil, fmt.Errorf("codex: %w", err)
+	if err := ValidatePatterns(opts.Exclude); err != nil {
+		return nil, err
 	}
 	abs, err := filepath.Abs(root)
 	if err != nil {
 		return nil, fmt.Errorf("codex: %w", err)
 	}
-	c := &Codex{Name: filepath.Base(abs)}
-	if !info.IsDir() {
-		c.Name = filepath.Base(filepath.Dir(abs))
-		c.add(filepath.Dir(abs), filepath.Base(abs), opts)
-	} else {
-		entries, err := os.ReadDir(root)
-		if err != nil {
-			return nil, fmt.Errorf("codex: read %s: %w", root, err)
-		}
-		for _, e := range entries { // ReadDir sorts by name
-			name := e.Name()
-			switch {
-			case strings.HasPrefix(name, "."):
-				continue // hidden files and .git are not part of a codex
-			case e.IsDir():
-				continue
-			case e.Type()&fs.ModeSymlink != 0:
-				c.Skipped = append(c.Skipped, Skipped{name, "symbolic link"})
-				continue
-			case !e.Type().IsRegular():
-				c.Skipped = append(c.Skipped, Skipped{name, "not a regular file"})
-				continue
-			}
-			if pat := excluded(name, opts.Exclude); pat != "" {
-				c.Skipped = append(c.Skipped, Skipped{name, "excluded by pattern " + strconv.Quote(pat)})
-				continue
-			}
-			c.add(abs, name, opts)
-		}
+	real, err := filepath.EvalSymlinks(abs)
+	if err != nil {
+		return nil, fmt.Errorf("codex: %w", err)
 	}
+	info, err := os.Stat(real)
+	if err != nil {
+		return nil, fmt.Errorf("codex: %w", err)
+	}
+	c := &Codex{Name: filepath.Base(abs), Root: abs}
+	w, err := newWalker(real, opts)
+	if err != nil {
+		return nil, err
+	}
+	if info.IsDir() {
+		if err := w.walk(real, "", nil); err != nil {
+			return nil, err
+		}
+	} else {
+		c.Name = filepath.Base(filepath.Dir(abs))
+		w.root = filepath.Dir(real)
+		w.files = append(w.files, entry{rel: filepath.Base(abs), abs: real, size: info.Size()})
+	}
+	c.Skipped = w.skipped
+	var kept []entry
 	var total int64
-	for _, f := range c.Files {
-		total += f.Size
+	for _, e := range w.files {
+		if opts.MaxFileBytes > 0 && e.size > opts.MaxFileBytes {
+			c.Skipped = append(c.Skipped, Skipped{e.rel, fmt.Sprintf("%d bytes, over the per-file cap of %d (codex max_file_bytes)", e.size, opts.MaxFileBytes)})
+			continue
+		}
+		kept = append(kept, e)
+		total += e.size
 	}
 	if opts.MaxTotalBytes > 0 && total > opts.MaxTotalBytes {
-		return nil, fmt.Errorf("codex: %s holds %d bytes of text, more than the cap of %d", root, total, opts.MaxTotalBytes)
+		return nil, fmt.Errorf("codex: %s holds %d bytes in %d files, over the cap of %d (codex max_total_bytes); nothing was loaded", root, total, len(kept), opts.MaxTotalBytes)
 	}
-	c.Body = render(c.Files)
+	if err := c.process(kept, total, opts); err != nil {
+		return nil, err
+	}
+	slices.SortFunc(c.Skipped, func(a, b Skipped) int { return strings.Compare(a.Path, b.Path) })
 	return c, nil
 }
 
-// excluded returns the first pattern that matches rel, or "".
-func excluded(rel string, patterns []string) string {
-	for _, p := range patterns {
-		if ok, _ := path.Match(p, rel); ok {
-			return p
-		}
-	}
-	return ""
+// result is one file's outcome; exactly one of file and skip is set.
+type result struct {
+	file *File
+	skip *Skipped
 }
 
-// ValidatePatterns checks exclude patterns are well-formed.
-func ValidatePatterns(patterns []string) error {
-	for _, p := range patterns {
-		if _, err := path.Match(p, ""); err != nil {
-			return fmt.Errorf("codex: exclude pattern %q: %w", p, err)
-		}
+// process reads, checks, redacts and counts the files in parallel, keeping
+// their order.
+func (c *Codex) process(entries []entry, totalBytes int64, opts Options) error {
+	results := make([]result, len(entries))
+	var (
+		next         atomic.Int64
+		done, tokens atomic.Int64
+		doneBytes    atomic.Int64
+		firstErr     error
+		errOnce      sync.Once
+		wg           sync.WaitGroup
+		progressMu   sync.Mutex
+	)
+	workers := min(runtime.GOMAXPROCS(0)*2, max(1, len(entries)))
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= len(entries) {
+					return
+				}
+				r, err := loadFile(entries[i], opts)
+				if err != nil {
+					errOnce.Do(func() { firstErr = err })
+					return
+				}
+				results[i] = r
+				d := done.Add(1)
+				b := doneBytes.Add(entries[i].size)
+				if r.file != nil {
+					tokens.Add(int64(r.file.Tokens))
+				}
+				if opts.Progress != nil {
+					progressMu.Lock()
+					opts.Progress(Progress{Files: int(d), TotalFiles: len(entries), Bytes: b, TotalBytes: totalBytes, Tokens: tokens.Load()})
+					progressMu.Unlock()
+				}
+			}
+		}()
 	}
+	wg.Wait()
+	if firstErr != nil {
+		return firstErr
+	}
+	for _, r := range results {
+		if r.skip != nil {
+			c.Skipped = append(c.Skipped, *r.skip)
+			continue
+		}
+		c.Files = append(c.Files, *r.file)
+		c.Tokens += int64(r.file.Tokens)
+	}
+	c.Counted = opts.Counter != nil
 	return nil
 }
 
-// add loads one file or records why it was skipped.
-func (c *Codex) add(dir, name string, opts Options) {
-	skip := func(reason string) { c.Skipped = append(c.Skipped, Skipped{name, reason}) }
-	f, err := os.Open(filepath.Join(dir, name))
+// loadFile reads one file. Problems with the file are skips; only a
+// failing tokenizer is an error.
+func loadFile(e entry, opts Options) (result, error) {
+	skip := func(reason string) (result, error) { return result{skip: &Skipped{e.rel, reason}}, nil }
+	f, err := os.Open(e.abs)
 	if err != nil {
-		skip(fmt.Sprintf("unreadable: %v", errors.Unwrap(err)))
-		return
+		return skip(fmt.Sprintf("unreadable: %v", errors.Unwrap(err)))
 	}
 	defer f.Close()
-	info, err := f.Stat()
-	if err != nil {
-		skip(fmt.Sprintf("unreadable: %v", err))
-		return
+	// Read at most one byte past the cap: the file may have grown since the walk.
+	limit := opts.MaxFileBytes
+	if limit <= 0 {
+		limit = 1 << 62
 	}
-	if opts.MaxFileBytes > 0 && info.Size() > opts.MaxFileBytes {
-		skip(fmt.Sprintf("%d bytes, over the per-file cap of %d", info.Size(), opts.MaxFileBytes))
-		return
-	}
-	data, err := io.ReadAll(f)
+	data, err := io.ReadAll(io.LimitReader(f, limit+1))
 	if err != nil {
-		skip(fmt.Sprintf("unreadable: %v", err))
-		return
+		return skip(fmt.Sprintf("unreadable: %v", err))
+	}
+	if int64(len(data)) > limit {
+		return skip(fmt.Sprintf("over the per-file cap of %d bytes (codex max_file_bytes)", limit))
 	}
 	if bytes.IndexByte(data[:min(len(data), 8000)], 0) >= 0 {
-		skip("binary content")
-		return
+		return skip("binary content")
 	}
 	if !utf8.Valid(data) {
-		skip("not valid UTF-8")
-		return
+		return skip("not valid UTF-8")
 	}
 	sum := sha256.Sum256(data)
-	c.Files = append(c.Files, File{Path: name, Size: int64(len(data)), SHA256: hex.EncodeToString(sum[:]), Content: string(data)})
+	file := &File{Path: e.rel, Size: int64(len(data)), SHA256: hex.EncodeToString(sum[:]), Content: string(data)}
+	cached, ok := opts.Cache.get(sum, !opts.NoRedact)
+	if ok {
+		file.Redactions = cached.Redactions
+		file.Tokens = cached.Tokens
+		if len(cached.Redactions) > 0 {
+			file.Content, _ = redact(file.Content)
+		}
+		if opts.Counter == nil || cached.Counted {
+			return result{file: file}, nil
+		}
+	} else if !opts.NoRedact {
+		file.Content, file.Redactions = redact(file.Content)
+	}
+	if opts.Counter != nil {
+		n, err := opts.Counter.CountText(file.Content)
+		if err != nil {
+			return result{}, fmt.Errorf("codex: count tokens of %s: %w", e.rel, err)
+		}
+		file.Tokens = n
+	}
+	opts.Cache.put(sum, !opts.NoRedact, cacheEntry{Tokens: file.Tokens, Counted: opts.Counter != nil, Redactions: file.Redactions})
+	return result{file: file}, nil
+}
+
+// Body is the files rendered between fences, once, on first use: the same
+// tree always renders to the same bytes.
+func (c *Codex) Body() string {
+	c.renderOnce.Do(func() { c.body = render(c.Files) })
+	return c.body
 }
 
 // render writes each file between fences longer than any run of the fence
 // character that starts a line of the content, so no file can close its own
-// block or open another.
+// block or open another. The path is quoted, so no path can either.
 func render(files []File) string {
+	n := 0
+	for _, f := range files {
+		n += len(f.Content) + len(f.Path) + 32
+	}
 	var sb strings.Builder
+	sb.Grow(n)
 	for _, f := range files {
 		fence := strings.Repeat("~", max(3, longestLeadingRun(f.Content, '~')+1))
 		sb.WriteString(fence)
 		sb.WriteString(" file ")
-		sb.WriteString(strconv.Quote(f.Path))
+		sb.WriteString(quotePath(f.Path))
 		sb.WriteString("\n")
 		sb.WriteString(f.Content)
 		if !strings.HasSuffix(f.Content, "\n") {
@@ -196,7 +297,8 @@ func longestLeadingRun(s string, c byte) int {
 	return best
 }
 
-// Block is the codex as a RunContext block in the given mode.
+// Block is the codex as a RunContext block: the whole tree (CAG) or its map
+// (RAG).
 func (c *Codex) Block(mode string) runcontext.Codex {
 	if c == nil || len(c.Files) == 0 {
 		return runcontext.Codex{Mode: runcontext.ModeNone}
@@ -205,8 +307,23 @@ func (c *Codex) Block(mode string) runcontext.Codex {
 	for i, f := range c.Files {
 		refs[i] = runcontext.CodexRef{Path: f.Path, Bytes: f.Size, SHA256: f.SHA256}
 	}
-	slices.SortFunc(refs, func(a, b runcontext.CodexRef) int { return strings.Compare(a.Path, b.Path) })
-	return runcontext.Codex{Name: c.Name, Mode: mode, Files: refs, Body: c.Body}
+	body := c.Body()
+	if mode == runcontext.ModeRAG {
+		body = c.Map()
+	}
+	return runcontext.Codex{Name: c.Name, Mode: mode, Files: refs, Body: body}
+}
+
+// Map lists the files with their sizes: what a model sees of a codex too
+// large to load whole, next to the excerpts retrieved for each query.
+func (c *Codex) Map() string {
+	var sb strings.Builder
+	sb.WriteString("This codex is too large to show whole. Its files (path, tokens):\n")
+	for _, f := range c.Files {
+		fmt.Fprintf(&sb, "%s %d\n", quotePath(f.Path), f.Tokens)
+	}
+	sb.WriteString("Excerpts relevant to each question appear with the question.\n")
+	return sb.String()
 }
 
 // Bytes is the total size of the loaded files.
@@ -216,4 +333,26 @@ func (c *Codex) Bytes() int64 {
 		n += f.Size
 	}
 	return n
+}
+
+// Redactions counts the credentials replaced in all files.
+func (c *Codex) Redactions() int {
+	n := 0
+	for _, f := range c.Files {
+		n += len(f.Redactions)
+	}
+	return n
+}
+
+// ValidatePatterns checks include/exclude patterns are well-formed.
+func ValidatePatterns(patterns []string) error {
+	for _, p := range patterns {
+		if strings.TrimSpace(p) == "" {
+			return fmt.Errorf("codex: empty pattern")
+		}
+		if _, err := filepath.Match(strings.ReplaceAll(strings.TrimPrefix(p, "!"), "**", "*"), ""); err != nil {
+			return fmt.Errorf("codex: pattern %q: %w", p, err)
+		}
+	}
+	return nil
 }

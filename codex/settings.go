@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 
 	"github.com/BurntSushi/toml"
@@ -15,10 +16,21 @@ import (
 // a hidden file, so it is never part of the codex's content.
 const SettingsFile = ".ctxd.toml"
 
-// Settings are what a codex says about itself. Its limits may only tighten
-// the daemon's (see governor.Limits.Tighten).
+// Settings are what a codex says about itself. Its caps and limits may
+// only tighten the daemon's (see governor.Limits.Tighten and Options.Merge).
 type Settings struct {
+	Codex  SettingsCodex  `toml:"codex"`
 	Limits SettingsLimits `toml:"limits"`
+}
+
+// SettingsCodex shapes the load.
+type SettingsCodex struct {
+	Include       []string `toml:"include"`         // gitignore-style patterns; only matching files load
+	Exclude       []string `toml:"exclude"`         // gitignore-style patterns to leave out
+	MaxFileBytes  int64    `toml:"max_file_bytes"`  // per-file cap
+	MaxTotalBytes int64    `toml:"max_total_bytes"` // whole-tree cap
+	Redact        *bool    `toml:"redact"`          // false turns secret redaction off, explicitly
+	CAGRatio      float64  `toml:"cag_ratio"`       // share of the window the codex may fill whole
 }
 
 // SettingsLimits are the limits a codex may set; zero leaves the daemon's.
@@ -27,6 +39,24 @@ type SettingsLimits struct {
 	AnswerReserve int `toml:"answer_reserve"`
 	MaxDepth      int `toml:"max_depth"`
 	CompactTo     int `toml:"compact_to"`
+}
+
+// Merge applies a codex's settings over the daemon's options: patterns
+// add up, caps only tighten, and redaction goes off only when one of them
+// says so explicitly.
+func (o Options) Merge(s SettingsCodex) Options {
+	o.Include = append(slices.Clone(o.Include), s.Include...)
+	o.Exclude = append(slices.Clone(o.Exclude), s.Exclude...)
+	if s.MaxFileBytes > 0 && (o.MaxFileBytes == 0 || s.MaxFileBytes < o.MaxFileBytes) {
+		o.MaxFileBytes = s.MaxFileBytes
+	}
+	if s.MaxTotalBytes > 0 && (o.MaxTotalBytes == 0 || s.MaxTotalBytes < o.MaxTotalBytes) {
+		o.MaxTotalBytes = s.MaxTotalBytes
+	}
+	if s.Redact != nil && !*s.Redact {
+		o.NoRedact = true
+	}
+	return o
 }
 
 // LoadSettings reads SettingsFile from the codex root (the directory of a
@@ -52,13 +82,22 @@ func LoadSettings(root string) (s Settings, found bool, err error) {
 		k := und[0]
 		return s, true, fmt.Errorf("codex: %s:%d: unknown key %s", path, keyLine(string(data), k[len(k)-1]), k)
 	}
-	for key, v := range map[string]int{
-		"limits.max_chars": s.Limits.MaxChars, "limits.answer_reserve": s.Limits.AnswerReserve,
-		"limits.max_depth": s.Limits.MaxDepth, "limits.compact_to": s.Limits.CompactTo,
+	for key, v := range map[string]int64{
+		"limits.max_chars": int64(s.Limits.MaxChars), "limits.answer_reserve": int64(s.Limits.AnswerReserve),
+		"limits.max_depth": int64(s.Limits.MaxDepth), "limits.compact_to": int64(s.Limits.CompactTo),
+		"codex.max_file_bytes": s.Codex.MaxFileBytes, "codex.max_total_bytes": s.Codex.MaxTotalBytes,
 	} {
 		if v < 0 {
 			name := key[strings.LastIndex(key, ".")+1:]
 			return s, true, fmt.Errorf("codex: %s:%d: %s = %d must not be negative", path, keyLine(string(data), name), key, v)
+		}
+	}
+	if r := s.Codex.CAGRatio; r < 0 || r > 1 {
+		return s, true, fmt.Errorf("codex: %s:%d: codex.cag_ratio = %v must be between 0 and 1", path, keyLine(string(data), "cag_ratio"), r)
+	}
+	for _, p := range append(slices.Clone(s.Codex.Include), s.Codex.Exclude...) {
+		if err := ValidatePatterns([]string{p}); err != nil {
+			return s, true, fmt.Errorf("codex: %s: %w", path, err)
 		}
 	}
 	return s, true, nil

@@ -64,7 +64,12 @@ type Codex struct {
 	Path          string   `toml:"path"` // "" for no codex
 	MaxFileBytes  int64    `toml:"max_file_bytes"`
 	MaxTotalBytes int64    `toml:"max_total_bytes"`
-	Exclude       []string `toml:"exclude"` // path.Match patterns of files to leave out
+	Include       []string `toml:"include"`   // gitignore-style patterns; only matching files load
+	Exclude       []string `toml:"exclude"`   // gitignore-style patterns to leave out
+	Redact        bool     `toml:"redact"`    // replace credentials with markers (default true)
+	CAGRatio      float64  `toml:"cag_ratio"` // share of the prompt budget the codex may fill whole
+	TopK          int      `toml:"top_k"`     // excerpts per query in RAG mode
+	Watch         bool     `toml:"watch"`     // reload when files change
 }
 
 // Limits feed the governor.
@@ -134,7 +139,8 @@ func Default(env Env) Config {
 			Name:    "ctxd",
 			Persona: "You are a precise assistant for the codebase below. Answer from the codex; say so when it does not hold the answer.",
 		},
-		Codex:  Codex{MaxFileBytes: 256 << 10, MaxTotalBytes: 8 << 20},
+		Codex: Codex{MaxFileBytes: 1 << 20, MaxTotalBytes: 512 << 20, Redact: true,
+			CAGRatio: 0.7, TopK: 5, Watch: true},
 		Limits: Limits{AnswerReserve: 256, MaxDepth: 32, KVCacheType: "f16", MemoryHeadroomMB: 512},
 		Sigils: map[string]Sigil{"default": {Scopes: []string{"ask"}}},
 	}
@@ -242,6 +248,15 @@ func (c Config) Validate() error {
 	}
 	if err := codex.ValidatePatterns(c.Codex.Exclude); err != nil {
 		bad("codex.exclude", "%v", err)
+	}
+	if err := codex.ValidatePatterns(c.Codex.Include); err != nil {
+		bad("codex.include", "%v", err)
+	}
+	if c.Codex.CAGRatio <= 0 || c.Codex.CAGRatio > 1 {
+		bad("codex.cag_ratio", "%v must be in (0, 1]", c.Codex.CAGRatio)
+	}
+	if c.Codex.TopK <= 0 {
+		bad("codex.top_k", "%d must be positive", c.Codex.TopK)
 	}
 	if c.Limits.MaxChars < 0 {
 		bad("limits.max_chars", "%d must not be negative", c.Limits.MaxChars)

@@ -40,6 +40,9 @@ func (d *Daemon) routes() http.Handler {
 	mux.HandleFunc("GET /v1/schema", d.handleSchema)
 	mux.HandleFunc("POST /v1/ask", d.handleAsk)
 	mux.HandleFunc("GET /v1/sessions", d.handleSessions)
+	mux.HandleFunc("GET /v1/codex", d.handleCodexStats)
+	mux.HandleFunc("POST /v1/codex/load", d.handleCodexLoad)
+	mux.HandleFunc("GET /v1/codex/search", d.handleCodexSearch)
 	mux.HandleFunc("GET /v1/sessions/{id}", d.handleSession)
 	mux.HandleFunc("DELETE /v1/sessions/{id}", d.handleDeleteSession)
 	// Method-less patterns for the same paths catch the wrong methods:
@@ -47,6 +50,7 @@ func (d *Daemon) routes() http.Handler {
 	for path, allow := range map[string]string{
 		"/v1/health": "GET", "/v1/status": "GET", "/v1/schema": "GET", "/v1/ask": "POST",
 		"/v1/sessions": "GET", "/v1/sessions/{id}": "GET, DELETE",
+		"/v1/codex": "GET", "/v1/codex/load": "POST", "/v1/codex/search": "GET",
 	} {
 		mux.HandleFunc(path, func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Allow", allow)
@@ -54,7 +58,7 @@ func (d *Daemon) routes() http.Handler {
 		})
 	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, http.StatusNotFound, fmt.Sprintf("no route %s %s; routes are under /v1/ (health, status, schema, ask, sessions)", r.Method, r.URL.Path))
+		writeError(w, http.StatusNotFound, fmt.Sprintf("no route %s %s; routes are under /v1/ (health, status, schema, ask, sessions, codex)", r.Method, r.URL.Path))
 	})
 	return d.recoverer(mux)
 }
@@ -108,7 +112,7 @@ type Status struct {
 	Ready        bool                   `json:"ready"`
 	Error        string                 `json:"error,omitempty"`
 	Backend      BackendInfo            `json:"backend"`
-	Codex        CodexStatus            `json:"codex"`
+	Codex        *CodexStats            `json:"codex,omitempty"`
 	Limits       governor.Limits        `json:"limits"`
 	Window       *governor.WindowPlan   `json:"window,omitempty"`
 	Model        *governor.ModelFacts   `json:"model,omitempty"`
@@ -116,14 +120,6 @@ type Status struct {
 	Environment  runcontext.Environment `json:"environment"`
 	MemorySource string                 `json:"memory_source"`
 	Sessions     int                    `json:"sessions"`
-}
-
-// CodexStatus summarizes the loaded codex.
-type CodexStatus struct {
-	Name    string `json:"name,omitempty"`
-	Files   int    `json:"files"`
-	Bytes   int64  `json:"bytes"`
-	Skipped any    `json:"skipped,omitempty"`
 }
 
 func (d *Daemon) handleStatus(w http.ResponseWriter, r *http.Request) {
@@ -141,9 +137,12 @@ func (d *Daemon) handleStatus(w http.ResponseWriter, r *http.Request) {
 		st.Window, st.Model, st.LastRequest = &plan, &facts, d.orch.LastSummary()
 	}
 	d.mu.RUnlock()
+	d.mu.RLock()
 	if d.codex != nil {
-		st.Codex = CodexStatus{Name: d.codex.Name, Files: len(d.codex.Files), Bytes: d.codex.Bytes(), Skipped: d.codex.Skipped}
+		cs := d.codex.stats
+		st.Codex = &cs
 	}
+	d.mu.RUnlock()
 	var rd hostenv.Reading
 	st.Environment, rd = d.probe.Environment()
 	st.MemorySource = rd.Source
@@ -291,7 +290,10 @@ func (s *stream) token(text string) error {
 	return s.send(Event{Type: "token", Text: text})
 }
 
-func (s *stream) send(e Event) error {
+func (s *stream) send(e Event) error { return s.sendAny(e) }
+
+// sendAny writes one NDJSON event, committing the 200 status with the first.
+func (s *stream) sendAny(e any) error {
 	if !s.started {
 		s.w.Header().Set("Content-Type", "application/x-ndjson")
 		s.w.Header().Set("Cache-Control", "no-store")

@@ -46,10 +46,14 @@ type Daemon struct {
 	store    *sqlite.Store
 	probe    *hostenv.Probe
 	sigils   *sigils.Registry
-	codex    *codex.Codex
 	codexLim governor.Limits // the codex's own limits (.ctxd.toml); they only tighten
 
+	codexSyncState
+	runCtx context.Context // Run's context, for work that outlives a request
+
 	mu      sync.RWMutex // guards the fields below, set once the backend is ready
+	codex   *codexSet
+	tokID   string // identifies the tokenizer (the model file), for the codex cache
 	orch    *orchestrator.Orchestrator
 	backend BackendInfo
 	plan    governor.WindowPlan
@@ -98,8 +102,9 @@ func New(cfg config.Config, opts Options) (*Daemon, error) {
 // store or the codex end Run; a backend that is down or lacks the model
 // does not: the daemon keeps trying and says why in every answer.
 func (d *Daemon) Run(ctx context.Context, ln net.Listener, ready func()) error {
+	d.runCtx = ctx
 	var err error
-	if d.codex, err = d.loadCodex(); err != nil {
+	if err := d.checkCodex(); err != nil {
 		return err
 	}
 	// The store opens whatever ctx says: a stop during start-up is handled
@@ -142,37 +147,41 @@ func (d *Daemon) Run(ctx context.Context, ln net.Listener, ready func()) error {
 		srv.Close()
 	}
 	<-initDone
+	d.watchers.Wait() // they end with ctx
 	d.closeBackend()
+	d.codexMu.Lock()
+	if d.index != nil {
+		d.index.Close()
+	}
+	d.codexMu.Unlock()
 	if errors.Is(err, http.ErrServerClosed) {
 		err = nil
 	}
 	return err
 }
 
-func (d *Daemon) loadCodex() (*codex.Codex, error) {
+// checkCodex fails fast on a codex path or settings file that cannot work.
+func (d *Daemon) checkCodex() error {
 	if d.cfg.Codex.Path == "" {
-		return nil, nil
+		return nil
 	}
-	c, err := codex.Load(d.cfg.Codex.Path, codex.Options{
-		MaxFileBytes: d.cfg.Codex.MaxFileBytes, MaxTotalBytes: d.cfg.Codex.MaxTotalBytes, Exclude: d.cfg.Codex.Exclude,
-	})
-	if err != nil {
-		return nil, err
-	}
-	for _, s := range c.Skipped {
-		d.log.Warn("codex file skipped", "path", s.Path, "reason", s.Reason)
+	if _, err := os.Stat(d.cfg.Codex.Path); err != nil {
+		return fmt.Errorf("daemon: codex.path: %w", err)
 	}
 	settings, found, err := codex.LoadSettings(d.cfg.Codex.Path)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	if found {
 		l := settings.Limits
 		d.codexLim = governor.Limits{MaxChars: l.MaxChars, AnswerReserve: l.AnswerReserve, MaxDepth: l.MaxDepth, CompactTo: l.CompactTo}
 		d.log.Info("codex settings", "file", codex.SettingsFile, "limits", fmt.Sprintf("%+v", d.codexLim))
 	}
-	d.log.Info("codex loaded", "name", c.Name, "files", len(c.Files), "bytes", c.Bytes(), "skipped", len(c.Skipped))
-	return c, nil
+	return nil
+}
+
+func (d *Daemon) identity() runcontext.Identity {
+	return runcontext.Identity{Name: d.cfg.Identity.Name, Persona: d.cfg.Identity.Persona}
 }
 
 // initBackendLoop brings the backend up, retrying with backoff until it
@@ -182,6 +191,9 @@ func (d *Daemon) initBackendLoop(ctx context.Context, ready func()) {
 	for {
 		err := d.initBackend(ctx)
 		if err == nil {
+			if d.cfg.Codex.Path != "" && d.cfg.Codex.Watch {
+				d.watch(ctx, d.cfg.Codex.Path)
+			}
 			if ready != nil {
 				ready()
 			}
@@ -276,19 +288,37 @@ func (d *Daemon) initBackend(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("daemon: tokenizer for %s: %w", b.Model, err)
 	}
+	ready := false
+	defer func() {
+		if !ready { // a failed attempt leaves nothing open; the next one starts over
+			d.mu.Lock()
+			if d.tok == tok {
+				d.tok = nil
+			}
+			d.mu.Unlock()
+			tok.Close()
+		}
+	}()
 	d.log.Info("loading model", "model", b.Model, "num_ctx", info.NumCtx, "num_batch", b.NumBatch,
 		"kv_cache", plan.CacheType, "kv_bytes", plan.KVBytes, "plan", plan.Reason)
 	if err := client.Load(ctx); err != nil {
-		tok.Close()
 		return err
 	}
-	block := runcontext.Codex{Mode: runcontext.ModeNone}
-	if d.codex != nil {
-		block = d.codex.Block(runcontext.ModeCAG)
+	d.mu.Lock()
+	d.tok, d.limits, d.tokID = tok, limits, filepath.Base(facts.GGUFPath)
+	d.mu.Unlock()
+	codexState := orchestrator.CodexState{Block: runcontext.Codex{Mode: runcontext.ModeNone},
+		Plan: governor.CodexPlan{Mode: runcontext.ModeNone, Reason: "no codex configured"}}
+	var set *codexSet
+	if d.cfg.Codex.Path != "" {
+		if set, err = d.loadCodex(ctx, d.cfg.Codex.Path, nil); err != nil {
+			return err
+		}
+		codexState = set.state
 	}
 	orch, err := orchestrator.New(orchestrator.Config{
-		Identity: runcontext.Identity{Name: d.cfg.Identity.Name, Persona: d.cfg.Identity.Persona},
-		Codex:    block,
+		Identity: d.identity(),
+		Codex:    codexState,
 		Limits:   limits,
 		KVBytes:  func(n int) int64 { return mf.KVBytes(plan.CacheType, n) },
 		Sigils:   d.sigils,
@@ -296,12 +326,12 @@ func (d *Daemon) initBackend(ctx context.Context) error {
 		Logger:   d.log,
 	}, &ollamaBackend{client: client, temperature: b.Temperature, seed: b.Seed}, tok, d.store, d.probe)
 	if err != nil {
-		tok.Close()
 		return err
 	}
+	ready = true
 	d.mu.Lock()
-	d.orch, d.backend, d.tok, d.initErr = orch, info, tok, nil
-	d.plan, d.facts, d.limits = plan, mf, limits
+	d.orch, d.backend, d.initErr, d.codex = orch, info, nil, set
+	d.plan, d.facts = plan, mf
 	d.mu.Unlock()
 	d.log.Info("ready", "backend", info.URL, "version", info.Version, "model", b.Model, "num_ctx", info.NumCtx)
 	return nil

@@ -62,3 +62,24 @@ func TestValidate(t *testing.T) {
 		}
 	}
 }
+
+func TestPlanCodex(t *testing.T) {
+	l := Limits{NumCtx: 8192, AnswerReserve: 192} // budget 8000, threshold 5600 at 0.7
+	cases := []struct {
+		stable int
+		codex  int64
+		ratio  float64
+		mode   string
+	}{
+		{5600, 5000, 0, "cag"},
+		{5601, 5000, 0, "rag"},
+		{-1, 900000, 0.7, "rag"},
+		{3000, 2500, 0.3, "rag"}, // a codex TOML that lowers the ratio
+	}
+	for _, c := range cases {
+		p := l.PlanCodex(c.stable, c.codex, c.ratio)
+		if p.Mode != c.mode || p.Reason == "" {
+			t.Errorf("PlanCodex(%d, %d, %v) = %+v, want %s", c.stable, c.codex, c.ratio, p, c.mode)
+		}
+	}
+}

@@ -40,7 +40,7 @@ func ask(t *testing.T, c *client.Client, session, query string) (*orchestrator.S
 // the socket on the real Ollama, then restarts the daemon and continues.
 func TestSessionReusesPrefixAndSurvivesRestart(t *testing.T) {
 	state := t.TempDir()
-	cfg := baseConfig(t, state, codexDir(t, 6000))
+	cfg := baseConfig(t, state, codexDir(t, 4500))
 	d := start(t, cfg, true)
 
 	var prev *orchestrator.Summary

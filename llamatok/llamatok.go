@@ -14,7 +14,7 @@ var backendOnce sync.Once
 // concurrent use.
 type Tokenizer struct {
 	path  string
-	mu    sync.Mutex // guards model: llama.cpp vocab calls are not documented as thread-safe
+	mu    sync.RWMutex // guards model: tokenizing shares it (llama.cpp's vocabulary is read-only), Close takes it
 	model *llama.Model
 }
 
@@ -35,12 +35,26 @@ func Open(path string) (*Tokenizer, error) {
 // them: special tokens added (BOS where the vocabulary asks for it) and
 // special-token text parsed.
 func (t *Tokenizer) Tokenize(prompt string) ([]int, error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
+	return t.tokenize(prompt, true)
+}
+
+// CountText counts the tokens of a piece of a prompt, without the special
+// tokens added at the start of a whole prompt.
+func (t *Tokenizer) CountText(text string) (int, error) {
+	ids, err := t.tokenize(text, false)
+	return len(ids), err
+}
+
+func (t *Tokenizer) tokenize(text string, addSpecial bool) ([]int, error) {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
 	if t.model == nil {
 		return nil, fmt.Errorf("llamatok: tokenizer for %s is closed", t.path)
 	}
-	ids, err := t.model.Tokenize(prompt, true, true)
+	if text == "" && !addSpecial {
+		return nil, nil
+	}
+	ids, err := t.model.Tokenize(text, addSpecial, true)
 	if err != nil {
 		return nil, fmt.Errorf("llamatok: %w", err)
 	}

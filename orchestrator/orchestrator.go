@@ -54,6 +54,11 @@ type Store interface {
 	NewEpoch(ctx context.Context, id string, keep []int64, summary string, now time.Time) (int, error)
 }
 
+// Retriever finds codex excerpts for a query (RAG).
+type Retriever interface {
+	Search(ctx context.Context, query string, k int) ([]runcontext.Excerpt, error)
+}
+
 // Environment reads the hardware bands.
 type Environment interface {
 	Environment() (runcontext.Environment, hostenv.Reading)
@@ -62,13 +67,21 @@ type Environment interface {
 // Config is what the orchestrator needs besides its collaborators.
 type Config struct {
 	Identity runcontext.Identity
-	Codex    runcontext.Codex // rendered once at load
+	Codex    CodexState // the codex as loaded; SetCodex swaps it
 	Limits   governor.Limits
 	KVBytes  func(tokens int) int64 // KV cache size of a prompt; nil: not reported
 	Sigils   *sigils.Registry
 	Slot     string // names the backend slot in the prefix tracker
 	Now      func() time.Time
 	Logger   *slog.Logger
+}
+
+// CodexState is the codex as requests see it.
+type CodexState struct {
+	Block     runcontext.Codex   // rendered once at load
+	Plan      governor.CodexPlan // CAG or RAG, and why
+	Retriever Retriever          // excerpts for RAG; nil without an index
+	TopK      int                // excerpts per query in RAG mode
 }
 
 // Orchestrator serves requests. It is safe for concurrent use; requests
@@ -88,6 +101,7 @@ type Orchestrator struct {
 	blockCache map[uint64]int      // token counts of rendered blocks, by content hash
 	bos        int                 // tokens the tokenizer adds to any text (BOS)
 	lastBudget *Summary            // the last answered request, for status
+	codex      CodexState
 }
 
 // previous is what a session sent last, to find where a prefix broke.
@@ -117,7 +131,23 @@ func New(cfg Config, backend Backend, tok Tokenizer, store Store, env Environmen
 		last:       map[string]previous{},
 		blockCache: map[uint64]int{},
 		bos:        -1,
+		codex:      cfg.Codex,
 	}, nil
+}
+
+// SetCodex swaps the codex (after a reload). The next request renders the
+// new codex block, so the backend rebuilds its cached prefix from there.
+func (o *Orchestrator) SetCodex(c CodexState) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.codex = c
+}
+
+// Codex is the codex state requests see now.
+func (o *Orchestrator) Codex() CodexState {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.codex
 }
 
 // BackendRestarted forgets what the backend held: its KV cache is gone.
@@ -143,24 +173,26 @@ var (
 // Summary ends every answer: what was sent, what the backend should have
 // reused, what it did, and what the governor measured.
 type Summary struct {
-	Session         string            `json:"session"`
-	Turn            int               `json:"turn"`
-	Mode            string            `json:"mode"`
-	PromptTokens    int               `json:"prompt_tokens"`
-	CachedTokens    int               `json:"cached_tokens"`    // prefix the backend slot already holds
-	EvaluatedTokens int               `json:"evaluated_tokens"` // prompt tokens the backend must evaluate
-	ReusePercent    float64           `json:"reuse_percent"`
-	AnswerTokens    int               `json:"answer_tokens"`
-	TTFTMillis      float64           `json:"ttft_ms"`
-	PromptEvalMs    float64           `json:"backend_prompt_eval_ms"`
-	BackendPromptN  int               `json:"backend_prompt_eval_count"`
-	TotalMillis     float64           `json:"total_ms"`
-	DoneReason      string            `json:"done_reason"`
-	PrefixBreak     *cache.Break      `json:"prefix_break,omitempty"`
-	PrefixNote      string            `json:"prefix_note,omitempty"`
-	Epoch           int               `json:"epoch"`
-	Governor        []governor.Action `json:"governor,omitempty"` // what the governor did to make it fit
-	Budget          governor.Budget   `json:"budget"`
+	Session         string             `json:"session"`
+	Turn            int                `json:"turn"`
+	Mode            string             `json:"mode"`
+	PromptTokens    int                `json:"prompt_tokens"`
+	CachedTokens    int                `json:"cached_tokens"`    // prefix the backend slot already holds
+	EvaluatedTokens int                `json:"evaluated_tokens"` // prompt tokens the backend must evaluate
+	ReusePercent    float64            `json:"reuse_percent"`
+	AnswerTokens    int                `json:"answer_tokens"`
+	TTFTMillis      float64            `json:"ttft_ms"`
+	PromptEvalMs    float64            `json:"backend_prompt_eval_ms"`
+	BackendPromptN  int                `json:"backend_prompt_eval_count"`
+	TotalMillis     float64            `json:"total_ms"`
+	DoneReason      string             `json:"done_reason"`
+	PrefixBreak     *cache.Break       `json:"prefix_break,omitempty"`
+	PrefixNote      string             `json:"prefix_note,omitempty"`
+	Codex           governor.CodexPlan `json:"codex"`
+	Excerpts        int                `json:"excerpts"` // codex excerpts retrieved for this query (RAG)
+	Epoch           int                `json:"epoch"`
+	Governor        []governor.Action  `json:"governor,omitempty"` // what the governor did to make it fit
+	Budget          governor.Budget    `json:"budget"`
 }
 
 // Ask answers one request, calling onToken with each piece of the answer.
@@ -189,7 +221,7 @@ func (o *Orchestrator) Ask(ctx context.Context, req Request, onToken func(string
 	prompt := rendered.Prompt()
 
 	sum := &Summary{
-		Session: req.Session, Turn: sess.Count + 1, Mode: rc.Codex.Mode,
+		Session: req.Session, Turn: sess.Count + 1, Mode: rc.Codex.Mode, Codex: o.codex.Plan, Excerpts: len(rc.Query.Excerpts),
 		PromptTokens: len(tokens), Budget: budget, Epoch: rc.State.Epoch, Governor: actions,
 	}
 	sum.CachedTokens = o.slots.Expect(o.cfg.Slot, tokens)
@@ -231,7 +263,7 @@ func (o *Orchestrator) Ask(ctx context.Context, req Request, onToken func(string
 	if err != nil {
 		return nil, fmt.Errorf("orchestrator: %w", err)
 	}
-	turn := runcontext.Turn{Query: req.Query, Answer: gen.Text, Verbatim: req.Pin}
+	turn := runcontext.Turn{Query: req.Query, Excerpts: rc.Query.Excerpts, Answer: gen.Text, Verbatim: req.Pin}
 	// Recorded even if the caller's context ends now: the backend already
 	// holds the answer in its cache, and the next turn must extend it.
 	if err := o.store.AppendTurn(context.WithoutCancel(ctx), req.Session, turn, js, o.cfg.Now()); err != nil {
@@ -262,14 +294,24 @@ func (o *Orchestrator) prepare(ctx context.Context, req Request, sigil runcontex
 		return p, fmt.Errorf("orchestrator: %w", err)
 	}
 	env, _ := o.env.Environment()
+	if o.codex.Block.Mode == runcontext.ModeRAG && sigils.Allows(sigil, sigils.ScopeSearchCodex) {
+		sigil.Tools = []string{sigils.ScopeSearchCodex}
+	}
 	rc := &runcontext.RunContext{
 		Identity:    o.cfg.Identity,
-		Codex:       o.cfg.Codex,
+		Codex:       o.codex.Block,
 		Environment: env,
 		Sigil:       sigil,
 		Karma:       runcontext.Karma{},
 		State:       runcontext.State{Epoch: sess.Epoch, Summary: sess.Summary, Turns: sess.Turns},
 		Query:       runcontext.Query{Text: req.Query},
+	}
+	if o.codex.Block.Mode == runcontext.ModeRAG && o.codex.Retriever != nil {
+		ex, err := o.codex.Retriever.Search(ctx, req.Query, o.codex.TopK)
+		if err != nil {
+			return p, fmt.Errorf("orchestrator: retrieve codex excerpts: %w", err)
+		}
+		rc.Query.Excerpts = ex
 	}
 	if err := rc.Validate(); err != nil {
 		return p, fmt.Errorf("%w: %w", ErrBadRequest, err)
@@ -286,6 +328,18 @@ func (o *Orchestrator) prepare(ctx context.Context, req Request, sigil runcontex
 	}
 	budget, err := o.cfg.Limits.Check(m.Measure)
 	var le *governor.LimitError
+	// Excerpts are the cheapest thing to give up: the lowest-ranked go first.
+	for dropped := 0; errors.As(err, &le) && len(rc.Query.Excerpts) > 0; {
+		rc.Query.Excerpts = rc.Query.Excerpts[:len(rc.Query.Excerpts)-1]
+		dropped++
+		if m, err = o.measure(rc); err != nil {
+			return p, err
+		}
+		if budget, err = o.cfg.Limits.Check(m.Measure); err == nil || len(rc.Query.Excerpts) == 0 {
+			actions = append(actions, governor.Action{Kind: "excerpts",
+				Reason: fmt.Sprintf("%d lowest-ranked codex excerpts left out to fit the window", dropped), Epoch: sess.Epoch})
+		}
+	}
 	if errors.As(err, &le) {
 		acts, cerr := o.condense(ctx, req.Session, &sess, rc)
 		actions = append(actions, acts...)

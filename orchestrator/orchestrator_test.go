@@ -66,8 +66,8 @@ func newTest(t *testing.T, limits governor.Limits) (*Orchestrator, *echoBackend,
 	be, env := &echoBackend{}, &fakeEnv{memory: "high"}
 	o, err := New(Config{
 		Identity: runcontext.Identity{Name: "t", Persona: "Be brief."},
-		Codex: runcontext.Codex{Name: "c", Mode: runcontext.ModeCAG, Body: strings.Repeat("codex line\n", 200),
-			Files: []runcontext.CodexRef{{Path: "a.txt", Bytes: 2200, SHA256: strings.Repeat("0", 64)}}},
+		Codex: CodexState{Block: runcontext.Codex{Name: "c", Mode: runcontext.ModeCAG, Body: strings.Repeat("codex line\n", 200),
+			Files: []runcontext.CodexRef{{Path: "a.txt", Bytes: 2200, SHA256: strings.Repeat("0", 64)}}}},
 		Limits: limits, Sigils: reg, Slot: "m",
 	}, be, byteTokenizer{}, store, env)
 	if err != nil {
@@ -230,5 +230,48 @@ func TestCondenseWhenTheWindowIsExceeded(t *testing.T) {
 	var le *governor.LimitError
 	if !errors.As(err, &le) || le.Needed <= le.Allowed || !strings.Contains(err.Error(), "query=") {
 		t.Errorf("oversized query: %v", err)
+	}
+}
+
+type fakeRetriever struct{ queries []string }
+
+func (f *fakeRetriever) Search(_ context.Context, q string, k int) ([]runcontext.Excerpt, error) {
+	f.queries = append(f.queries, q)
+	var out []runcontext.Excerpt
+	for i := range k {
+		out = append(out, runcontext.Excerpt{Path: fmt.Sprintf("pkg/f%d.go", i), Lines: "1-9", Text: strings.Repeat("excerpt text ", 20)})
+	}
+	return out, nil
+}
+
+func TestRAGPutsExcerptsInTheVolatileTail(t *testing.T) {
+	o, be, _ := newTest(t, governor.Limits{NumCtx: 100000, AnswerReserve: 64})
+	r := &fakeRetriever{}
+	o.SetCodex(CodexState{
+		Block:     runcontext.Codex{Name: "big", Mode: runcontext.ModeRAG, Body: "map of files\n"},
+		Plan:      governor.CodexPlan{Mode: runcontext.ModeRAG, Reason: "too big"},
+		Retriever: r, TopK: 3,
+	})
+	noop := func(string) error { return nil }
+	sum, err := o.Ask(t.Context(), Request{Session: "r", Query: "where is f1?"}, noop)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sum.Excerpts != 3 || sum.Codex.Mode != "rag" || len(r.queries) != 1 {
+		t.Fatalf("summary %+v, queries %v", sum, r.queries)
+	}
+	p := be.prompts[0]
+	conv := strings.Index(p, "### CONVERSATION")
+	first := strings.Index(p, "[excerpt \"pkg/f0.go\" lines 1-9]")
+	if first < conv || !strings.Contains(p[first:], "where is f1?") {
+		t.Errorf("excerpts must sit next to the query, after the stable blocks:\n%s", p)
+	}
+	if strings.Contains(p, "tool: search_codex") {
+		t.Error("search_codex offered to a sigil without the scope")
+	}
+	// The next turn keeps the excerpts in the history, so it extends the prefix.
+	sum, err = o.Ask(t.Context(), Request{Session: "r", Query: "and f2?"}, noop)
+	if err != nil || sum.PrefixBreak != nil {
+		t.Errorf("second RAG turn: %+v %v", sum.PrefixBreak, err)
 	}
 }

@@ -109,7 +109,11 @@ func renderEnvironment(e Environment) string {
 }
 
 func renderSigil(s Sigil) string {
-	return "### SIGIL " + s.Name + "\nscopes: " + strings.Join(s.Scopes, " ") + "\n\n"
+	out := "### SIGIL " + s.Name + "\nscopes: " + strings.Join(s.Scopes, " ") + "\n"
+	for _, t := range s.Tools {
+		out += "tool: " + t + "\n"
+	}
+	return out + "\n"
 }
 
 func renderKarma(k Karma) string {
@@ -157,6 +161,10 @@ func RenderQuery(text string, excerpts []Excerpt) string {
 	for _, e := range excerpts {
 		sb.WriteString("[excerpt ")
 		sb.WriteString(strconv.Quote(e.Path))
+		if e.Lines != "" {
+			sb.WriteString(" lines ")
+			sb.WriteString(e.Lines)
+		}
 		sb.WriteString("]\n")
 		sb.WriteString(escape(e.Text))
 		sb.WriteString("\n[/excerpt]\n")

@@ -53,6 +53,7 @@ type Environment struct {
 type Sigil struct {
 	Name   string   `json:"name" jsonschema:"pattern=^[a-z0-9][a-z0-9._-]{0\\,63}$"`
 	Scopes []string `json:"scopes" jsonschema_description:"sorted, unique permission scopes"`
+	Tools  []string `json:"tools,omitempty" jsonschema_description:"tools offered to this sigil, by its scopes"`
 }
 
 // Karma is the set of verified past traces chosen for this epoch. Block 5.
@@ -91,6 +92,7 @@ type Query struct {
 
 // Excerpt is a piece of the codex retrieved for one query.
 type Excerpt struct {
-	Path string `json:"path"`
-	Text string `json:"text"`
+	Path  string `json:"path"`
+	Lines string `json:"lines,omitempty" jsonschema:"pattern=^[0-9]+-[0-9]+$"`
+	Text  string `json:"text"`
 }

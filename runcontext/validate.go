@@ -24,6 +24,7 @@ var (
 	sigilNameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,63}$`)
 	scopeRE     = regexp.MustCompile(`^[a-z][a-z0-9_.:-]{0,63}$`)
 	sha256RE    = regexp.MustCompile(`^[0-9a-f]{64}$`)
+	linesRE     = regexp.MustCompile(`^[0-9]+-[0-9]+$`)
 )
 
 // Enumerations of the environment bands.
@@ -89,6 +90,11 @@ func (rc *RunContext) Validate() error {
 		}
 	}
 
+	for i, tool := range rc.Sigil.Tools {
+		if !scopeRE.MatchString(tool) {
+			v.fail(fmt.Sprintf("sigil.tools[%d]", i), fmt.Sprintf("%q must match %s", tool, scopeRE))
+		}
+	}
 	if rc.Karma.Epoch < 0 {
 		v.fail("karma.epoch", "must not be negative")
 	}
@@ -177,5 +183,8 @@ func (v *validator) excerpts(field string, ex []Excerpt) {
 		f := fmt.Sprintf("%s[%d]", field, i)
 		v.relPath(f+".path", e.Path)
 		v.text(f+".text", e.Text, true)
+		if e.Lines != "" && !linesRE.MatchString(e.Lines) {
+			v.fail(f+".lines", fmt.Sprintf("%q must look like 12-40", e.Lines))
+		}
 	}
 }

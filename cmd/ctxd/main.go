@@ -38,6 +38,8 @@ Usage:
   ctxd ask      [--session S] [--sigil NAME] [--pin] [--json] QUESTION
   ctxd status                                     show the daemon's state
   ctxd sessions                                   list sessions
+  ctxd codex load PATH                            load PATH as the daemon's codex (progress on a terminal)
+  ctxd codex stats [--json]                       totals, mode and why, largest files, redactions, skips
   ctxd schema                                     print the RunContext JSON Schema
   ctxd genmodel --out FILE [flags]                write a random-weight GGUF model
   ctxd systemd-units DIR                          write the systemd unit files
@@ -66,6 +68,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = cmdGet(args[1:], stdout, "/v1/status")
 	case "sessions":
 		err = cmdGet(args[1:], stdout, "/v1/sessions")
+	case "codex":
+		err = cmdCodex(args[1:], stdout, stderr)
 	case "schema":
 		_, err = stdout.Write(runcontext.Schema())
 	case "genmodel":
@@ -107,6 +111,8 @@ func socketPath(flagValue string) string {
 	}
 	return config.DefaultSocket(processEnv())
 }
+
+func clientFor(socket string) *client.Client { return client.New(socketPath(socket)) }
 
 func cmdServe(args []string, stderr io.Writer) error {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
@@ -190,7 +196,7 @@ func cmdAsk(args []string, stdout, stderr io.Writer) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	c := client.New(socketPath(*socket))
+	c := clientFor(*socket)
 	streamed := false
 	sum, err := c.Ask(ctx, daemon.AskRequest{Session: *session, Query: query, Sigil: *sigil, Pin: *pin}, func(s string) {
 		streamed = true
@@ -224,7 +230,7 @@ func cmdGet(args []string, stdout io.Writer, path string) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	b, err := client.New(socketPath(*socket)).GetRaw(context.Background(), path)
+	b, err := clientFor(*socket).GetRaw(context.Background(), path)
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,36 @@
+package codex
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+)
+
+func TestChunkAtFunctionsAndHeadings(t *testing.T) {
+	goSrc := "package p\n\nimport \"fmt\"\n\n// A does a.\nfunc A() {\n\tfmt.Println(1)\n}\n\n// B does b.\nfunc B() {}\n"
+	var starts []int
+	for _, c := range chunkFile("p.go", goSrc) {
+		starts = append(starts, c.Start)
+	}
+	if got := fmt.Sprint(starts); got != "[1 5 10]" {
+		t.Errorf("Go chunks start at %v, want 1,5,10 (declarations with their comments)", starts)
+	}
+	md := "# T\nintro\n## A\ntext a\n## B\ntext b\n"
+	if n := len(chunkFile("r.md", md)); n != 3 {
+		t.Errorf("markdown: %d chunks, want 3", n)
+	}
+	long := strings.Repeat("a line of prose that goes on\n", 200)
+	for _, c := range chunkFile("x.txt", long) {
+		if len(c.Text) > maxChunkChars {
+			t.Errorf("chunk of %d chars over the cap", len(c.Text))
+		}
+	}
+	// Chunks cover every line exactly once.
+	total := 0
+	for _, c := range chunkFile("p.go", goSrc) {
+		total += c.End - c.Start + 1
+	}
+	if total != strings.Count(goSrc, "\n") {
+		t.Errorf("chunks cover %d lines of %d", total, strings.Count(goSrc, "\n"))
+	}
+}
