@@ -61,7 +61,6 @@ func TestTokenCountsMatchBackend(t *testing.T) {
 	}
 }
 
-
 func TestRAGModeOnRealBackend(t *testing.T) {
 	dir := codexDir(t, 40000)
 	if err := os.WriteFile(filepath.Join(dir, "secrets.env"), []byte("STRIPE_KEY=\"sk_live_4eC39HqLyjWDarjtT1zdp7dc\"\n"), 0o644); err != nil {
