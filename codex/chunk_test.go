@@ -34,3 +34,19 @@ func TestChunkAtFunctionsAndHeadings(t *testing.T) {
 		t.Errorf("chunks cover %d lines of %d", total, strings.Count(goSrc, "\n"))
 	}
 }
+
+func TestMapFitsItsBudget(t *testing.T) {
+	c := &Codex{Name: "big"}
+	for i := range 300 {
+		c.Files = append(c.Files, File{Path: fmt.Sprintf("pkg%d/sub%d/file%d.go", i%7, i%13, i), Tokens: 100})
+		c.Tokens += 100
+	}
+	full := c.Map(0)
+	if !strings.Contains(full, "\"pkg0/sub0/file0.go\" 100") {
+		t.Errorf("uncapped map lacks files:\n%.300s", full)
+	}
+	capped := c.Map(1200)
+	if len(capped) > 1200 || !strings.Contains(capped, "Directories") || !strings.Contains(capped, "300 files") {
+		t.Errorf("capped map (%d chars):\n%s", len(capped), capped)
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path"
 	"path/filepath"
 	"runtime"
 	"slices"
@@ -298,8 +299,13 @@ func longestLeadingRun(s string, c byte) int {
 }
 
 // Block is the codex as a RunContext block: the whole tree (CAG) or its map
-// (RAG).
+// (RAG), the map in at most mapChars characters.
 func (c *Codex) Block(mode string) runcontext.Codex {
+	return c.BlockWithMap(mode, 0)
+}
+
+// BlockWithMap is Block with a cap on the map's size (0: none).
+func (c *Codex) BlockWithMap(mode string, mapChars int) runcontext.Codex {
 	if c == nil || len(c.Files) == 0 {
 		return runcontext.Codex{Mode: runcontext.ModeNone}
 	}
@@ -307,22 +313,65 @@ func (c *Codex) Block(mode string) runcontext.Codex {
 	for i, f := range c.Files {
 		refs[i] = runcontext.CodexRef{Path: f.Path, Bytes: f.Size, SHA256: f.SHA256}
 	}
-	body := c.Body()
+	var body string
 	if mode == runcontext.ModeRAG {
-		body = c.Map()
+		body = c.Map(mapChars)
+	} else {
+		body = c.Body()
 	}
 	return runcontext.Codex{Name: c.Name, Mode: mode, Files: refs, Body: body}
 }
 
-// Map lists the files with their sizes: what a model sees of a codex too
-// large to load whole, next to the excerpts retrieved for each query.
-func (c *Codex) Map() string {
+// Map describes a codex too large to load whole: what a model sees of it,
+// next to the excerpts retrieved for each question. It lists every file
+// with its tokens if that fits in maxChars (0: no cap); otherwise every
+// directory with its file count and tokens; otherwise the directories two
+// levels down, then one. The text says which it is: nothing is cut silently.
+func (c *Codex) Map(maxChars int) string {
+	head := fmt.Sprintf("This codex is too large to show whole: %d files, %d tokens. Excerpts relevant to each question appear with the question.\n", len(c.Files), c.Tokens)
 	var sb strings.Builder
-	sb.WriteString("This codex is too large to show whole. Its files (path, tokens):\n")
+	sb.WriteString(head)
+	sb.WriteString("Files (path, tokens):\n")
 	for _, f := range c.Files {
 		fmt.Fprintf(&sb, "%s %d\n", quotePath(f.Path), f.Tokens)
 	}
-	sb.WriteString("Excerpts relevant to each question appear with the question.\n")
+	if maxChars <= 0 || sb.Len() <= maxChars {
+		return sb.String()
+	}
+	for _, depth := range []int{-1, 2, 1} {
+		type dir struct {
+			files  int
+			tokens int64
+		}
+		dirs := map[string]*dir{}
+		var names []string
+		for _, f := range c.Files {
+			d := path.Dir(f.Path)
+			if parts := strings.Split(d, "/"); depth > 0 && len(parts) > depth {
+				d = strings.Join(parts[:depth], "/")
+			}
+			if dirs[d] == nil {
+				dirs[d] = &dir{}
+				names = append(names, d)
+			}
+			dirs[d].files++
+			dirs[d].tokens += int64(f.Tokens)
+		}
+		slices.Sort(names)
+		sb.Reset()
+		sb.WriteString(head)
+		if depth < 0 {
+			sb.WriteString("Directories (path, files, tokens):\n")
+		} else {
+			fmt.Fprintf(&sb, "Directories %d level(s) deep, with everything below them (path, files, tokens):\n", depth)
+		}
+		for _, n := range names {
+			fmt.Fprintf(&sb, "%s %d %d\n", quotePath(n), dirs[n].files, dirs[n].tokens)
+		}
+		if sb.Len() <= maxChars || depth == 1 {
+			break
+		}
+	}
 	return sb.String()
 }
 

@@ -103,7 +103,10 @@ func (d *Daemon) loadCodex(ctx context.Context, path string, progress func(codex
 	if err != nil {
 		return nil, err
 	}
-	state := orchestrator.CodexState{Block: c.Block(plan.Mode), Plan: plan, TopK: d.cfg.Codex.TopK}
+	// The map of a RAG codex may take a tenth of the prompt budget (at a
+	// conservative two characters a token).
+	mapChars := limits.PromptBudget() / 10 * 2
+	state := orchestrator.CodexState{Block: c.BlockWithMap(plan.Mode, mapChars), Plan: plan, TopK: d.cfg.Codex.TopK}
 	reindexed := 0
 	if plan.Mode == runcontext.ModeRAG {
 		if d.index == nil {

@@ -31,8 +31,10 @@ func cmdCodex(args []string, stdout, stderr io.Writer) error {
 		return cmdCodexLoad(args[1:], stdout, stderr)
 	case "stats":
 		return cmdCodexStats(args[1:], stdout)
+	case "bench":
+		return cmdCodexBench(args[1:], stdout)
 	}
-	return fmt.Errorf("codex: unknown subcommand %q (load, stats)", args[0])
+	return fmt.Errorf("codex: unknown subcommand %q (load, stats, bench)", args[0])
 }
 
 func cmdCodexLoad(args []string, stdout, stderr io.Writer) error {

@@ -40,6 +40,7 @@ Usage:
   ctxd sessions                                   list sessions
   ctxd codex load PATH                            load PATH as the daemon's codex (progress on a terminal)
   ctxd codex stats [--json]                       totals, mode and why, largest files, redactions, skips
+  ctxd codex bench --gguf MODEL PATH              time first load, unchanged reload, one-file-changed reload
   ctxd schema                                     print the RunContext JSON Schema
   ctxd genmodel --out FILE [flags]                write a random-weight GGUF model
   ctxd systemd-units DIR                          write the systemd unit files
@@ -54,6 +55,9 @@ func main() {
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
+	// Libraries that log through the default logger (llama.cpp's loader
+	// via the Ollama module) speak only when something is wrong.
+	slog.SetDefault(slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
 	if len(args) == 0 {
 		fmt.Fprint(stderr, usage)
 		return 2

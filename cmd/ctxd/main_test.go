@@ -28,6 +28,11 @@ func TestCommands(t *testing.T) {
 		{"ask without daemon", []string{"ask", "--socket", filepath.Join(dir, "s.sock"), "hi"}, 1, "", "cannot reach the daemon"},
 		{"serve with bad config", []string{"serve", "--config", filepath.Join(dir, "missing.toml")}, 1, "", "missing.toml"},
 		{"units", []string{"systemd-units", filepath.Join(dir, "units")}, 0, "ctxd.socket", ""},
+		{"codex without subcommand", []string{"codex"}, 1, "", "load PATH, or stats"},
+		{"codex unknown", []string{"codex", "frob"}, 1, "", `unknown subcommand "frob"`},
+		{"codex bench usage", []string{"codex", "bench", dir}, 1, "", "--gguf"},
+		{"codex load without daemon", []string{"codex", "load", "--socket", filepath.Join(dir, "s.sock"), dir}, 1, "", "cannot reach the daemon"},
+		{"codex stats without daemon", []string{"codex", "stats", "--socket", filepath.Join(dir, "s.sock")}, 1, "", "cannot reach the daemon"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
