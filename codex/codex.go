@@ -287,6 +287,10 @@ func render(files []File) string {
 }
 
 func longestLeadingRun(s string, c byte) int {
+	// Most files have no line starting with the fence character at all.
+	if !strings.HasPrefix(s, string(c)) && !strings.Contains(s, "\n"+string(c)) {
+		return 0
+	}
 	best := 0
 	for line := range strings.Lines(s) {
 		n := 0
