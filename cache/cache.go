@@ -2,6 +2,7 @@ package cache
 
 import (
 	"slices"
+	"strings"
 	"sync"
 
 	"github.com/ctxd/ctxd/runcontext"
@@ -9,17 +10,6 @@ import (
 
 // LCP is the length of the longest common prefix of a and b.
 func LCP[T comparable](a, b []T) int {
-	n := min(len(a), len(b))
-	for i := range n {
-		if a[i] != b[i] {
-			return i
-		}
-	}
-	return n
-}
-
-// lcpString is LCP for strings, byte-wise.
-func lcpString(a, b string) int {
 	n := min(len(a), len(b))
 	for i := range n {
 		if a[i] != b[i] {
@@ -68,21 +58,23 @@ type Break struct {
 
 // Compare reports where cur stops extending prev, the previous prompt of
 // the same session followed by its answer as it renders into the state.
-// It returns nil when cur extends prev.
+// It returns nil when cur extends prev. It compares block by block and
+// copies nothing: the stable blocks of two requests usually share memory.
 func Compare(prev, cur runcontext.Rendered, prevAnswer string) *Break {
-	prevPrompt := prev.Prompt() + runcontext.RenderAnswer(prevAnswer)
-	curPrompt := cur.Prompt()
-	n := lcpString(prevPrompt, curPrompt)
-	if n == len(prevPrompt) {
-		return nil
-	}
-	// The previous query and answer belong in the state now, so any
-	// divergence from the state block on is a change of the conversation.
 	for k := range runcontext.BlockState {
-		if cur.Offset(k+1) > n {
+		if prev.Blocks[k] != cur.Blocks[k] {
 			name := runcontext.BlockNames[k]
 			return &Break{Block: name, Reason: name + " block changed"}
 		}
 	}
-	return &Break{Block: runcontext.BlockNames[runcontext.BlockState], Reason: "conversation was compacted or rewritten"}
+	// The previous query and answer belong in the state now, so the new
+	// state must start with the old state, the old query and the answer.
+	st := cur.Blocks[runcontext.BlockState]
+	for _, part := range []string{prev.Blocks[runcontext.BlockState], prev.Blocks[runcontext.BlockQuery], runcontext.RenderAnswer(prevAnswer)} {
+		if !strings.HasPrefix(st, part) {
+			return &Break{Block: runcontext.BlockNames[runcontext.BlockState], Reason: "conversation was compacted or rewritten"}
+		}
+		st = st[len(part):]
+	}
+	return nil
 }

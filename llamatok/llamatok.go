@@ -45,6 +45,12 @@ func (t *Tokenizer) CountText(text string) (int, error) {
 	return len(ids), err
 }
 
+// TokenizeText tokenizes a piece of a prompt, without the special tokens
+// added at the start of a whole prompt.
+func (t *Tokenizer) TokenizeText(text string) ([]int, error) {
+	return t.tokenize(text, false)
+}
+
 func (t *Tokenizer) tokenize(text string, addSpecial bool) ([]int, error) {
 	t.mu.RLock()
 	defer t.mu.RUnlock()

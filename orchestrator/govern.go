@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/maphash"
+	"slices"
 	"strings"
 
 	"github.com/ctxd/ctxd/governor"
@@ -24,7 +25,7 @@ var hashSeed = maphash.MakeSeed()
 // each block on its own (cached by content, so the codex is counted once).
 func (o *Orchestrator) measure(rc *runcontext.RunContext) (measured, error) {
 	r := runcontext.Render(rc)
-	tokens, err := o.tok.Tokenize(r.Prompt())
+	tokens, err := o.tokenizeLocked(r)
 	if err != nil {
 		return measured{}, fmt.Errorf("orchestrator: count prompt tokens: %w", err)
 	}
@@ -35,6 +36,89 @@ func (o *Orchestrator) measure(rc *runcontext.RunContext) (measured, error) {
 		}
 	}
 	return m, nil
+}
+
+// prefixTokens are the tokens of a prompt's stable blocks (identity to
+// karma), and whether splitting there is known to tokenize like the whole.
+type prefixTokens struct {
+	tokens     []int
+	verified   bool
+	splittable bool
+}
+
+// anchor ends every stable prefix (each block ends with a blank line). The
+// tail is tokenized after it, so it starts as it would in the whole prompt.
+const anchor = "\n\n"
+
+// tokenizeLocked tokenizes a rendered prompt. The stable blocks are
+// tokenized once per content and reused; only the conversation and the
+// query are tokenized per request. The first use of each prefix checks the
+// split against tokenizing the whole prompt, and a tokenizer for which the
+// two differ gets whole prompts from then on: counts stay exact.
+func (o *Orchestrator) tokenizeLocked(r runcontext.Rendered) ([]int, error) {
+	if o.wholeOnly {
+		return o.tok.Tokenize(r.Prompt())
+	}
+	var h maphash.Hash
+	h.SetSeed(hashSeed)
+	for _, b := range r.Blocks[:runcontext.BlockState] {
+		h.WriteString(b)
+		h.WriteByte(0)
+	}
+	key := h.Sum64()
+	e := o.prefixes[key]
+	if e == nil {
+		full := r.Prompt()
+		ids, err := o.tok.Tokenize(full[:r.Offset(runcontext.BlockState)])
+		if err != nil {
+			return nil, err
+		}
+		if len(o.prefixes) >= 16 {
+			clear(o.prefixes) // environment bands and sigils make few distinct prefixes
+		}
+		e = &prefixTokens{tokens: ids}
+		o.prefixes[key] = e
+	}
+	if e.verified && !e.splittable {
+		return o.tok.Tokenize(r.Prompt())
+	}
+	tail, err := o.tailTokens(r.Blocks[runcontext.BlockState] + r.Blocks[runcontext.BlockQuery])
+	if err != nil {
+		return nil, err
+	}
+	ids := make([]int, 0, len(e.tokens)+len(tail))
+	ids = append(append(ids, e.tokens...), tail...)
+	if !e.verified {
+		whole, err := o.tok.Tokenize(r.Prompt())
+		if err != nil {
+			return nil, err
+		}
+		e.verified, e.splittable = true, slices.Equal(whole, ids)
+		if !e.splittable {
+			o.log.Info("this tokenizer merges across the stable prefix; counting whole prompts for it", "prefix_tokens", len(e.tokens))
+		}
+		return whole, nil
+	}
+	return ids, nil
+}
+
+// tailTokens tokenizes the text after a stable prefix, as it tokenizes
+// there: after the anchor the prefix ends with, whose own tokens are then
+// dropped. If the anchor's tokens do not lead (the tokenizer merged across
+// it) it returns none, and the whole-prompt check finds the difference.
+func (o *Orchestrator) tailTokens(tail string) ([]int, error) {
+	a, err := o.tok.TokenizeText(anchor)
+	if err != nil {
+		return nil, err
+	}
+	ids, err := o.tok.TokenizeText(anchor + tail)
+	if err != nil {
+		return nil, err
+	}
+	if len(ids) < len(a) || !slices.Equal(ids[:len(a)], a) {
+		return nil, nil // the whole-prompt check will find the difference
+	}
+	return ids[len(a):], nil
 }
 
 // countLocked counts the tokens of a piece of text without the special

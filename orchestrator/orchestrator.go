@@ -42,9 +42,11 @@ type Backend interface {
 	Generate(ctx context.Context, req GenerateRequest, onToken func(string) error) (Generation, error)
 }
 
-// Tokenizer tokenizes a whole prompt exactly as the backend will.
+// Tokenizer tokenizes a whole prompt exactly as the backend will, and a
+// piece of one without the special tokens a whole prompt starts with.
 type Tokenizer interface {
 	Tokenize(prompt string) ([]int, error)
+	TokenizeText(text string) ([]int, error)
 }
 
 // Store keeps sessions.
@@ -102,6 +104,8 @@ type Orchestrator struct {
 	bos        int                 // tokens the tokenizer adds to any text (BOS)
 	lastBudget *Summary            // the last answered request, for status
 	codex      CodexState
+	prefixes   map[uint64]*prefixTokens // tokens of the stable blocks, by content
+	wholeOnly  bool                     // incremental tokenization disagreed with the backend: count whole prompts
 }
 
 // previous is what a session sent last, to find where a prefix broke.
@@ -131,8 +135,15 @@ func New(cfg Config, backend Backend, tok Tokenizer, store Store, env Environmen
 		last:       map[string]previous{},
 		blockCache: map[uint64]int{},
 		bos:        -1,
-		codex:      cfg.Codex,
+		codex:      prerendered(cfg.Codex),
+		prefixes:   map[uint64]*prefixTokens{},
 	}, nil
+}
+
+// prerendered renders the codex block once for all requests.
+func prerendered(c CodexState) CodexState {
+	c.Block.Prerender()
+	return c
 }
 
 // SetCodex swaps the codex (after a reload). The next request renders the
@@ -140,7 +151,7 @@ func New(cfg Config, backend Backend, tok Tokenizer, store Store, env Environmen
 func (o *Orchestrator) SetCodex(c CodexState) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	o.codex = c
+	o.codex = prerendered(c)
 }
 
 // Codex is the codex state requests see now.
@@ -251,6 +262,13 @@ func (o *Orchestrator) Ask(ctx context.Context, req Request, onToken func(string
 	}
 	o.slots.Record(o.cfg.Slot, tokens)
 	o.last[req.Session] = previous{rendered: rendered, answer: gen.Text}
+	if gen.PromptEvalCount > 0 && gen.PromptEvalCount != len(tokens) && !o.wholeOnly {
+		// Ollama counts every prompt token, cached or not: a difference means
+		// ctxd's count is off. Count whole prompts from now on, and say so.
+		o.log.Warn("token count differs from the backend's; counting whole prompts from now on",
+			"ctxd", len(tokens), "backend", gen.PromptEvalCount)
+		o.wholeOnly = true
+	}
 
 	sum.AnswerTokens = gen.EvalCount
 	sum.TTFTMillis = ms(gen.TTFT)

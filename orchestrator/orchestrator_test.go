@@ -27,6 +27,8 @@ func (byteTokenizer) Tokenize(s string) ([]int, error) {
 	return out, nil
 }
 
+func (b byteTokenizer) TokenizeText(s string) ([]int, error) { return b.Tokenize(s) }
+
 // echoBackend answers with a fixed text in two pieces and remembers prompts.
 type echoBackend struct {
 	prompts []string
@@ -273,5 +275,46 @@ func TestRAGPutsExcerptsInTheVolatileTail(t *testing.T) {
 	sum, err = o.Ask(t.Context(), Request{Session: "r", Query: "and f2?"}, noop)
 	if err != nil || sum.PrefixBreak != nil {
 		t.Errorf("second RAG turn: %+v %v", sum.PrefixBreak, err)
+	}
+}
+
+// mergingTokenizer is a byte tokenizer that merges "\n###" into one token,
+// so a prompt split after a blank line tokenizes differently from the whole.
+type mergingTokenizer struct{ byteTokenizer }
+
+func (m mergingTokenizer) Tokenize(s string) ([]int, error) {
+	var out []int
+	for i := 0; i < len(s); i++ {
+		if strings.HasPrefix(s[i:], "\n###") {
+			out = append(out, 1000)
+			i += 3
+			continue
+		}
+		out = append(out, int(s[i]))
+	}
+	return out, nil
+}
+
+func (m mergingTokenizer) TokenizeText(s string) ([]int, error) { return m.Tokenize(s) }
+
+func TestIncrementalTokenizationStaysExact(t *testing.T) {
+	for name, tok := range map[string]Tokenizer{"splittable": byteTokenizer{}, "merging": mergingTokenizer{}} {
+		t.Run(name, func(t *testing.T) {
+			o, be, _ := newTest(t, governor.Limits{NumCtx: 100000, AnswerReserve: 64})
+			o.tok = tok
+			for i := range 3 {
+				sum, err := o.Ask(t.Context(), Request{Session: "tok", Query: fmt.Sprint("q", i)}, func(string) error { return nil })
+				if err != nil {
+					t.Fatal(err)
+				}
+				want, _ := tok.Tokenize(be.prompts[len(be.prompts)-1])
+				if sum.PromptTokens != len(want) {
+					t.Errorf("turn %d: %d prompt tokens, the whole prompt has %d", i+1, sum.PromptTokens, len(want))
+				}
+			}
+			if e := len(o.prefixes); e != 1 {
+				t.Errorf("%d cached prefixes, want 1", e)
+			}
+		})
 	}
 }

@@ -83,6 +83,9 @@ func renderIdentity(id Identity) string {
 }
 
 func renderCodex(c Codex) string {
+	if c.block != "" {
+		return c.block
+	}
 	if c.Mode == ModeNone || c.Mode == "" {
 		return "### CODEX\n(none)\n\n"
 	}

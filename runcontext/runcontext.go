@@ -31,7 +31,14 @@ type Codex struct {
 	Mode  string     `json:"mode" jsonschema:"enum=none,enum=cag,enum=rag"`
 	Files []CodexRef `json:"files" jsonschema_description:"files in rendering order"`
 	Body  string     `json:"body" jsonschema_description:"the rendered files (CAG) or codex map (RAG)"`
+
+	block string // the rendered block, set by Prerender; never serialized
 }
+
+// Prerender renders the codex block once, so that rendering a RunContext
+// that holds this codex copies nothing of it: requests share one string.
+// Call it again after changing any field.
+func (c *Codex) Prerender() { c.block = ""; c.block = renderCodex(*c) }
 
 // CodexRef names one file of the codex.
 type CodexRef struct {

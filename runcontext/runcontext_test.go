@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"unsafe"
 )
 
 var update = flag.Bool("update", false, "rewrite golden files in testdata/")
@@ -220,4 +221,23 @@ func TestSchema(t *testing.T) {
 		}
 	}
 	golden(t, "runcontext.schema.json", string(Schema()))
+}
+
+func TestPrerenderedCodexIsShared(t *testing.T) {
+	rc := fixture()
+	want := Render(rc).Blocks[BlockCodex]
+	rc.Codex.Prerender()
+	got := Render(rc).Blocks[BlockCodex]
+	if got != want {
+		t.Fatal("prerendered codex block differs from the rendered one")
+	}
+	if unsafe.StringData(Render(rc).Blocks[BlockCodex]) != unsafe.StringData(got) {
+		t.Error("rendering copied the prerendered codex block")
+	}
+	allocs := testing.AllocsPerRun(100, func() { _ = Render(rc) })
+	rc.Codex.Body = strings.Repeat(rc.Codex.Body, 1000)
+	rc.Codex.Prerender()
+	if big := testing.AllocsPerRun(100, func() { _ = Render(rc) }); big > allocs {
+		t.Errorf("allocations grow with the codex: %v, then %v with a 1000x body", allocs, big)
+	}
 }
