@@ -50,8 +50,13 @@ test: ollama $(BIN)/ollama-$(COMPAT_VERSION)
 	CTXD_REQUIRE_OLLAMA=1 CTXD_OLLAMA_BIN=$(abspath $(BIN)/ollama-$(COMPAT_VERSION)) $(GO) test -count=1 -timeout 30m ./ollama/ ./integration/
 
 
-# Benchmarks on the real backend; figures go to the terminal.
-bench: ollama
+# Benchmarks on the real backend: the harness (multi-turn three ways,
+# sidecar overhead, compose latency, scaling) rewrites its section of
+# docs/benchmarks.md and docs/bench/{results.json,scaling.png}; then the Go
+# benchmarks (compose allocations, cold/warm TTFT, depth policies).
+bench: build ollama
+	$(CTXD) bench --ollama $(OLLAMA) --out docs/bench --doc docs/benchmarks.md
+	$(GO) test -run '^$$' -bench Compose -benchmem ./runcontext/
 	CTXD_REQUIRE_OLLAMA=1 CTXD_OLLAMA_BIN=$(abspath $(OLLAMA)) $(GO) test -count=1 -run '^$$' -bench . -benchtime 1x -timeout 60m ./integration/
 
 vet:

@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 
+	"github.com/ctxd/ctxd/codex"
 	"github.com/ctxd/ctxd/daemon"
 	"github.com/ctxd/ctxd/orchestrator"
 )
@@ -124,4 +125,36 @@ func (c *Client) Ask(ctx context.Context, req daemon.AskRequest, onToken func(st
 		return nil, fmt.Errorf("ctxd: stream: %w", err)
 	}
 	return nil, errors.New("ctxd: stream ended without a summary")
+}
+
+// LoadCodex makes the tree at path (on the daemon's machine) the daemon's
+// codex, calling onProgress as it loads, and returns the loaded codex.
+func (c *Client) LoadCodex(ctx context.Context, path string, onProgress func(codex.Progress)) (*daemon.CodexStats, error) {
+	resp, err := c.do(ctx, http.MethodPost, "/v1/codex/load", map[string]string{"path": path})
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 64<<20)
+	for sc.Scan() {
+		var ev daemon.CodexEvent
+		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
+			return nil, fmt.Errorf("ctxd: bad stream line: %w", err)
+		}
+		switch ev.Type {
+		case "progress":
+			if onProgress != nil && ev.Progress != nil {
+				onProgress(*ev.Progress)
+			}
+		case "error":
+			return nil, &APIError{Status: http.StatusBadRequest, Message: ev.Error}
+		case "codex":
+			return ev.Codex, nil
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("ctxd: stream: %w", err)
+	}
+	return nil, errors.New("ctxd: codex load ended without a result")
 }

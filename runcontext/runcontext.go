@@ -32,13 +32,21 @@ type Codex struct {
 	Files []CodexRef `json:"files" jsonschema_description:"files in rendering order"`
 	Body  string     `json:"body" jsonschema_description:"the rendered files (CAG) or codex map (RAG)"`
 
-	block string // the rendered block, set by Prerender; never serialized
+	block     string // the rendered block, set by Prerender; never serialized
+	bodyValid bool   // Prerender found the block valid: Validate need not scan it again
 }
 
 // Prerender renders the codex block once, so that rendering a RunContext
-// that holds this codex copies nothing of it: requests share one string.
-// Call it again after changing any field.
-func (c *Codex) Prerender() { c.block = ""; c.block = renderCodex(*c) }
+// that holds this codex copies nothing of it, and checks the body once, so
+// validating one scans nothing of it: requests share the work. Call it
+// again after changing any field.
+func (c *Codex) Prerender() {
+	c.block, c.bodyValid = "", false
+	c.block = renderCodex(*c)
+	var v validator
+	v.codex(*c)
+	c.bodyValid = len(v.errs) == 0
+}
 
 // CodexRef names one file of the codex.
 type CodexRef struct {

@@ -42,33 +42,8 @@ func (rc *RunContext) Validate() error {
 	v.name("identity.name", rc.Identity.Name, 64)
 	v.text("identity.persona", rc.Identity.Persona, true)
 
-	c := rc.Codex
-	v.text("codex.name", c.Name, false)
-	if strings.HasPrefix(c.Name, "/") {
-		v.fail("codex.name", "must not be an absolute path")
-	}
-	switch c.Mode {
-	case ModeNone:
-		if len(c.Files) > 0 || c.Body != "" {
-			v.fail("codex.mode", `is "none" but files or body are set`)
-		}
-	case ModeCAG, ModeRAG:
-		v.text("codex.body", c.Body, true)
-	default:
-		v.fail("codex.mode", fmt.Sprintf("%q is not one of none, cag, rag", c.Mode))
-	}
-	for i, f := range c.Files {
-		field := fmt.Sprintf("codex.files[%d]", i)
-		v.relPath(field+".path", f.Path)
-		if i > 0 && c.Files[i-1].Path >= f.Path {
-			v.fail(field+".path", "files must be sorted by path and unique")
-		}
-		if f.Bytes < 0 {
-			v.fail(field+".bytes", "must not be negative")
-		}
-		if !sha256RE.MatchString(f.SHA256) {
-			v.fail(field+".sha256", "must be 64 lowercase hex digits")
-		}
+	if !rc.Codex.bodyValid {
+		v.codex(rc.Codex)
 	}
 
 	e := rc.Environment
@@ -132,6 +107,38 @@ func (rc *RunContext) Validate() error {
 }
 
 type validator struct{ errs []error }
+
+// codex checks the codex block; Prerender runs it once per codex.
+func (v *validator) codex(c Codex) {
+	v.text("codex.name", c.Name, false)
+	if strings.HasPrefix(c.Name, "/") {
+		v.fail("codex.name", "must not be an absolute path")
+	}
+	switch c.Mode {
+	case ModeNone:
+		if len(c.Files) > 0 || c.Body != "" {
+			v.fail("codex.mode", `is "none" but files or body are set`)
+		}
+	case ModeCAG, ModeRAG:
+		v.text("codex.body", c.Body, true)
+	default:
+		v.fail("codex.mode", fmt.Sprintf("%q is not one of none, cag, rag", c.Mode))
+	}
+	for i, f := range c.Files {
+		field := fmt.Sprintf("codex.files[%d]", i)
+		v.relPath(field+".path", f.Path)
+		if i > 0 && c.Files[i-1].Path >= f.Path {
+			v.fail(field+".path", "files must be sorted by path and unique")
+		}
+		if f.Bytes < 0 {
+			v.fail(field+".bytes", "must not be negative")
+		}
+		if !sha256RE.MatchString(f.SHA256) {
+			v.fail(field+".sha256", "must be 64 lowercase hex digits")
+		}
+	}
+
+}
 
 func (v *validator) fail(field, problem string) {
 	v.errs = append(v.errs, &FieldError{Field: field, Problem: problem})

@@ -1,16 +1,12 @@
 package main
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"net"
-	"net/http"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -19,6 +15,7 @@ import (
 	"github.com/schollz/progressbar/v3"
 	"golang.org/x/term"
 
+	"github.com/ctxd/ctxd/codex"
 	"github.com/ctxd/ctxd/daemon"
 )
 
@@ -52,53 +49,32 @@ func cmdCodexLoad(args []string, stdout, stderr io.Writer) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	body, _ := json.Marshal(map[string]string{"path": path})
-	resp, err := post(ctx, socketPath(*socket), "/v1/codex/load", body)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-
 	var bar *progressbar.ProgressBar
 	tty := false
 	if f, ok := stderr.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
 		tty = true
 	}
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 64<<10), 64<<20)
-	for sc.Scan() {
-		var ev daemon.CodexEvent
-		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
-			return fmt.Errorf("codex load: bad stream line: %w", err)
+	st, err := clientFor(*socket).LoadCodex(ctx, path, func(p codex.Progress) {
+		if !tty {
+			fmt.Fprintf(stderr, "codex: %d/%d files, %d/%d bytes, %d tokens\n", p.Files, p.TotalFiles, p.Bytes, p.TotalBytes, p.Tokens)
+			return
 		}
-		switch ev.Type {
-		case "progress":
-			p := ev.Progress
-			if tty {
-				if bar == nil {
-					bar = progressbar.NewOptions64(p.TotalBytes, progressbar.OptionSetWriter(stderr),
-						progressbar.OptionShowBytes(true), progressbar.OptionSetDescription("loading codex"),
-						progressbar.OptionShowCount(), progressbar.OptionClearOnFinish())
-				}
-				_ = bar.Set64(p.Bytes)
-				bar.Describe(fmt.Sprintf("loading codex: %d/%d files, %d tokens", p.Files, p.TotalFiles, p.Tokens))
-			} else {
-				fmt.Fprintf(stderr, "codex: %d/%d files, %d/%d bytes, %d tokens\n", p.Files, p.TotalFiles, p.Bytes, p.TotalBytes, p.Tokens)
-			}
-		case "error":
-			return fmt.Errorf("codex load: %s", ev.Error)
-		case "codex":
-			if bar != nil {
-				_ = bar.Finish()
-			}
-			printCodexStats(stdout, ev.Codex)
-			return nil
+		if bar == nil {
+			bar = progressbar.NewOptions64(p.TotalBytes, progressbar.OptionSetWriter(stderr),
+				progressbar.OptionShowBytes(true), progressbar.OptionSetDescription("loading codex"),
+				progressbar.OptionClearOnFinish())
 		}
+		_ = bar.Set64(p.Bytes)
+		bar.Describe(fmt.Sprintf("loading codex: %d/%d files, %d tokens", p.Files, p.TotalFiles, p.Tokens))
+	})
+	if bar != nil {
+		_ = bar.Finish()
 	}
-	if err := sc.Err(); err != nil {
-		return err
+	if err != nil {
+		return fmt.Errorf("codex load: %w", err)
 	}
-	return errors.New("codex load: the stream ended without a result")
+	printCodexStats(stdout, st)
+	return nil
 }
 
 func cmdCodexStats(args []string, stdout io.Writer) error {
@@ -150,33 +126,4 @@ func printCodexStats(w io.Writer, st *daemon.CodexStats) {
 			fmt.Fprintf(w, "    %s: %s\n", s.Path, s.Reason)
 		}
 	}
-}
-
-// post sends a JSON body to the daemon and returns the streaming response,
-// or the daemon's error.
-func post(ctx context.Context, socket, path string, body []byte) (*http.Response, error) {
-	hc := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-		return (&net.Dialer{}).DialContext(ctx, "unix", socket)
-	}}}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://ctxd"+path, bytes.NewReader(body))
-	if err != nil {
-		return nil, err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := hc.Do(req)
-	if err != nil {
-		return nil, fmt.Errorf("cannot reach the daemon at %s (is `ctxd serve` running?): %w", socket, err)
-	}
-	if resp.StatusCode >= 400 {
-		defer resp.Body.Close()
-		var e struct {
-			Error string `json:"error"`
-		}
-		b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-		if json.Unmarshal(b, &e) != nil || e.Error == "" {
-			e.Error = string(b)
-		}
-		return nil, fmt.Errorf("%s (HTTP %d)", e.Error, resp.StatusCode)
-	}
-	return resp, nil
 }

@@ -43,6 +43,7 @@ Usage:
   ctxd codex bench --gguf MODEL PATH              time first load, unchanged reload, one-file-changed reload
   ctxd schema                                     print the RunContext JSON Schema
   ctxd genmodel --out FILE [flags]                write a random-weight GGUF model
+  ctxd bench [--ollama BIN] [--out DIR]           run the benchmark harness on the real backend
   ctxd systemd-units DIR                          write the systemd unit files
   ctxd version
 
@@ -74,6 +75,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = cmdGet(args[1:], stdout, "/v1/sessions")
 	case "codex":
 		err = cmdCodex(args[1:], stdout, stderr)
+	case "bench":
+		err = cmdBench(args[1:], stdout, stderr)
 	case "schema":
 		_, err = stdout.Write(runcontext.Schema())
 	case "genmodel":

@@ -1,0 +1,331 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/shirou/gopsutil/v4/load"
+	"github.com/shirou/gopsutil/v4/mem"
+
+	"github.com/ctxd/ctxd/llamatok"
+	"github.com/ctxd/ctxd/runcontext"
+)
+
+// Turn is one measured request.
+type Turn struct {
+	TTFTMs          float64 `json:"ttft_ms"`
+	PromptTokens    int     `json:"prompt_tokens"`
+	EvaluatedTokens int     `json:"evaluated_tokens"`
+	PromptEvalMs    float64 `json:"backend_prompt_eval_ms"`
+	Answer          string  `json:"-"`
+}
+
+// Series is one way of sending the same session.
+type Series struct {
+	Name  string  `json:"name"`
+	Turns []Turn  `json:"turns"`
+	P50   float64 `json:"median_ttft_ms_turns_2_on"`
+	Min   float64 `json:"min_ttft_ms_turns_2_on"`
+	Max   float64 `json:"max_ttft_ms_turns_2_on"`
+	Eval  float64 `json:"median_evaluated_tokens_turns_2_on"`
+}
+
+func (s *Series) summarize() {
+	var t, ev []float64
+	for _, x := range s.Turns[1:] {
+		t = append(t, x.TTFTMs)
+		ev = append(ev, float64(x.EvaluatedTokens))
+	}
+	s.P50, s.Min, s.Max, s.Eval = percentile(t, 0.5), percentile(t, 0), percentile(t, 1), percentile(ev, 0.5)
+}
+
+// MultiTurn compares ctxd's order with a naive one and with no codex.
+type MultiTurn struct {
+	Ctxd, Naive, Floor Series
+	ColdOverWarm       float64 `json:"ctxd_cold_over_warm"`
+	NaiveOverCtxd      float64 `json:"naive_over_ctxd"`
+}
+
+var questions = []string{
+	"Which function handles request kind %d?", "What does Handler%d return on error?",
+	"Where is the handler for kind %d defined?", "Summarize what Handler%d does.",
+	"Is there a test for kind %d?",
+}
+
+func question(i int) string { return fmt.Sprintf(questions[i%len(questions)], 7*i+3) }
+
+func (e *env) multiTurn(ctx context.Context) (MultiTurn, error) {
+	var mt MultiTurn
+	mt.Ctxd.Name, mt.Naive.Name, mt.Floor.Name = "ctxd (cache-stable order)", "naive order (time + hardware header, retrieved past turns, codex, history)", "query alone (no codex)"
+	codexBody, err := e.codexBody(ctx)
+	if err != nil {
+		return mt, err
+	}
+	for i := range e.cfg.Turns {
+		sum, ttft, err := e.askCtxd(ctx, "multi-turn", question(i))
+		if err != nil {
+			return mt, err
+		}
+		mt.Ctxd.Turns = append(mt.Ctxd.Turns, Turn{TTFTMs: ms(ttft), PromptTokens: sum.PromptTokens,
+			EvaluatedTokens: sum.EvaluatedTokens, PromptEvalMs: sum.PromptEvalMs})
+		e.cfg.Log("  ctxd turn %d: ttft %.0f ms, %d evaluated of %d", i+1, ms(ttft), sum.EvaluatedTokens, sum.PromptTokens)
+	}
+	var history []runcontext.Turn
+	for i := range e.cfg.Turns {
+		q := question(i)
+		t, err := e.askDirect(ctx, naivePrompt(codexBody, history, q))
+		if err != nil {
+			return mt, err
+		}
+		mt.Naive.Turns = append(mt.Naive.Turns, t)
+		history = append(history, runcontext.Turn{Query: q, Answer: t.Answer})
+		e.cfg.Log("  naive turn %d: ttft %.0f ms, %d evaluated of %d", i+1, t.TTFTMs, t.EvaluatedTokens, t.PromptTokens)
+	}
+	var fh []runcontext.Turn
+	for i := range e.cfg.Turns {
+		q := question(i)
+		t, err := e.askDirect(ctx, floorPrompt(fh, q))
+		if err != nil {
+			return mt, err
+		}
+		mt.Floor.Turns = append(mt.Floor.Turns, t)
+		fh = append(fh, runcontext.Turn{Query: q, Answer: t.Answer})
+	}
+	for _, s := range []*Series{&mt.Ctxd, &mt.Naive, &mt.Floor} {
+		s.summarize()
+	}
+	mt.ColdOverWarm = mt.Ctxd.Turns[0].TTFTMs / mt.Ctxd.P50
+	mt.NaiveOverCtxd = mt.Naive.P50 / mt.Ctxd.P50
+	return mt, nil
+}
+
+// codexBody is the codex as the daemon renders it, for the naive prompts.
+func (e *env) codexBody(ctx context.Context) (string, error) {
+	var st struct {
+		Root string `json:"root"`
+	}
+	if err := e.ctxd.GetJSON(ctx, "/v1/codex", &st); err != nil {
+		return "", err
+	}
+	var sb strings.Builder
+	err := filepath.WalkDir(st.Root, func(p string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(st.Root, p)
+		fmt.Fprintf(&sb, "File: %s\n%s\n", rel, b)
+		return nil
+	})
+	return sb.String(), err
+}
+
+// naivePrompt is the order many agents use (the Substrate engine's order
+// with an environment block on top): a header with the current time and
+// raw hardware numbers, past interactions retrieved for this query, the
+// codex, the history, the query. The header changes on every request, so
+// nothing after it can be reused from the cache.
+func naivePrompt(codexBody string, history []runcontext.Turn, q string) string {
+	var sb strings.Builder
+	fmt.Fprintf(&sb, "Current time: %s\n", time.Now().Format(time.RFC3339Nano))
+	if v, err := mem.VirtualMemory(); err == nil {
+		fmt.Fprintf(&sb, "Memory: %d bytes free of %d\n", v.Available, v.Total)
+	}
+	if l, err := load.Avg(); err == nil {
+		fmt.Fprintf(&sb, "Load: %.2f %.2f %.2f\n", l.Load1, l.Load5, l.Load15)
+	}
+	fmt.Fprintf(&sb, "Goroutines: %d\n\nRelevant past interactions:\n", runtime.NumGoroutine())
+	for _, t := range retrieve(history, q, 3) {
+		fmt.Fprintf(&sb, "- Q: %s A: %s\n", t.Query, t.Answer)
+	}
+	sb.WriteString("\nCodebase:\n")
+	sb.WriteString(codexBody)
+	sb.WriteString("\nConversation:\n")
+	for _, t := range history {
+		fmt.Fprintf(&sb, "USER: %s\nASSISTANT: %s\n", t.Query, t.Answer)
+	}
+	fmt.Fprintf(&sb, "USER: %s\nASSISTANT:", q)
+	return sb.String()
+}
+
+// floorPrompt is the query with its conversation and nothing else.
+func floorPrompt(history []runcontext.Turn, q string) string {
+	var sb strings.Builder
+	for _, t := range history {
+		fmt.Fprintf(&sb, "USER: %s\nASSISTANT: %s\n", t.Query, t.Answer)
+	}
+	fmt.Fprintf(&sb, "USER: %s\nASSISTANT:", q)
+	return sb.String()
+}
+
+// retrieve picks the k past turns sharing the most words with q.
+func retrieve(history []runcontext.Turn, q string, k int) []runcontext.Turn {
+	words := map[string]bool{}
+	for _, w := range strings.Fields(strings.ToLower(q)) {
+		words[w] = true
+	}
+	type scored struct {
+		t runcontext.Turn
+		n int
+		i int
+	}
+	var s []scored
+	for i, t := range history {
+		n := 0
+		for _, w := range strings.Fields(strings.ToLower(t.Query)) {
+			if words[w] {
+				n++
+			}
+		}
+		s = append(s, scored{t, n, i})
+	}
+	sort.SliceStable(s, func(a, b int) bool { return s[a].n > s[b].n })
+	var out []runcontext.Turn
+	for _, x := range s[:min(k, len(s))] {
+		out = append(out, x.t)
+	}
+	return out
+}
+
+// Overhead is what ctxd adds before the backend sees a request and while
+// the first token travels back.
+type Overhead struct {
+	Requests int       `json:"requests"`
+	P50Ms    float64   `json:"p50_ms"`
+	P95Ms    float64   `json:"p95_ms"`
+	Samples  []float64 `json:"samples_ms"`
+}
+
+// overhead measures, on warm turns, the client's time to first token
+// through the socket minus ctxd's own measurement of the backend's time to
+// first token (from sending the prompt to Ollama to its first token): the
+// difference is everything ctxd does, end to end, for one request.
+func (e *env) overhead(ctx context.Context) (Overhead, error) {
+	o := Overhead{Requests: e.cfg.Overhead}
+	for i := range e.cfg.Overhead + 1 {
+		sum, ttft, err := e.askCtxd(ctx, "overhead", question(i))
+		if err != nil {
+			return o, err
+		}
+		if i == 0 {
+			continue // cold
+		}
+		o.Samples = append(o.Samples, ms(ttft)-sum.TTFTMillis)
+	}
+	o.P50Ms, o.P95Ms = percentile(o.Samples, 0.5), percentile(o.Samples, 0.95)
+	return o, nil
+}
+
+// Compose is the latency of building and rendering a RunContext.
+type Compose struct {
+	CodexTokens int     `json:"codex_tokens_approx"`
+	Turns       int     `json:"turns"`
+	Karma       int     `json:"karma_entries"`
+	Runs        int     `json:"runs"`
+	P50Ms       float64 `json:"p50_ms"`
+	P99Ms       float64 `json:"p99_ms"`
+}
+
+func composeLatency() Compose {
+	c := Compose{CodexTokens: 100_000, Turns: 50, Karma: 10, Runs: 2000}
+	codex, turns, karma := ComposeInputs(c.CodexTokens)
+	var xs []float64
+	for i := range c.Runs {
+		start := time.Now()
+		if _, err := ComposeOnce(codex, turns, karma, question(i)); err != nil {
+			panic(err) // static, valid inputs
+		}
+		xs = append(xs, ms(time.Since(start)))
+	}
+	c.P50Ms, c.P99Ms = percentile(xs, 0.5), percentile(xs, 0.99)
+	return c
+}
+
+// Scale is one codex size.
+type Scale struct {
+	TargetPct    int     `json:"target_pct_of_prompt_budget"`
+	StableTokens int     `json:"stable_tokens"`
+	Pct          float64 `json:"pct_of_prompt_budget"`
+	Mode         string  `json:"mode"`
+	ColdTTFTMs   float64 `json:"cold_ttft_ms"`
+	WarmTTFTMs   float64 `json:"warm_ttft_ms"`
+	PromptTokens int     `json:"prompt_tokens_turn_1"`
+}
+
+func (e *env) scaling(ctx context.Context) ([]Scale, error) {
+	budget := e.cfg.NumCtx - e.cfg.AnswerToks
+	var out []Scale
+	for _, pct := range e.cfg.ScalingPcts {
+		dir := filepath.Join(e.work, fmt.Sprintf("codex-%d", pct))
+		// The stable blocks besides the codex take ~120 tokens.
+		if err := writeCodex(e.tok, dir, pct*budget/100-120); err != nil {
+			return nil, err
+		}
+		st, err := e.ctxd.LoadCodex(ctx, dir, nil)
+		if err != nil {
+			return nil, err
+		}
+		s := Scale{TargetPct: pct, Mode: st.Plan.Mode, StableTokens: st.Plan.StableTokens}
+		s.Pct = 100 * float64(s.StableTokens) / float64(budget)
+		session := fmt.Sprintf("scale-%d", pct)
+		sum, cold, err := e.askCtxd(ctx, session, question(pct))
+		if err != nil {
+			return nil, err
+		}
+		_, warm, err := e.askCtxd(ctx, session, question(pct+1))
+		if err != nil {
+			return nil, err
+		}
+		s.ColdTTFTMs, s.WarmTTFTMs, s.PromptTokens = ms(cold), ms(warm), sum.PromptTokens
+		e.cfg.Log("  %d%%: mode %s, stable %d tokens, cold %.0f ms, warm %.0f ms", pct, s.Mode, s.StableTokens, s.ColdTTFTMs, s.WarmTTFTMs)
+		out = append(out, s)
+	}
+	return out, nil
+}
+
+// writeCodex writes Go-like files into dir until they hold about tokens
+// tokens for tok.
+func writeCodex(tok *llamatok.Tokenizer, dir string, tokens int) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	total := 0
+	for f := 0; total < tokens; f++ {
+		var sb strings.Builder
+		fmt.Fprintf(&sb, "package handlers\n\n")
+		for i := range 8 {
+			n := f*8 + i
+			fmt.Fprintf(&sb, "// Handler%d serves request kind %d and returns an error.\nfunc Handler%d(w io.Writer, n int) error {\n\treturn fmt.Errorf(\"kind %%d\", n+%d)\n}\n\n", n, n, n, n)
+		}
+		text := sb.String()
+		n, err := tok.CountText(text)
+		if err != nil {
+			return err
+		}
+		if total+n > tokens && f > 0 {
+			// Trim the last file to land near the target.
+			lines := strings.SplitAfter(text, "\n")
+			for len(lines) > 3 && total+n > tokens {
+				lines = lines[:len(lines)-1]
+				text = strings.Join(lines, "")
+				if n, err = tok.CountText(text); err != nil {
+					return err
+				}
+			}
+		}
+		if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("h%03d.go", f)), []byte(text), 0o644); err != nil {
+			return err
+		}
+		total += n
+	}
+	return nil
+}

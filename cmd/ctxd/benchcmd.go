@@ -1,0 +1,39 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/ctxd/ctxd/bench"
+)
+
+func cmdBench(args []string, stdout, stderr io.Writer) error {
+	cfg := bench.DefaultConfig()
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs.StringVar(&cfg.OllamaBin, "ollama", "bin/ollama", "the ollama binary to run")
+	fs.StringVar(&cfg.ModelPath, "model", "var/models/ctxd-bench.gguf", "bench model (written if missing)")
+	out := fs.String("out", "docs/bench", "directory for results.json and scaling.png")
+	doc := fs.String("doc", "docs/benchmarks.md", "Markdown file whose harness section is rewritten")
+	fs.IntVar(&cfg.Turns, "turns", cfg.Turns, "turns of the multi-turn session")
+	fs.IntVar(&cfg.NumCtx, "num-ctx", cfg.NumCtx, "context window")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	cfg.Log = func(format string, a ...any) { fmt.Fprintf(stderr, format+"\n", a...) }
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	r, err := bench.Run(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	if err := r.Write(*out, *doc); err != nil {
+		return err
+	}
+	fmt.Fprint(stdout, r.Markdown(*out))
+	return nil
+}

@@ -1,0 +1,59 @@
+package integration
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/ctxd/ctxd/bench"
+	"github.com/ctxd/ctxd/internal/ollamatest"
+)
+
+// TestBenchHarnessSmoke runs the harness end to end, small, and checks the
+// report it writes is complete; it asserts no times.
+func TestBenchHarnessSmoke(t *testing.T) {
+	cfg := bench.DefaultConfig()
+	cfg.OllamaBin = ollamatest.Binary(t)
+	cfg.Model = testModel()
+	cfg.ModelPath = modelPath(t, cfg.Model)
+	cfg.NumCtx, cfg.Turns, cfg.Overhead = 2048, 3, 3
+	cfg.ScalingPcts = []int{20, 85}
+	r, err := bench.Run(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mt := r.MultiTurn
+	if len(mt.Ctxd.Turns) != 3 || len(mt.Naive.Turns) != 3 || len(mt.Floor.Turns) != 3 {
+		t.Fatalf("multi-turn: %+v", mt)
+	}
+	if mt.Ctxd.Turns[1].EvaluatedTokens >= mt.Naive.Turns[1].EvaluatedTokens {
+		t.Errorf("turn 2: ctxd evaluated %d tokens, the naive order %d", mt.Ctxd.Turns[1].EvaluatedTokens, mt.Naive.Turns[1].EvaluatedTokens)
+	}
+	if len(r.Overhead.Samples) != 3 || r.Compose.Runs == 0 {
+		t.Errorf("overhead %+v compose %+v", r.Overhead, r.Compose)
+	}
+	if len(r.Scaling) != 2 || r.Scaling[0].Mode != "cag" || r.Scaling[1].Mode != "rag" {
+		t.Errorf("scaling: %+v", r.Scaling)
+	}
+	dir := t.TempDir()
+	doc := filepath.Join(dir, "benchmarks.md")
+	if err := os.WriteFile(doc, []byte("# Benchmarks\n\nHand-written part.\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 { // rewriting replaces the section, it does not append another
+		if err := r.Write(filepath.Join(dir, "bench"), doc); err != nil {
+			t.Fatal(err)
+		}
+	}
+	text, _ := os.ReadFile(doc)
+	if strings.Count(string(text), "bench:begin") != 1 || !strings.Contains(string(text), "Hand-written part.") || !strings.Contains(string(text), "| 3 |") {
+		t.Errorf("doc:\n%s", text)
+	}
+	for _, f := range []string{"results.json", "scaling.png"} {
+		if info, err := os.Stat(filepath.Join(dir, "bench", f)); err != nil || info.Size() == 0 {
+			t.Errorf("%s: %v", f, err)
+		}
+	}
+}
