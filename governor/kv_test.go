@@ -8,6 +8,7 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock"
 
 	"github.com/ctxd/ctxd/hostenv"
+	"github.com/ctxd/ctxd/internal/nvmltest"
 )
 
 // stories260K's model_info as Ollama's /api/show reports it (JSON numbers
@@ -75,19 +76,6 @@ func TestFactsFromModelInfo(t *testing.T) {
 
 const gib = 1 << 30
 
-// gpu returns a mock NVML library with one device of total bytes and free bytes.
-func gpu(total, free uint64) *mock.Interface {
-	dev := &mock.Device{GetMemoryInfoFunc: func() (nvml.Memory, nvml.Return) {
-		return nvml.Memory{Total: total, Free: free, Used: total - free}, nvml.SUCCESS
-	}}
-	return &mock.Interface{
-		InitFunc:                   func() nvml.Return { return nvml.SUCCESS },
-		ShutdownFunc:               func() nvml.Return { return nvml.SUCCESS },
-		DeviceGetCountFunc:         func() (int, nvml.Return) { return 1, nvml.SUCCESS },
-		DeviceGetHandleByIndexFunc: func(int) (nvml.Device, nvml.Return) { return dev, nvml.SUCCESS },
-	}
-}
-
 // llama8B is a Llama-3-8B-shaped model: 32 layers, 8 KV heads of 128, 4.9 GB of q4 weights.
 func llama8B() ModelFacts {
 	f := ModelFacts{Architecture: "llama", BlockCount: 32, HeadCount: 32, KeyLength: 128, ValueLength: 128,
@@ -104,7 +92,7 @@ func TestPlanWindowUnderNVML(t *testing.T) {
 	hostMem := func(total, avail uint64) func() (uint64, uint64, error) {
 		return func() (uint64, uint64, error) { return total, avail, nil }
 	}
-	lost := gpu(24*gib, 20*gib)
+	lost := nvmltest.GPU(24*gib, 20*gib)
 	lost.DeviceGetHandleByIndexFunc = func(int) (nvml.Device, nvml.Return) { return nil, nvml.ERROR_GPU_IS_LOST }
 	cases := []struct {
 		name      string
@@ -114,10 +102,10 @@ func TestPlanWindowUnderNVML(t *testing.T) {
 		source    string
 		numCtx    int // 0: want ErrInsufficientMemory
 	}{
-		{"plenty", gpu(80*gib, 78*gib), hostMem(64*gib, 60*gib), 0, "nvml", 32768},
-		{"tight", gpu(8*gib, 7*gib), hostMem(64*gib, 60*gib), 0, "nvml", 15616},
-		{"insufficient", gpu(6*gib, 5*gib), hostMem(64*gib, 60*gib), 0, "nvml", 0},
-		{"explicit too large", gpu(8*gib, 7*gib), hostMem(64*gib, 60*gib), 32768, "nvml", 0},
+		{"plenty", nvmltest.GPU(80*gib, 78*gib), hostMem(64*gib, 60*gib), 0, "nvml", 32768},
+		{"tight", nvmltest.GPU(8*gib, 7*gib), hostMem(64*gib, 60*gib), 0, "nvml", 15616},
+		{"insufficient", nvmltest.GPU(6*gib, 5*gib), hostMem(64*gib, 60*gib), 0, "nvml", 0},
+		{"explicit too large", nvmltest.GPU(8*gib, 7*gib), hostMem(64*gib, 60*gib), 32768, "nvml", 0},
 		{"library missing", &mock.Interface{InitFunc: func() nvml.Return { return nvml.ERROR_LIBRARY_NOT_FOUND }}, hostMem(16*gib, 9*gib), 0, "host", 32000},
 		{"device lost", lost, hostMem(16*gib, 6*gib), 0, "host", 7424},
 	}

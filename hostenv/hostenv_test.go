@@ -8,28 +8,18 @@ import (
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock"
+
+	"github.com/ctxd/ctxd/internal/nvmltest"
 )
 
 const gib = 1 << 30
-
-func fakeGPU(total, free uint64) *mock.Interface {
-	dev := &mock.Device{GetMemoryInfoFunc: func() (nvml.Memory, nvml.Return) {
-		return nvml.Memory{Total: total, Free: free, Used: total - free}, nvml.SUCCESS
-	}}
-	return &mock.Interface{
-		InitFunc:                   func() nvml.Return { return nvml.SUCCESS },
-		ShutdownFunc:               func() nvml.Return { return nvml.SUCCESS },
-		DeviceGetCountFunc:         func() (int, nvml.Return) { return 1, nvml.SUCCESS },
-		DeviceGetHandleByIndexFunc: func(int) (nvml.Device, nvml.Return) { return dev, nvml.SUCCESS },
-	}
-}
 
 func hostMem(total, avail uint64) func() (uint64, uint64, error) {
 	return func() (uint64, uint64, error) { return total, avail, nil }
 }
 
 func TestGPUPresent(t *testing.T) {
-	p := New(Config{NVML: fakeGPU(24*gib, 20*gib), HostMemory: hostMem(64*gib, 1*gib), SysRoot: t.TempDir()})
+	p := New(Config{NVML: nvmltest.GPU(24*gib, 20*gib), HostMemory: hostMem(64*gib, 1*gib), SysRoot: t.TempDir()})
 	env, r := p.Environment()
 	if r.Source != "nvml" || r.TotalBytes != 24*gib || env.GPU != "present" || env.Memory != "high" {
 		t.Fatalf("env %+v reading %+v", env, r)
@@ -52,7 +42,7 @@ func TestNVMLMissingFallsBackToHostOnce(t *testing.T) {
 }
 
 func TestDeviceLostFallsBackPerReading(t *testing.T) {
-	lib := fakeGPU(8*gib, 8*gib)
+	lib := nvmltest.GPU(8*gib, 8*gib)
 	lib.DeviceGetHandleByIndexFunc = func(int) (nvml.Device, nvml.Return) { return nil, nvml.ERROR_GPU_IS_LOST }
 	p := New(Config{NVML: lib, HostMemory: hostMem(16*gib, 1*gib), SysRoot: t.TempDir()})
 	_, r := p.Environment()
