@@ -28,9 +28,12 @@ v0.6.*) ;;
 	fi
 	malgo=$(cd "$tmp" && "$go" mod download -json github.com/gen2brain/malgo@v0.11.24 | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')
 	# llama.cpp includes "miniaudio/miniaudio.h"; malgo has it at its root.
-	mkdir -p "$tmp/include"
-	ln -s "$malgo" "$tmp/include/miniaudio"
-	export CGO_CPPFLAGS="${CGO_CPPFLAGS:-} -I$tmp/include -I/usr/include/stb"
+	# A fixed directory keeps the cgo flags, and so Go's build cache, stable
+	# from one build to the next.
+	inc="${XDG_CACHE_HOME:-$HOME/.cache}/ctxd-build/include"
+	mkdir -p "$inc"
+	ln -sfn "$malgo" "$inc/miniaudio"
+	export CGO_CPPFLAGS="${CGO_CPPFLAGS:-} -I$inc -I/usr/include/stb"
 	;;
 esac
 
