@@ -196,6 +196,9 @@ func (d *Daemon) handleDeleteSession(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusInternalServerError, err.Error())
 		return
 	}
+	if o := d.orchestrator(); o != nil {
+		o.Forget(id)
+	}
 	w.WriteHeader(http.StatusNoContent)
 }
 

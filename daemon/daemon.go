@@ -113,7 +113,9 @@ func (d *Daemon) Run(ctx context.Context, ln net.Listener, ready func()) error {
 		return err
 	}
 	defer d.store.Close()
-	d.probe = hostenv.New(hostenv.Config{NVML: nvml.New(), Logger: d.log})
+	// Bands move slowly (and with hysteresis): a reading a second old is as
+	// good as a new one, and spares every request the probing.
+	d.probe = hostenv.New(hostenv.Config{NVML: nvml.New(), Logger: d.log, MaxAge: time.Second})
 	defer d.probe.Close()
 
 	reqCtx, cancelRequests := context.WithCancel(context.WithoutCancel(ctx))

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/shirou/gopsutil/v4/mem"
@@ -41,6 +42,7 @@ type Config struct {
 	NVML       NVML                                    // nil: no GPU library
 	HostMemory func() (total, avail uint64, err error) // nil: gopsutil
 	SysRoot    string                                  // "/" normally; tests point it at a fake tree
+	MaxAge     time.Duration                           // Environment reuses a reading this young (0: read every time)
 	Logger     *slog.Logger
 }
 
@@ -53,6 +55,9 @@ type Probe struct {
 	nvmlReady bool
 	nvmlDead  bool // init failed once: host memory from then on, said once
 	memBand   string
+	lastAt    time.Time // when lastEnv and lastRead were taken
+	lastEnv   runcontext.Environment
+	lastRead  Reading
 }
 
 // New returns a probe. It initializes NVML lazily.
@@ -173,6 +178,9 @@ const (
 func (p *Probe) Environment() (runcontext.Environment, Reading) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if p.cfg.MaxAge > 0 && !p.lastAt.IsZero() && time.Since(p.lastAt) < p.cfg.MaxAge {
+		return p.lastEnv, p.lastRead
+	}
 	r := p.readLocked()
 	env := runcontext.Environment{Memory: "unknown", GPU: "none", Power: r.Power, Connectivity: r.Connectivity}
 	if r.GPUs > 0 {
@@ -182,6 +190,7 @@ func (p *Probe) Environment() (runcontext.Environment, Reading) {
 		p.memBand = band(p.memBand, float64(r.FreeBytes)/float64(r.TotalBytes))
 		env.Memory = p.memBand
 	}
+	p.lastAt, p.lastEnv, p.lastRead = time.Now(), env, r
 	return env, r
 }
 

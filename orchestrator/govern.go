@@ -23,18 +23,25 @@ var hashSeed = maphash.MakeSeed()
 
 // measure renders rc and counts its tokens: the whole prompt exactly, and
 // each block on its own (cached by content, so the codex is counted once).
-func (o *Orchestrator) measure(rc *runcontext.RunContext) (measured, error) {
+func (o *Orchestrator) measure(rc *runcontext.RunContext, session string) (measured, error) {
 	r := runcontext.Render(rc)
-	tokens, err := o.tokenizeLocked(r)
+	tokens, prefixLen, err := o.tokenizeLocked(r, session)
 	if err != nil {
 		return measured{}, fmt.Errorf("orchestrator: count prompt tokens: %w", err)
 	}
 	m := measured{Measure: governor.Measure{Rendered: r, PromptTokens: len(tokens), KVBytes: o.cfg.KVBytes}, Tokens: tokens}
-	for k, block := range r.Blocks {
-		if m.BlockTokens[k], err = o.countLocked(block); err != nil {
+	// The stable blocks are counted once each (cached); the query on its
+	// own; the conversation is what remains of the prompt's count, so the
+	// largest changing block is not tokenized twice.
+	for k := range runcontext.BlockState {
+		if m.BlockTokens[k], err = o.countLocked(r.Blocks[k]); err != nil {
 			return measured{}, err
 		}
 	}
+	if m.BlockTokens[runcontext.BlockQuery], err = o.countLocked(r.Blocks[runcontext.BlockQuery]); err != nil {
+		return measured{}, err
+	}
+	m.BlockTokens[runcontext.BlockState] = max(0, len(tokens)-prefixLen-m.BlockTokens[runcontext.BlockQuery])
 	return m, nil
 }
 
@@ -55,10 +62,7 @@ const anchor = "\n\n"
 // query are tokenized per request. The first use of each prefix checks the
 // split against tokenizing the whole prompt, and a tokenizer for which the
 // two differ gets whole prompts from then on: counts stay exact.
-func (o *Orchestrator) tokenizeLocked(r runcontext.Rendered) ([]int, error) {
-	if o.wholeOnly {
-		return o.tok.Tokenize(r.Prompt())
-	}
+func (o *Orchestrator) tokenizeLocked(r runcontext.Rendered, session string) (ids []int, prefixLen int, err error) {
 	var h maphash.Hash
 	h.SetSeed(hashSeed)
 	for _, b := range r.Blocks[:runcontext.BlockState] {
@@ -69,37 +73,97 @@ func (o *Orchestrator) tokenizeLocked(r runcontext.Rendered) ([]int, error) {
 	e := o.prefixes[key]
 	if e == nil {
 		full := r.Prompt()
-		ids, err := o.tok.Tokenize(full[:r.Offset(runcontext.BlockState)])
+		pre, err := o.tok.Tokenize(full[:r.Offset(runcontext.BlockState)])
 		if err != nil {
-			return nil, err
+			return nil, 0, err
 		}
 		if len(o.prefixes) >= 16 {
 			clear(o.prefixes) // environment bands and sigils make few distinct prefixes
 		}
-		e = &prefixTokens{tokens: ids}
+		e = &prefixTokens{tokens: pre}
 		o.prefixes[key] = e
 	}
-	if e.verified && !e.splittable {
-		return o.tok.Tokenize(r.Prompt())
+	if o.wholeOnly || (e.verified && !e.splittable) {
+		ids, err = o.tok.Tokenize(r.Prompt())
+		return ids, len(e.tokens), err
 	}
-	tail, err := o.tailTokens(r.Blocks[runcontext.BlockState] + r.Blocks[runcontext.BlockQuery])
+	tail, err := o.sessionTail(session, r.Blocks[runcontext.BlockState]+r.Blocks[runcontext.BlockQuery])
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
-	ids := make([]int, 0, len(e.tokens)+len(tail))
+	ids = make([]int, 0, len(e.tokens)+len(tail))
 	ids = append(append(ids, e.tokens...), tail...)
 	if !e.verified {
 		whole, err := o.tok.Tokenize(r.Prompt())
 		if err != nil {
-			return nil, err
+			return nil, 0, err
 		}
 		e.verified, e.splittable = true, slices.Equal(whole, ids)
 		if !e.splittable {
 			o.log.Info("this tokenizer merges across the stable prefix; counting whole prompts for it", "prefix_tokens", len(e.tokens))
 		}
-		return whole, nil
+		return whole, len(e.tokens), nil
+	}
+	return ids, len(e.tokens), nil
+}
+
+// tailCache is a session's last conversation-and-query text and its tokens.
+type tailCache struct {
+	text    string
+	ids     []int
+	extends int // extensions since the last full check
+}
+
+// tailCheckEvery is how often an extended tail is checked against
+// tokenizing it whole.
+const tailCheckEvery = 8
+
+// sessionTail tokenizes the conversation and query of a session's prompt.
+// A session's next prompt usually extends the last one's tail (by the
+// answer and the new query), so only the new text is tokenized, after the
+// line break the old tail ends with. Every few extensions the result is
+// checked against the whole tail; a disagreement turns this off for good.
+func (o *Orchestrator) sessionTail(session, tail string) ([]int, error) {
+	prev, ok := o.tails[session]
+	if session != "" && ok && !o.noTailCache && strings.HasSuffix(prev.text, "\n") && strings.HasPrefix(tail, prev.text) {
+		add, err := o.afterAnchor("\n", tail[len(prev.text):])
+		if err != nil {
+			return nil, err
+		}
+		if add != nil {
+			ids := append(slices.Clip(prev.ids), add...)
+			c := tailCache{text: tail, ids: ids, extends: prev.extends + 1}
+			if c.extends >= tailCheckEvery {
+				whole, err := o.tailTokens(tail)
+				if err != nil {
+					return nil, err
+				}
+				if !slices.Equal(whole, ids) {
+					o.log.Info("this tokenizer merges across turns; tokenizing whole conversations from now on")
+					o.noTailCache = true
+					ids = whole
+				}
+				c = tailCache{text: tail, ids: ids}
+			}
+			o.rememberTail(session, c)
+			return ids, nil
+		}
+	}
+	ids, err := o.tailTokens(tail)
+	if err != nil {
+		return nil, err
+	}
+	if session != "" {
+		o.rememberTail(session, tailCache{text: tail, ids: ids})
 	}
 	return ids, nil
+}
+
+func (o *Orchestrator) rememberTail(session string, c tailCache) {
+	if len(o.tails) >= 1024 {
+		clear(o.tails)
+	}
+	o.tails[session] = c
 }
 
 // tailTokens tokenizes the text after a stable prefix, as it tokenizes
@@ -107,16 +171,23 @@ func (o *Orchestrator) tokenizeLocked(r runcontext.Rendered) ([]int, error) {
 // dropped. If the anchor's tokens do not lead (the tokenizer merged across
 // it) it returns none, and the whole-prompt check finds the difference.
 func (o *Orchestrator) tailTokens(tail string) ([]int, error) {
+	return o.afterAnchor(anchor, tail)
+}
+
+// afterAnchor tokenizes text as it tokenizes after the anchor: the two are
+// tokenized together and the anchor's own tokens dropped. It returns nil if
+// they do not lead (the tokenizer merged across the anchor).
+func (o *Orchestrator) afterAnchor(anchor, text string) ([]int, error) {
 	a, err := o.tok.TokenizeText(anchor)
 	if err != nil {
 		return nil, err
 	}
-	ids, err := o.tok.TokenizeText(anchor + tail)
+	ids, err := o.tok.TokenizeText(anchor + text)
 	if err != nil {
 		return nil, err
 	}
 	if len(ids) < len(a) || !slices.Equal(ids[:len(a)], a) {
-		return nil, nil // the whole-prompt check will find the difference
+		return nil, nil
 	}
 	return ids[len(a):], nil
 }
@@ -189,6 +260,7 @@ func (o *Orchestrator) newEpoch(ctx context.Context, id string, sess *sqlite.Ses
 		return fmt.Errorf("orchestrator: %w", err)
 	}
 	sess.Epoch, sess.Summary, sess.Turns, sess.Seqs = epoch, summary, turns, seqs
+	o.cacheSession(*sess)
 	return nil
 }
 
@@ -225,7 +297,7 @@ func (o *Orchestrator) condense(ctx context.Context, id string, sess *sqlite.Ses
 		}
 		crc.State = runcontext.State{Epoch: sess.Epoch, Summary: sess.Summary, Turns: turns}
 		var err error
-		if m, err = o.measure(&crc); err != nil {
+		if m, err = o.measure(&crc, ""); err != nil {
 			return nil, err
 		}
 		if _, err := o.cfg.Limits.Check(m.Measure); err == nil {

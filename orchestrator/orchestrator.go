@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"regexp"
+	"slices"
 	"sync"
 	"time"
 
@@ -52,7 +53,7 @@ type Tokenizer interface {
 // Store keeps sessions.
 type Store interface {
 	Session(ctx context.Context, id string) (sqlite.Session, error)
-	AppendTurn(ctx context.Context, id string, t runcontext.Turn, summary []byte, now time.Time) error
+	AppendTurn(ctx context.Context, id string, t runcontext.Turn, summary []byte, now time.Time) (int64, error)
 	NewEpoch(ctx context.Context, id string, keep []int64, summary string, now time.Time) (int, error)
 }
 
@@ -98,14 +99,17 @@ type Orchestrator struct {
 	slots   *cache.Slots
 	log     *slog.Logger
 
-	mu         sync.Mutex          // serializes requests; guards the fields below
-	last       map[string]previous // the previous request of each session since start
-	blockCache map[uint64]int      // token counts of rendered blocks, by content hash
-	bos        int                 // tokens the tokenizer adds to any text (BOS)
-	lastBudget *Summary            // the last answered request, for status
-	codex      CodexState
-	prefixes   map[uint64]*prefixTokens // tokens of the stable blocks, by content
-	wholeOnly  bool                     // incremental tokenization disagreed with the backend: count whole prompts
+	mu          sync.Mutex          // serializes requests; guards the fields below
+	last        map[string]previous // the previous request of each session since start
+	blockCache  map[uint64]int      // token counts of rendered blocks, by content hash
+	bos         int                 // tokens the tokenizer adds to any text (BOS)
+	lastBudget  *Summary            // the last answered request, for status
+	codex       CodexState
+	prefixes    map[uint64]*prefixTokens  // tokens of the stable blocks, by content
+	sessions    map[string]sqlite.Session // sessions as stored, so a request need not read them back
+	tails       map[string]tailCache      // each session's last conversation-and-query tokens
+	noTailCache bool                      // extending tails disagreed with whole tails once: always tokenize whole
+	wholeOnly   bool                      // incremental tokenization disagreed with the backend: count whole prompts
 }
 
 // previous is what a session sent last, to find where a prefix broke.
@@ -137,7 +141,41 @@ func New(cfg Config, backend Backend, tok Tokenizer, store Store, env Environmen
 		bos:        -1,
 		codex:      prerendered(cfg.Codex),
 		prefixes:   map[uint64]*prefixTokens{},
+		sessions:   map[string]sqlite.Session{},
+		tails:      map[string]tailCache{},
 	}, nil
+}
+
+// session returns a session, from memory when this daemon already holds
+// it: the orchestrator is the store's only writer, so memory and store agree.
+func (o *Orchestrator) session(ctx context.Context, id string) (sqlite.Session, error) {
+	if s, ok := o.sessions[id]; ok {
+		s.Turns, s.Seqs = slices.Clone(s.Turns), slices.Clone(s.Seqs)
+		return s, nil
+	}
+	s, err := o.store.Session(ctx, id)
+	if err != nil {
+		return s, fmt.Errorf("orchestrator: %w", err)
+	}
+	o.cacheSession(s)
+	return s, nil
+}
+
+func (o *Orchestrator) cacheSession(s sqlite.Session) {
+	if len(o.sessions) >= 1024 {
+		clear(o.sessions) // a bound, not an LRU: a miss costs one read
+	}
+	o.sessions[s.ID] = s
+}
+
+// Forget drops what the orchestrator holds of a session (after it was
+// deleted from the store).
+func (o *Orchestrator) Forget(id string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	delete(o.sessions, id)
+	delete(o.last, id)
+	delete(o.tails, id)
 }
 
 // prerendered renders the codex block once for all requests.
@@ -284,9 +322,15 @@ func (o *Orchestrator) Ask(ctx context.Context, req Request, onToken func(string
 	turn := runcontext.Turn{Query: req.Query, Excerpts: rc.Query.Excerpts, Answer: gen.Text, Verbatim: req.Pin}
 	// Recorded even if the caller's context ends now: the backend already
 	// holds the answer in its cache, and the next turn must extend it.
-	if err := o.store.AppendTurn(context.WithoutCancel(ctx), req.Session, turn, js, o.cfg.Now()); err != nil {
+	seq, err := o.store.AppendTurn(context.WithoutCancel(ctx), req.Session, turn, js, o.cfg.Now())
+	if err != nil {
+		delete(o.sessions, req.Session)
 		return nil, fmt.Errorf("orchestrator: record turn: %w", err)
 	}
+	sess.Turns = append(sess.Turns, turn)
+	sess.Seqs = append(sess.Seqs, seq)
+	sess.Count++
+	o.cacheSession(sess)
 	o.lastBudget = sum
 	o.log.Info("answered", "session", req.Session, "turn", sum.Turn, "prompt_tokens", sum.PromptTokens,
 		"cached_tokens", sum.CachedTokens, "ttft_ms", sum.TTFTMillis, "done", sum.DoneReason)
@@ -307,9 +351,9 @@ type prepared struct {
 // refusal with the numbers.
 func (o *Orchestrator) prepare(ctx context.Context, req Request, sigil runcontext.Sigil) (prepared, error) {
 	var p prepared
-	sess, err := o.store.Session(ctx, req.Session)
+	sess, err := o.session(ctx, req.Session)
 	if err != nil {
-		return p, fmt.Errorf("orchestrator: %w", err)
+		return p, err
 	}
 	env, _ := o.env.Environment()
 	if o.codex.Block.Mode == runcontext.ModeRAG && sigils.Allows(sigil, sigils.ScopeSearchCodex) {
@@ -340,7 +384,7 @@ func (o *Orchestrator) prepare(ctx context.Context, req Request, sigil runcontex
 	} else if ok {
 		actions = append(actions, act)
 	}
-	m, err := o.measure(rc)
+	m, err := o.measure(rc, req.Session)
 	if err != nil {
 		return p, err
 	}
@@ -350,7 +394,7 @@ func (o *Orchestrator) prepare(ctx context.Context, req Request, sigil runcontex
 	for dropped := 0; errors.As(err, &le) && len(rc.Query.Excerpts) > 0; {
 		rc.Query.Excerpts = rc.Query.Excerpts[:len(rc.Query.Excerpts)-1]
 		dropped++
-		if m, err = o.measure(rc); err != nil {
+		if m, err = o.measure(rc, req.Session); err != nil {
 			return p, err
 		}
 		if budget, err = o.cfg.Limits.Check(m.Measure); err == nil || len(rc.Query.Excerpts) == 0 {
@@ -365,7 +409,7 @@ func (o *Orchestrator) prepare(ctx context.Context, req Request, sigil runcontex
 			return p, cerr
 		}
 		if len(acts) > 0 {
-			if m, err = o.measure(rc); err != nil {
+			if m, err = o.measure(rc, req.Session); err != nil {
 				return p, err
 			}
 			budget, err = o.cfg.Limits.Check(m.Measure)

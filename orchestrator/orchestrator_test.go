@@ -302,7 +302,7 @@ func TestIncrementalTokenizationStaysExact(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			o, be, _ := newTest(t, governor.Limits{NumCtx: 100000, AnswerReserve: 64})
 			o.tok = tok
-			for i := range 3 {
+			for i := range 2*tailCheckEvery + 1 { // through the periodic whole-tail checks
 				sum, err := o.Ask(t.Context(), Request{Session: "tok", Query: fmt.Sprint("q", i)}, func(string) error { return nil })
 				if err != nil {
 					t.Fatal(err)

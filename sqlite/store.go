@@ -174,10 +174,10 @@ func (s *Store) NewEpoch(ctx context.Context, id string, keep []int64, summary s
 
 // AppendTurn adds a finished turn to the session's current epoch, creating
 // the session if needed. summary is stored as given (JSON).
-func (s *Store) AppendTurn(ctx context.Context, id string, t runcontext.Turn, summary []byte, now time.Time) error {
+func (s *Store) AppendTurn(ctx context.Context, id string, t runcontext.Turn, summary []byte, now time.Time) (int64, error) {
 	excerpts, err := json.Marshal(t.Excerpts)
 	if err != nil {
-		return fmt.Errorf("sqlite: append turn: %w", err)
+		return 0, fmt.Errorf("sqlite: append turn: %w", err)
 	}
 	if t.Excerpts == nil {
 		excerpts = []byte("[]")
@@ -187,24 +187,25 @@ func (s *Store) AppendTurn(ctx context.Context, id string, t runcontext.Turn, su
 	}
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
-		return fmt.Errorf("sqlite: append turn: %w", err)
+		return 0, fmt.Errorf("sqlite: append turn: %w", err)
 	}
 	defer tx.Rollback()
 	if _, err := tx.ExecContext(ctx,
 		"INSERT INTO sessions (id, created_unix) VALUES (?, ?) ON CONFLICT (id) DO NOTHING", id, now.Unix()); err != nil {
-		return fmt.Errorf("sqlite: append turn: %w", err)
+		return 0, fmt.Errorf("sqlite: append turn: %w", err)
 	}
-	if _, err := tx.ExecContext(ctx, `
+	var seq int64
+	if err := tx.QueryRowContext(ctx, `
 		INSERT INTO turns (session_id, seq, epoch, query, excerpts, answer, verbatim, summary, created_unix)
 		SELECT ?, COALESCE(MAX(seq), 0) + 1, (SELECT epoch FROM sessions WHERE id = ?), ?, ?, ?, ?, ?, ?
-		FROM turns WHERE session_id = ?`,
-		id, id, t.Query, string(excerpts), t.Answer, t.Verbatim, string(summary), now.Unix(), id); err != nil {
-		return fmt.Errorf("sqlite: append turn: %w", err)
+		FROM turns WHERE session_id = ? RETURNING seq`,
+		id, id, t.Query, string(excerpts), t.Answer, t.Verbatim, string(summary), now.Unix(), id).Scan(&seq); err != nil {
+		return 0, fmt.Errorf("sqlite: append turn: %w", err)
 	}
 	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("sqlite: append turn: %w", err)
+		return 0, fmt.Errorf("sqlite: append turn: %w", err)
 	}
-	return nil
+	return seq, nil
 }
 
 // DeleteSession removes a session and its turns. Deleting an unknown

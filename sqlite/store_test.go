@@ -25,11 +25,11 @@ func TestSessionsSurviveReopen(t *testing.T) {
 		{Query: "q2", Answer: "a\x00 with NUL and ### marks", Excerpts: []runcontext.Excerpt{{Path: "a.go", Text: "x"}}},
 	}
 	for _, tr := range turns {
-		if err := s.AppendTurn(ctx, "s1", tr, []byte(`{"prompt_tokens":3}`), now); err != nil {
+		if _, err := s.AppendTurn(ctx, "s1", tr, []byte(`{"prompt_tokens":3}`), now); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := s.AppendTurn(ctx, "s2", runcontext.Turn{Query: "other", Answer: ""}, nil, now); err != nil {
+	if _, err := s.AppendTurn(ctx, "s2", runcontext.Turn{Query: "other", Answer: ""}, nil, now); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.Close(); err != nil {
@@ -70,7 +70,7 @@ func TestNewEpochKeepsTheRecord(t *testing.T) {
 	now := time.Unix(1700000000, 0)
 	for i := range 5 {
 		tr := runcontext.Turn{Query: string(rune('a' + i)), Answer: "x", Verbatim: i == 0}
-		if err := s.AppendTurn(ctx, "s", tr, nil, now); err != nil {
+		if _, err := s.AppendTurn(ctx, "s", tr, nil, now); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -79,7 +79,7 @@ func TestNewEpochKeepsTheRecord(t *testing.T) {
 	if err != nil || epoch != 1 {
 		t.Fatalf("epoch %d, %v", epoch, err)
 	}
-	if err := s.AppendTurn(ctx, "s", runcontext.Turn{Query: "f", Answer: "y"}, nil, now); err != nil {
+	if _, err := s.AppendTurn(ctx, "s", runcontext.Turn{Query: "f", Answer: "y"}, nil, now); err != nil {
 		t.Fatal(err)
 	}
 	after, err := s.Session(ctx, "s")
