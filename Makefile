@@ -55,7 +55,7 @@ test: ollama $(BIN)/ollama-$(COMPAT_VERSION)
 # docs/benchmarks.md and docs/bench/{results.json,scaling.png}; then the Go
 # benchmarks (compose allocations, cold/warm TTFT, depth policies).
 bench: build ollama
-	$(CTXD) bench --ollama $(OLLAMA) --out docs/bench --doc docs/benchmarks.md
+	$(CTXD) bench --ollama $(OLLAMA) --ollama-version $(OLLAMA_VERSION) --out docs/bench --doc docs/benchmarks.md
 	$(GO) test -run '^$$' -bench Compose -benchmem ./runcontext/
 	CTXD_REQUIRE_OLLAMA=1 CTXD_OLLAMA_BIN=$(abspath $(OLLAMA)) $(GO) test -count=1 -run '^$$' -bench . -benchtime 1x -timeout 60m ./integration/
 

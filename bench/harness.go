@@ -24,6 +24,7 @@ import (
 // Config says what to run.
 type Config struct {
 	OllamaBin   string
+	OllamaLabel string // the version to report when the binary does not know its own
 	ModelPath   string // where the bench model is (written if missing)
 	Model       modelgen.Config
 	NumCtx      int
@@ -72,6 +73,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	r := &Report{Machine: machine(cfg), Config: cfg, Started: time.Now().UTC().Format(time.RFC3339)}
 	if r.Machine.Ollama, err = e.direct.Version(ctx); err != nil {
 		return nil, err
+	}
+	if r.Machine.Ollama == "0.0.0" && cfg.OllamaLabel != "" { // go install builds carry no version
+		r.Machine.Ollama = cfg.OllamaLabel
 	}
 	cfg.Log("multi-turn: %d turns, three ways", cfg.Turns)
 	if r.MultiTurn, err = e.multiTurn(ctx); err != nil {

@@ -13,6 +13,7 @@ import (
 	"github.com/shirou/gopsutil/v4/load"
 	"github.com/shirou/gopsutil/v4/mem"
 
+	"github.com/ctxd/ctxd/daemon"
 	"github.com/ctxd/ctxd/llamatok"
 	"github.com/ctxd/ctxd/runcontext"
 )
@@ -265,14 +266,30 @@ func (e *env) scaling(ctx context.Context) ([]Scale, error) {
 	budget := e.cfg.NumCtx - e.cfg.AnswerToks
 	var out []Scale
 	for _, pct := range e.cfg.ScalingPcts {
-		dir := filepath.Join(e.work, fmt.Sprintf("codex-%d", pct))
-		// The stable blocks besides the codex take ~120 tokens.
-		if err := writeCodex(e.tok, dir, pct*budget/100-120); err != nil {
-			return nil, err
-		}
-		st, err := e.ctxd.LoadCodex(ctx, dir, nil)
-		if err != nil {
-			return nil, err
+		// Aim the codex so the stable blocks with it fill pct of the prompt
+		// budget: write, load, measure, correct by what the fences and the
+		// other blocks add, at most three times.
+		target := pct * budget / 100
+		want := target
+		var st *daemon.CodexStats
+		for try := range 3 {
+			dir := filepath.Join(e.work, fmt.Sprintf("codex-%d-%d", pct, try))
+			if err := writeCodex(e.tok, dir, want); err != nil {
+				return nil, err
+			}
+			var err error
+			if st, err = e.ctxd.LoadCodex(ctx, dir, nil); err != nil {
+				return nil, err
+			}
+			got := st.Plan.StableTokens
+			if st.Plan.StableTokens < 0 { // over the budget: RAG without a whole count
+				got = int(st.Tokens)
+			}
+			if diff := got - target; diff <= budget/100 && diff >= -budget/100 {
+				break
+			} else {
+				want -= diff
+			}
 		}
 		s := Scale{TargetPct: pct, Mode: st.Plan.Mode, StableTokens: st.Plan.StableTokens}
 		s.Pct = 100 * float64(s.StableTokens) / float64(budget)

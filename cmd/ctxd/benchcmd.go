@@ -16,6 +16,7 @@ func cmdBench(args []string, stdout, stderr io.Writer) error {
 	cfg := bench.DefaultConfig()
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.StringVar(&cfg.OllamaBin, "ollama", "bin/ollama", "the ollama binary to run")
+	fs.StringVar(&cfg.OllamaLabel, "ollama-version", "", "Ollama version to report when the binary reports 0.0.0")
 	fs.StringVar(&cfg.ModelPath, "model", "var/models/ctxd-bench.gguf", "bench model (written if missing)")
 	out := fs.String("out", "docs/bench", "directory for results.json and scaling.png")
 	doc := fs.String("doc", "docs/benchmarks.md", "Markdown file whose harness section is rewritten")
