@@ -288,7 +288,7 @@ func (e *env) scaling(ctx context.Context) ([]Scale, error) {
 			if diff := got - target; diff <= budget/100 && diff >= -budget/100 {
 				break
 			} else {
-				want -= diff
+				want = max(want-diff, 50) // the other blocks alone may be most of a small target
 			}
 		}
 		s := Scale{TargetPct: pct, Mode: st.Plan.Mode, StableTokens: st.Plan.StableTokens}
