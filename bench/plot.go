@@ -17,7 +17,7 @@ import (
 // writePlot draws cold and warm TTFT (log scale) against the codex's share
 // of the prompt budget, marking RAG points, as a PNG.
 func writePlot(path string, pts []Scale) error {
-	const w, h, left, right, top, bottom = 720, 420, 70, 20, 40, 50
+	const w, h, left, right, top, bottom = 720, 440, 70, 20, 56, 50
 	img := image.NewRGBA(image.Rect(0, 0, w, h))
 	draw.Draw(img, img.Bounds(), image.White, image.Point{}, draw.Src)
 	grey, black := color.RGBA{200, 200, 200, 255}, color.RGBA{0, 0, 0, 255}
@@ -80,10 +80,10 @@ func writePlot(path string, pts []Scale) error {
 	}
 	line(func(s Scale) float64 { return s.ColdTTFTMs }, cold)
 	line(func(s Scale) float64 { return s.WarmTTFTMs }, warm)
-	label(left, 20, "time to first token vs codex size (share of the prompt budget)", black)
-	label(w-250, 20, "cold", cold)
-	label(w-200, 20, "warm", warm)
-	label(w-150, 20, "70% CAG/RAG", rag)
+	label(left, 18, "time to first token vs codex size (share of the prompt budget)", black)
+	label(left, 38, "cold (turn 1)", cold)
+	label(left+120, 38, "warm (turn 2)", warm)
+	label(left+240, 38, "dotted: 70% CAG/RAG threshold", rag)
 	label(left+(w-left-right)/2-80, h-12, "codex + stable blocks, % of prompt budget", black)
 	return save(path, img)
 }

@@ -32,6 +32,19 @@ type Report struct {
 	Scaling   []Scale   `json:"scaling"`
 }
 
+// ReadReport loads a report written by Write.
+func ReadReport(path string) (*Report, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var r Report
+	if err := json.Unmarshal(b, &r); err != nil {
+		return nil, fmt.Errorf("bench: %s: %w", path, err)
+	}
+	return &r, nil
+}
+
 // Markers delimit the section of docs/benchmarks.md the harness owns.
 const (
 	beginMarker = "<!-- bench:begin (written by `ctxd bench`; edits inside are overwritten) -->"

@@ -22,8 +22,16 @@ func cmdBench(args []string, stdout, stderr io.Writer) error {
 	doc := fs.String("doc", "docs/benchmarks.md", "Markdown file whose harness section is rewritten")
 	fs.IntVar(&cfg.Turns, "turns", cfg.Turns, "turns of the multi-turn session")
 	fs.IntVar(&cfg.NumCtx, "num-ctx", cfg.NumCtx, "context window")
+	from := fs.String("from", "", "rewrite the outputs from an earlier results.json instead of running")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if *from != "" {
+		r, err := bench.ReadReport(*from)
+		if err != nil {
+			return err
+		}
+		return r.Write(*out, *doc)
 	}
 	cfg.Log = func(format string, a ...any) { fmt.Fprintf(stderr, format+"\n", a...) }
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
