@@ -25,23 +25,19 @@ var hashSeed = maphash.MakeSeed()
 // each block on its own (cached by content, so the codex is counted once).
 func (o *Orchestrator) measure(rc *runcontext.RunContext, session string) (measured, error) {
 	r := runcontext.Render(rc)
-	tokens, prefixLen, err := o.tokenizeLocked(r, session)
+	tokens, prefix, err := o.tokenizeLocked(r, session)
 	if err != nil {
 		return measured{}, fmt.Errorf("orchestrator: count prompt tokens: %w", err)
 	}
 	m := measured{Measure: governor.Measure{Rendered: r, PromptTokens: len(tokens), KVBytes: o.cfg.KVBytes}, Tokens: tokens}
-	// The stable blocks are counted once each (cached); the query on its
-	// own; the conversation is what remains of the prompt's count, so the
-	// largest changing block is not tokenized twice.
-	for k := range runcontext.BlockState {
-		if m.BlockTokens[k], err = o.countLocked(r.Blocks[k]); err != nil {
-			return measured{}, err
-		}
-	}
+	// The stable blocks were counted with their prefix, once; the query is
+	// counted on its own; the conversation is what remains of the prompt's
+	// count, so the largest changing block is not tokenized twice.
+	copy(m.BlockTokens[:runcontext.BlockState], prefix.blocks[:])
 	if m.BlockTokens[runcontext.BlockQuery], err = o.countLocked(r.Blocks[runcontext.BlockQuery]); err != nil {
 		return measured{}, err
 	}
-	m.BlockTokens[runcontext.BlockState] = max(0, len(tokens)-prefixLen-m.BlockTokens[runcontext.BlockQuery])
+	m.BlockTokens[runcontext.BlockState] = max(0, len(tokens)-len(prefix.tokens)-m.BlockTokens[runcontext.BlockQuery])
 	return m, nil
 }
 
@@ -49,6 +45,7 @@ func (o *Orchestrator) measure(rc *runcontext.RunContext, session string) (measu
 // karma), and whether splitting there is known to tokenize like the whole.
 type prefixTokens struct {
 	tokens     []int
+	blocks     [runcontext.BlockState]int // each stable block's own count
 	verified   bool
 	splittable bool
 }
@@ -62,7 +59,7 @@ const anchor = "\n\n"
 // query are tokenized per request. The first use of each prefix checks the
 // split against tokenizing the whole prompt, and a tokenizer for which the
 // two differ gets whole prompts from then on: counts stay exact.
-func (o *Orchestrator) tokenizeLocked(r runcontext.Rendered, session string) (ids []int, prefixLen int, err error) {
+func (o *Orchestrator) tokenizeLocked(r runcontext.Rendered, session string) (ids []int, prefix *prefixTokens, err error) {
 	var h maphash.Hash
 	h.SetSeed(hashSeed)
 	for _, b := range r.Blocks[:runcontext.BlockState] {
@@ -75,36 +72,41 @@ func (o *Orchestrator) tokenizeLocked(r runcontext.Rendered, session string) (id
 		full := r.Prompt()
 		pre, err := o.tok.Tokenize(full[:r.Offset(runcontext.BlockState)])
 		if err != nil {
-			return nil, 0, err
+			return nil, nil, err
+		}
+		e = &prefixTokens{tokens: pre}
+		for k := range runcontext.BlockState {
+			if e.blocks[k], err = o.countLocked(r.Blocks[k]); err != nil {
+				return nil, nil, err
+			}
 		}
 		if len(o.prefixes) >= 16 {
 			clear(o.prefixes) // environment bands and sigils make few distinct prefixes
 		}
-		e = &prefixTokens{tokens: pre}
 		o.prefixes[key] = e
 	}
 	if o.wholeOnly || (e.verified && !e.splittable) {
 		ids, err = o.tok.Tokenize(r.Prompt())
-		return ids, len(e.tokens), err
+		return ids, e, err
 	}
 	tail, err := o.sessionTail(session, r.Blocks[runcontext.BlockState]+r.Blocks[runcontext.BlockQuery])
 	if err != nil {
-		return nil, 0, err
+		return nil, nil, err
 	}
 	ids = make([]int, 0, len(e.tokens)+len(tail))
 	ids = append(append(ids, e.tokens...), tail...)
 	if !e.verified {
 		whole, err := o.tok.Tokenize(r.Prompt())
 		if err != nil {
-			return nil, 0, err
+			return nil, nil, err
 		}
 		e.verified, e.splittable = true, slices.Equal(whole, ids)
 		if !e.splittable {
 			o.log.Info("this tokenizer merges across the stable prefix; counting whole prompts for it", "prefix_tokens", len(e.tokens))
 		}
-		return whole, len(e.tokens), nil
+		return whole, e, nil
 	}
-	return ids, len(e.tokens), nil
+	return ids, e, nil
 }
 
 // tailCache is a session's last conversation-and-query text and its tokens.
