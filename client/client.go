@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -95,66 +94,69 @@ func (c *Client) GetRaw(ctx context.Context, path string) ([]byte, error) {
 	return io.ReadAll(resp.Body)
 }
 
-// Ask sends a query and calls onToken with each piece of the answer. It
-// returns the summary that ends the stream.
-func (c *Client) Ask(ctx context.Context, req daemon.AskRequest, onToken func(string)) (*orchestrator.Summary, error) {
-	resp, err := c.do(ctx, http.MethodPost, "/v1/ask", req)
+// stream posts body to path and decodes each NDJSON line of the answer into
+// a new E, handing it to handle until handle says the stream is done.
+func stream[E any](ctx context.Context, c *Client, path string, body any, handle func(E) (done bool, err error)) error {
+	resp, err := c.do(ctx, http.MethodPost, path, body)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer resp.Body.Close()
 	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 64<<10), 16<<20)
+	sc.Buffer(make([]byte, 64<<10), 64<<20)
 	for sc.Scan() {
-		var ev daemon.Event
+		var ev E
 		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
-			return nil, fmt.Errorf("ctxd: bad stream line %q: %w", sc.Text(), err)
+			return fmt.Errorf("ctxd: bad stream line %q: %w", sc.Text(), err)
 		}
+		if done, err := handle(ev); done || err != nil {
+			return err
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return fmt.Errorf("ctxd: stream: %w", err)
+	}
+	return fmt.Errorf("ctxd: the stream from %s ended without a result", path)
+}
+
+// Ask sends a query and calls onToken with each piece of the answer. It
+// returns the summary that ends the stream.
+func (c *Client) Ask(ctx context.Context, req daemon.AskRequest, onToken func(string)) (*orchestrator.Summary, error) {
+	var sum *orchestrator.Summary
+	err := stream(ctx, c, "/v1/ask", req, func(ev daemon.Event) (bool, error) {
 		switch ev.Type {
 		case "token":
 			if onToken != nil {
 				onToken(ev.Text)
 			}
 		case "summary":
-			return ev.Summary, nil
+			sum = ev.Summary
+			return true, nil
 		case "error":
-			return nil, &APIError{Status: ev.Status, Message: ev.Error}
+			return true, &APIError{Status: ev.Status, Message: ev.Error}
 		}
-	}
-	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("ctxd: stream: %w", err)
-	}
-	return nil, errors.New("ctxd: stream ended without a summary")
+		return false, nil
+	})
+	return sum, err
 }
 
 // LoadCodex makes the tree at path (on the daemon's machine) the daemon's
 // codex, calling onProgress as it loads, and returns the loaded codex.
 func (c *Client) LoadCodex(ctx context.Context, path string, onProgress func(codex.Progress)) (*daemon.CodexStats, error) {
-	resp, err := c.do(ctx, http.MethodPost, "/v1/codex/load", map[string]string{"path": path})
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 64<<10), 64<<20)
-	for sc.Scan() {
-		var ev daemon.CodexEvent
-		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
-			return nil, fmt.Errorf("ctxd: bad stream line: %w", err)
-		}
+	var st *daemon.CodexStats
+	err := stream(ctx, c, "/v1/codex/load", map[string]string{"path": path}, func(ev daemon.CodexEvent) (bool, error) {
 		switch ev.Type {
 		case "progress":
 			if onProgress != nil && ev.Progress != nil {
 				onProgress(*ev.Progress)
 			}
-		case "error":
-			return nil, &APIError{Status: http.StatusBadRequest, Message: ev.Error}
 		case "codex":
-			return ev.Codex, nil
+			st = ev.Codex
+			return true, nil
+		case "error":
+			return true, &APIError{Status: http.StatusBadRequest, Message: ev.Error}
 		}
-	}
-	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("ctxd: stream: %w", err)
-	}
-	return nil, errors.New("ctxd: codex load ended without a result")
+		return false, nil
+	})
+	return st, err
 }
