@@ -34,7 +34,7 @@ $(BIN)/ollama-v%:
 	@echo "building ollama v$* from the Go module proxy (a few minutes, once)"
 	./scripts/build-ollama.sh v$* $@
 
-$(DEMO_MODEL): | $(CTXD)
+$(DEMO_MODEL): FORCE | $(CTXD)
 	$(CTXD) genmodel --out $@ $(DEMO_FLAGS)
 
 # Start the daemon with the managed backend, the demo model and this

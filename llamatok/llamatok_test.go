@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/ctxd/ctxd/modelgen"
+	"github.com/ctxd/ctxd/runcontext"
 )
 
 func TestTokenizeBothVocabularies(t *testing.T) {
@@ -35,6 +36,36 @@ func TestTokenizeBothVocabularies(t *testing.T) {
 				if id < 0 || id >= c.VocabSize {
 					t.Fatalf("token id %d outside vocabulary of %d", id, c.VocabSize)
 				}
+			}
+		})
+	}
+}
+
+// TestTurnMarkersAreFewTokens guards what the benchmarks rely on: the
+// generated vocabularies hold ctxd's turn markers in a few tokens each, as
+// a real model's vocabulary holds its chat template's, so a turn's cost is
+// its text and not its headers.
+func TestTurnMarkersAreFewTokens(t *testing.T) {
+	for _, vocab := range []string{modelgen.VocabSPM, modelgen.VocabBPE} {
+		t.Run(vocab, func(t *testing.T) {
+			c := modelgen.DefaultConfig()
+			c.Vocab, c.VocabSize = vocab, 4096
+			path := filepath.Join(t.TempDir(), "m.gguf")
+			if err := modelgen.WriteFile(path, c); err != nil {
+				t.Fatal(err)
+			}
+			tok, err := Open(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer tok.Close()
+			markers := runcontext.RenderAnswer("") + runcontext.RenderQuery("", nil)
+			ids, err := tok.TokenizeText(markers)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(ids) > 10 {
+				t.Errorf("the markers between two turns %q take %d tokens, want at most 10", markers, len(ids))
 			}
 		})
 	}

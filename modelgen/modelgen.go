@@ -1,8 +1,10 @@
 package modelgen
 
 import (
+	"crypto/sha256"
 	_ "embed"
 	"encoding/binary"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -21,7 +23,7 @@ var corpus string
 
 // Version changes whenever the same Config would write different bytes,
 // so caches of generated models can key on it.
-const Version = "1"
+const Version = "2"
 
 // Vocabulary kinds.
 const (
@@ -107,6 +109,48 @@ func WriteFile(path string, c Config) error {
 	return nil
 }
 
+// keyKV is the GGUF key under which a generated model records Config.Key.
+const keyKV = "ctxd.modelgen.key"
+
+// Key names what Write would produce for c: the generator's Version and a
+// digest of the config. Two files with the same key hold the same bytes.
+func (c Config) Key() string {
+	sum := sha256.Sum256(fmt.Appendf(nil, "%+v", c))
+	return Version + "-" + hex.EncodeToString(sum[:8])
+}
+
+// Current reports whether path holds the model Write would produce for c,
+// reading only the file's metadata. A missing file is not current; a file
+// that is not GGUF, or that another generator version wrote, is not either.
+func Current(path string, c Config) (bool, error) {
+	f, err := os.Open(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("modelgen: %w", err)
+	}
+	defer f.Close()
+	g, _, err := ggml.Decode(f, 1)
+	if err != nil {
+		return false, nil
+	}
+	key, _ := g.KV()[keyKV].(string) // KV.String would prefix the architecture
+	return key == c.Key(), nil
+}
+
+// Ensure writes the model to path unless path already holds it, and
+// reports whether it wrote.
+func Ensure(path string, c Config) (bool, error) {
+	if ok, err := Current(path, c); err != nil || ok {
+		return false, err
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return false, fmt.Errorf("modelgen: %w", err)
+	}
+	return true, WriteFile(path, c)
+}
+
 // Write writes the model as GGUF to ws.
 func Write(ws io.WriteSeeker, c Config) error {
 	if err := c.Validate(); err != nil {
@@ -130,6 +174,7 @@ func Write(ws io.WriteSeeker, c Config) error {
 		"llama.rope.freq_base":                   float32(10000),
 		"llama.attention.layer_norm_rms_epsilon": float32(1e-5),
 		"llama.vocab_size":                       uint32(c.VocabSize),
+		keyKV:                                    c.Key(),
 	}
 	for k, v := range maps {
 		kv[k] = v
@@ -246,7 +291,7 @@ func (c Config) spmKV() (ggml.KV, error) {
 	for r := rune('!'); r <= '~'; r++ {
 		add(string(r))
 	}
-	words := countWords(corpus, spmSplit, utf8Symbols)
+	words := countWords(trainingText(), spmSplit, utf8Symbols)
 	for _, m := range trainMerges(words, c.VocabSize) {
 		add(m.a + m.b)
 	}
@@ -284,7 +329,7 @@ func (c Config) bpeKV() (ggml.KV, error) {
 	for _, t := range tokens {
 		seen[t] = true
 	}
-	words := countWords(corpus, gpt2Split, utf8Symbols)
+	words := countWords(trainingText(), gpt2Split, utf8Symbols)
 	var merges []string
 	for _, m := range trainMerges(words, c.VocabSize) {
 		if len(tokens) >= c.VocabSize-1 {

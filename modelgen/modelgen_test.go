@@ -109,3 +109,41 @@ func TestValidate(t *testing.T) {
 		t.Errorf("oversized vocabulary: %v", err)
 	}
 }
+
+func TestEnsureRewritesOnlyStaleModels(t *testing.T) {
+	c := DefaultConfig()
+	path := filepath.Join(t.TempDir(), "sub", "m.gguf")
+	if ok, err := Current(path, c); err != nil || ok {
+		t.Fatalf("Current of a missing file = %v, %v; want false, nil", ok, err)
+	}
+	if wrote, err := Ensure(path, c); err != nil || !wrote {
+		t.Fatalf("first Ensure = %v, %v; want a write", wrote, err)
+	}
+	before, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if wrote, err := Ensure(path, c); err != nil || wrote {
+		t.Fatalf("second Ensure = %v, %v; want no write", wrote, err)
+	}
+	if after, _ := os.Stat(path); !after.ModTime().Equal(before.ModTime()) {
+		t.Error("Ensure rewrote a current model")
+	}
+	other := c
+	other.Seed++
+	if ok, _ := Current(path, other); ok {
+		t.Error("a model written with another seed counts as current")
+	}
+	if wrote, err := Ensure(path, other); err != nil || !wrote {
+		t.Fatalf("Ensure with another config = %v, %v; want a write", wrote, err)
+	}
+	if ok, _ := Current(path, other); !ok {
+		t.Error("the rewritten model is not current")
+	}
+	if err := os.WriteFile(path, []byte("not gguf"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := Current(path, other); err != nil || ok {
+		t.Errorf("Current of a non-GGUF file = %v, %v; want false, nil", ok, err)
+	}
+}

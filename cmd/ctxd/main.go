@@ -266,14 +266,16 @@ func cmdGenModel(args []string, stdout io.Writer) error {
 	if *out == "" {
 		return errors.New("genmodel: --out is required")
 	}
-	if err := os.MkdirAll(filepath.Dir(*out), 0o755); err != nil {
+	wrote, err := modelgen.Ensure(*out, c)
+	if err != nil {
 		return err
 	}
-	if err := modelgen.WriteFile(*out, c); err != nil {
-		return err
+	verb := "wrote"
+	if !wrote {
+		verb = "up to date"
 	}
-	fmt.Fprintf(stdout, "wrote %s: %s vocabulary of %d, %d layers, embedding %d, %.1fM parameters, context %d\n",
-		*out, c.Vocab, c.VocabSize, c.Layers, c.Embedding, float64(c.Params())/1e6, c.ContextLength)
+	fmt.Fprintf(stdout, "%s %s: %s vocabulary of %d, %d layers, embedding %d, %.1fM parameters, context %d\n",
+		verb, *out, c.Vocab, c.VocabSize, c.Layers, c.Embedding, float64(c.Params())/1e6, c.ContextLength)
 	return nil
 }
 
