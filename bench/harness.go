@@ -30,6 +30,7 @@ type Config struct {
 	NumCtx      int
 	AnswerToks  int
 	Turns       int // multi-turn session length
+	ColdRepeats int // cold first turns measured (the session's own included)
 	Overhead    int // requests for the sidecar-overhead measurement
 	ScalingPcts []int
 	Log         func(format string, args ...any)
@@ -44,7 +45,7 @@ func DefaultConfig() Config {
 			Embedding: 512, Layers: 8, Heads: 8, KVHeads: 2, FeedForward: 1536,
 			ContextLength: 8192, F16: true, Seed: 7,
 		},
-		NumCtx: 4096, AnswerToks: 8, Turns: 20, Overhead: 30,
+		NumCtx: 4096, AnswerToks: 8, Turns: 20, ColdRepeats: 3, Overhead: 30,
 		ScalingPcts: []int{10, 30, 50, 69, 85},
 		Log:         func(string, ...any) {},
 	}
@@ -107,12 +108,11 @@ func setup(ctx context.Context, cfg Config) (*env, error) {
 		}
 	}
 	fail := func(err error) (*env, error) { e.stop(); return nil, err }
-	if _, err := os.Stat(cfg.ModelPath); err != nil {
+	if ok, err := modelgen.Current(cfg.ModelPath, cfg.Model); err != nil {
+		return fail(err)
+	} else if !ok {
 		cfg.Log("writing the bench model (%.1fM parameters) to %s", float64(cfg.Model.Params())/1e6, cfg.ModelPath)
-		if err := os.MkdirAll(filepath.Dir(cfg.ModelPath), 0o755); err != nil {
-			return fail(err)
-		}
-		if err := modelgen.WriteFile(cfg.ModelPath, cfg.Model); err != nil {
+		if _, err := modelgen.Ensure(cfg.ModelPath, cfg.Model); err != nil {
 			return fail(err)
 		}
 	}

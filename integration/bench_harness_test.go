@@ -18,7 +18,7 @@ func TestBenchHarnessSmoke(t *testing.T) {
 	cfg.OllamaBin = ollamatest.Binary(t)
 	cfg.Model = testModel()
 	cfg.ModelPath = modelPath(t, cfg.Model)
-	cfg.NumCtx, cfg.Turns, cfg.Overhead = 2048, 3, 3
+	cfg.NumCtx, cfg.Turns, cfg.Overhead, cfg.ColdRepeats = 2048, 3, 3, 2
 	cfg.ScalingPcts = []int{20, 85}
 	r, err := bench.Run(context.Background(), cfg)
 	if err != nil {
@@ -27,6 +27,9 @@ func TestBenchHarnessSmoke(t *testing.T) {
 	mt := r.MultiTurn
 	if len(mt.Ctxd.Turns) != 3 || len(mt.Naive.Turns) != 3 || len(mt.Floor.Turns) != 3 {
 		t.Fatalf("multi-turn: %+v", mt)
+	}
+	if len(mt.ColdMs) != 2 || mt.ColdMs[0] != mt.Ctxd.Turns[0].TTFTMs || mt.ColdP50 <= 0 || mt.ColdOverWarm <= 0 {
+		t.Errorf("cold samples %v, median %v, cold/warm %v", mt.ColdMs, mt.ColdP50, mt.ColdOverWarm)
 	}
 	if mt.Ctxd.Turns[1].EvaluatedTokens >= mt.Naive.Turns[1].EvaluatedTokens {
 		t.Errorf("turn 2: ctxd evaluated %d tokens, the naive order %d", mt.Ctxd.Turns[1].EvaluatedTokens, mt.Naive.Turns[1].EvaluatedTokens)

@@ -17,10 +17,11 @@ func cmdBench(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.StringVar(&cfg.OllamaBin, "ollama", "bin/ollama", "the ollama binary to run")
 	fs.StringVar(&cfg.OllamaLabel, "ollama-version", "", "Ollama version to report when the binary reports 0.0.0")
-	fs.StringVar(&cfg.ModelPath, "model", "var/models/ctxd-bench.gguf", "bench model (written if missing)")
+	fs.StringVar(&cfg.ModelPath, "model", "var/models/ctxd-bench.gguf", "bench model (written if missing or stale)")
 	out := fs.String("out", "docs/bench", "directory for results.json and scaling.png")
 	doc := fs.String("doc", "docs/benchmarks.md", "Markdown file whose harness section is rewritten")
 	fs.IntVar(&cfg.Turns, "turns", cfg.Turns, "turns of the multi-turn session")
+	fs.IntVar(&cfg.ColdRepeats, "cold-repeats", cfg.ColdRepeats, "cold first turns to measure (the session's own included)")
 	fs.IntVar(&cfg.NumCtx, "num-ctx", cfg.NumCtx, "context window")
 	from := fs.String("from", "", "rewrite the outputs from an earlier results.json instead of running")
 	if err := fs.Parse(args); err != nil {
