@@ -29,21 +29,24 @@ type Turn struct {
 
 // Series is one way of sending the same session.
 type Series struct {
-	Name  string  `json:"name"`
-	Turns []Turn  `json:"turns"`
-	P50   float64 `json:"median_ttft_ms_turns_2_on"`
-	Min   float64 `json:"min_ttft_ms_turns_2_on"`
-	Max   float64 `json:"max_ttft_ms_turns_2_on"`
-	Eval  float64 `json:"median_evaluated_tokens_turns_2_on"`
+	Name   string  `json:"name"`
+	Turns  []Turn  `json:"turns"`
+	P50    float64 `json:"median_ttft_ms_turns_2_on"`
+	Min    float64 `json:"min_ttft_ms_turns_2_on"`
+	Max    float64 `json:"max_ttft_ms_turns_2_on"`
+	Eval   float64 `json:"median_evaluated_tokens_turns_2_on"`
+	EvalMs float64 `json:"median_backend_prompt_eval_ms_turns_2_on"`
 }
 
 func (s *Series) summarize() {
-	var t, ev []float64
+	var t, ev, evMs []float64
 	for _, x := range s.Turns[1:] {
 		t = append(t, x.TTFTMs)
 		ev = append(ev, float64(x.EvaluatedTokens))
+		evMs = append(evMs, x.PromptEvalMs)
 	}
-	s.P50, s.Min, s.Max, s.Eval = percentile(t, 0.5), percentile(t, 0), percentile(t, 1), percentile(ev, 0.5)
+	s.P50, s.Min, s.Max = percentile(t, 0.5), percentile(t, 0), percentile(t, 1)
+	s.Eval, s.EvalMs = percentile(ev, 0.5), percentile(evMs, 0.5)
 }
 
 // MultiTurn compares ctxd's order with a naive one and with no codex.
@@ -272,13 +275,15 @@ func composeLatency() Compose {
 
 // Scale is one codex size.
 type Scale struct {
-	TargetPct    int     `json:"target_pct_of_prompt_budget"`
-	StableTokens int     `json:"stable_tokens"`
-	Pct          float64 `json:"pct_of_prompt_budget"`
-	Mode         string  `json:"mode"`
-	ColdTTFTMs   float64 `json:"cold_ttft_ms"`
-	WarmTTFTMs   float64 `json:"warm_ttft_ms"`
-	PromptTokens int     `json:"prompt_tokens_turn_1"`
+	TargetPct    int       `json:"target_pct_of_prompt_budget"`
+	StableTokens int       `json:"stable_tokens"`
+	Pct          float64   `json:"pct_of_prompt_budget"`
+	Mode         string    `json:"mode"`
+	ColdTTFTMs   float64   `json:"cold_ttft_ms"` // median of ColdMs
+	WarmTTFTMs   float64   `json:"warm_ttft_ms"` // median of WarmMs
+	ColdMs       []float64 `json:"cold_ttft_ms_samples"`
+	WarmMs       []float64 `json:"warm_ttft_ms_samples"`
+	PromptTokens int       `json:"prompt_tokens_turn_1"`
 }
 
 func (e *env) scaling(ctx context.Context) ([]Scale, error) {
@@ -312,16 +317,31 @@ func (e *env) scaling(ctx context.Context) ([]Scale, error) {
 		}
 		s := Scale{TargetPct: pct, Mode: st.Plan.Mode, StableTokens: st.Plan.StableTokens}
 		s.Pct = 100 * float64(s.StableTokens) / float64(budget)
-		session := fmt.Sprintf("scale-%d", pct)
-		sum, cold, err := e.askCtxd(ctx, session, question(pct))
-		if err != nil {
-			return nil, err
+		// Cold: the first turn of a fresh session after an unrelated prompt
+		// took the backend's slot; warm: the next turns of that session.
+		var cold, warm []float64
+		for r := range max(1, e.cfg.ColdRepeats) {
+			if _, err := e.askDirect(ctx, fmt.Sprintf("Unrelated prompt %d.", r)); err != nil {
+				return nil, err
+			}
+			session := fmt.Sprintf("scale-%d-%d", pct, r)
+			sum, t, err := e.askCtxd(ctx, session, question(pct))
+			if err != nil {
+				return nil, err
+			}
+			cold, s.PromptTokens = append(cold, ms(t)), sum.PromptTokens
+			if r > 0 {
+				continue
+			}
+			for i := range max(1, e.cfg.ColdRepeats) {
+				if _, t, err = e.askCtxd(ctx, session, question(pct+1+i)); err != nil {
+					return nil, err
+				}
+				warm = append(warm, ms(t))
+			}
 		}
-		_, warm, err := e.askCtxd(ctx, session, question(pct+1))
-		if err != nil {
-			return nil, err
-		}
-		s.ColdTTFTMs, s.WarmTTFTMs, s.PromptTokens = ms(cold), ms(warm), sum.PromptTokens
+		s.ColdMs, s.WarmMs = cold, warm
+		s.ColdTTFTMs, s.WarmTTFTMs = percentile(cold, 0.5), percentile(warm, 0.5)
 		e.cfg.Log("  %d%%: mode %s, stable %d tokens, cold %.0f ms, warm %.0f ms", pct, s.Mode, s.StableTokens, s.ColdTTFTMs, s.WarmTTFTMs)
 		out = append(out, s)
 	}
@@ -347,7 +367,7 @@ func writeCodex(tok *llamatok.Tokenizer, dir string, tokens int) error {
 		if err != nil {
 			return err
 		}
-		if total+n > tokens && f > 0 {
+		if total+n > tokens {
 			// Trim the last file to land near the target.
 			lines := strings.SplitAfter(text, "\n")
 			for len(lines) > 3 && total+n > tokens {

@@ -97,15 +97,18 @@ func (r *Report) Markdown(dir string) string {
 
 	mt := r.MultiTurn
 	fmt.Fprintf(&b, "### Multi-turn session (%d turns, codex ≈ half the window)\n\n", len(mt.Ctxd.Turns))
-	b.WriteString("| turn | ctxd TTFT ms | ctxd evaluated | naive TTFT ms | naive evaluated | query alone TTFT ms |\n|---|---|---|---|---|---|\n")
+	b.WriteString("Per turn: time to first token (ms), tokens evaluated / prompt tokens, the backend's prompt-evaluation time (ms).\n\n")
+	b.WriteString("| turn | ctxd TTFT | ctxd evaluated | ctxd eval ms | naive TTFT | naive evaluated | naive eval ms | query alone TTFT | query alone evaluated | query alone eval ms |\n|---|---|---|---|---|---|---|---|---|---|\n")
 	for i := range mt.Ctxd.Turns {
-		c, n, f := mt.Ctxd.Turns[i], mt.Naive.Turns[i], mt.Floor.Turns[i]
-		fmt.Fprintf(&b, "| %d | %.0f | %d / %d | %.0f | %d / %d | %.0f |\n", i+1, c.TTFTMs, c.EvaluatedTokens, c.PromptTokens,
-			n.TTFTMs, n.EvaluatedTokens, n.PromptTokens, f.TTFTMs)
+		fmt.Fprintf(&b, "| %d |", i+1)
+		for _, t := range []Turn{mt.Ctxd.Turns[i], mt.Naive.Turns[i], mt.Floor.Turns[i]} {
+			fmt.Fprintf(&b, " %.0f | %d / %d | %.0f |", t.TTFTMs, t.EvaluatedTokens, t.PromptTokens, t.PromptEvalMs)
+		}
+		b.WriteString("\n")
 	}
-	b.WriteString("\n| way | median TTFT, turns 2+ (min–max) | median tokens evaluated, turns 2+ |\n|---|---|---|\n")
+	b.WriteString("\n| way | median TTFT, turns 2+ (min–max) | median tokens evaluated, turns 2+ | median prompt eval, turns 2+ |\n|---|---|---|---|\n")
 	for _, s := range []Series{mt.Ctxd, mt.Naive, mt.Floor} {
-		fmt.Fprintf(&b, "| %s | %.0f ms (%.0f–%.0f) | %.0f |\n", s.Name, s.P50, s.Min, s.Max, s.Eval)
+		fmt.Fprintf(&b, "| %s | %.0f ms (%.0f–%.0f) | %.0f | %.0f ms |\n", s.Name, s.P50, s.Min, s.Max, s.Eval, s.EvalMs)
 	}
 	fmt.Fprintf(&b, "\nctxd cold turn 1: median %.0f ms of %d (%s; the session's own, then the same first turn on fresh sessions after an unrelated prompt took the backend's slot).\n\n",
 		mt.ColdP50, len(mt.ColdMs), joinMs(mt.ColdMs))
@@ -119,12 +122,23 @@ func (r *Report) Markdown(dir string) string {
 	fmt.Fprintf(&b, "### Compose latency (no backend)\n\nBuild + validate + render a RunContext with a ~%dk-token codex, %d turns, %d karma entries, %d runs: p50 **%.3f ms**, p99 **%.3f ms** (targets ≤ 1 ms, ≤ 5 ms). Allocations per request do not grow with the codex: `go test -bench Compose -benchmem ./runcontext/`.\n\n",
 		c.CodexTokens/1000, c.Turns, c.Karma, c.Runs, c.P50Ms, c.P99Ms)
 
-	fmt.Fprintf(&b, "### Scaling with the codex\n\n| codex + stable blocks, %% of prompt budget | mode | turn-1 prompt tokens | cold TTFT ms | warm TTFT ms |\n|---|---|---|---|---|\n")
+	fmt.Fprintf(&b, "### Scaling with the codex\n\nCold: turn 1 of a fresh session after an unrelated prompt took the backend's slot; warm: the next turns of one session. Medians, every sample in brackets.\n\n")
+	b.WriteString("| codex + stable blocks, % of prompt budget | mode | turn-1 prompt tokens | cold TTFT ms | warm TTFT ms |\n|---|---|---|---|---|\n")
 	for _, s := range r.Scaling {
-		fmt.Fprintf(&b, "| %.0f%% (%d tokens) | %s | %d | %.0f | %.0f |\n", s.Pct, s.StableTokens, s.Mode, s.PromptTokens, s.ColdTTFTMs, s.WarmTTFTMs)
+		fmt.Fprintf(&b, "| %.0f%% (%d tokens) | %s | %d | %.0f (%s) | %.0f (%s) |\n", s.Pct, s.StableTokens, s.Mode, s.PromptTokens,
+			s.ColdTTFTMs, list(s.ColdMs), s.WarmTTFTMs, list(s.WarmMs))
 	}
 	fmt.Fprintf(&b, "\n![cold and warm TTFT by codex size](%s/scaling.png)\n\n", dir)
 	return b.String()
+}
+
+// list writes samples as "50492, 50210, 49870".
+func list(xs []float64) string {
+	parts := make([]string, len(xs))
+	for i, x := range xs {
+		parts[i] = fmt.Sprintf("%.0f", x)
+	}
+	return strings.Join(parts, ", ")
 }
 
 // joinMs lists times as "50492, 50210 and 49870 ms".

@@ -40,6 +40,14 @@ func TestBenchHarnessSmoke(t *testing.T) {
 	if len(r.Scaling) != 2 || r.Scaling[0].Mode != "cag" || r.Scaling[1].Mode != "rag" {
 		t.Errorf("scaling: %+v", r.Scaling)
 	}
+	for _, s := range r.Scaling {
+		if len(s.ColdMs) != 2 || len(s.WarmMs) != 2 {
+			t.Errorf("scaling %d%%: want 2 cold and 2 warm samples, got %v and %v", s.TargetPct, s.ColdMs, s.WarmMs)
+		}
+	}
+	if p := r.Scaling[0].Pct; p > 25 {
+		t.Errorf("scaling: the 20%% point landed at %.0f%% of the prompt budget", p)
+	}
 	dir := t.TempDir()
 	doc := filepath.Join(dir, "benchmarks.md")
 	if err := os.WriteFile(doc, []byte("# Benchmarks\n\nHand-written part.\n"), 0o644); err != nil {
