@@ -81,9 +81,9 @@ func writePlot(path string, pts []Scale) error {
 	line(func(s Scale) float64 { return s.ColdTTFTMs }, cold)
 	line(func(s Scale) float64 { return s.WarmTTFTMs }, warm)
 	label(left, 18, "time to first token vs codex size (share of the prompt budget)", black)
-	label(left, 38, "cold (turn 1)", cold)
-	label(left+120, 38, "warm (turn 2)", warm)
-	label(left+240, 38, "dotted: 70% CAG/RAG threshold", rag)
+	label(left, 38, "cold (turn 1, median)", cold)
+	label(left+180, 38, "warm (later turns, median)", warm)
+	label(left+400, 38, "dotted: 70% CAG/RAG threshold", rag)
 	label(left+(w-left-right)/2-80, h-12, "codex + stable blocks, % of prompt budget", black)
 	return save(path, img)
 }

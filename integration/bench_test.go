@@ -24,7 +24,7 @@ func benchModel() modelgen.Config {
 // Each repetition starts a fresh daemon and managed Ollama.
 func BenchmarkColdWarmTTFT(b *testing.B) {
 	const reps = 3
-	var cold, warm, coldEval, warmEval []float64
+	var cold, warm, coldEval, warmEval, warmTokens []float64
 	var promptTokens int
 	for range b.N {
 		for r := range reps {
@@ -46,6 +46,7 @@ func BenchmarkColdWarmTTFT(b *testing.B) {
 				} else {
 					warm = append(warm, sum.TTFTMillis)
 					warmEval = append(warmEval, sum.PromptEvalMs)
+					warmTokens = append(warmTokens, float64(sum.EvaluatedTokens))
 				}
 			}
 			if err := d.stop(); err != nil {
@@ -57,8 +58,8 @@ func BenchmarkColdWarmTTFT(b *testing.B) {
 	b.ReportMetric(mc, "cold-ttft-ms")
 	b.ReportMetric(mw, "warm-ttft-ms")
 	b.ReportMetric(mc/mw, "cold/warm")
-	b.Logf("prompt %d tokens; cold TTFT median %.1f ms (all %v, backend prompt eval %v); warm TTFT median %.1f ms (all %v, backend prompt eval %v); cold/warm %.1fx",
-		promptTokens, mc, round(cold), round(coldEval), mw, round(warm), round(warmEval), mc/mw)
+	b.Logf("prompt %d tokens; cold TTFT median %.1f ms (all %v, backend prompt eval %v); warm TTFT median %.1f ms (all %v, backend prompt eval %v, tokens evaluated %v); cold/warm %.1fx",
+		promptTokens, mc, round(cold), round(coldEval), mw, round(warm), round(warmEval), warmTokens, mc/mw)
 }
 
 func median(xs []float64) float64 {
