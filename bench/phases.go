@@ -15,6 +15,7 @@ import (
 
 	"github.com/ctxd/ctxd/daemon"
 	"github.com/ctxd/ctxd/llamatok"
+	"github.com/ctxd/ctxd/ollama"
 	"github.com/ctxd/ctxd/runcontext"
 )
 
@@ -219,32 +220,79 @@ func retrieve(history []runcontext.Turn, q string, k int) []runcontext.Turn {
 	return out
 }
 
-// Overhead is what ctxd adds before the backend sees a request and while
-// the first token travels back.
+// Overhead is what ctxd adds between an agent and the backend.
 type Overhead struct {
-	Requests int       `json:"requests"`
-	P50Ms    float64   `json:"p50_ms"`
-	P95Ms    float64   `json:"p95_ms"`
-	Samples  []float64 `json:"samples_ms"`
+	Requests int `json:"requests"`
+	// Paired: the same prompt through ctxd and straight to Ollama, one after
+	// the other, each finding the same prompt in the backend's slot.
+	P50Ms        float64   `json:"p50_ms"` // of Samples
+	P95Ms        float64   `json:"p95_ms"`
+	Samples      []float64 `json:"samples_ms"` // ctxd TTFT minus direct TTFT, pair by pair
+	CtxdTTFTMs   []float64 `json:"ctxd_ttft_ms"`
+	DirectTTFTMs []float64 `json:"direct_ttft_ms"`
+	CtxdEvalMs   float64   `json:"ctxd_median_backend_prompt_eval_ms"`
+	DirectEvalMs float64   `json:"direct_median_backend_prompt_eval_ms"`
+	PromptTokens int       `json:"prompt_tokens"`
+	OwnP50Ms     float64   `json:"own_p50_ms"` // of OwnSamples
+	OwnP95Ms     float64   `json:"own_p95_ms"`
+	OwnSamples   []float64 `json:"own_samples_ms"` // ctxd TTFT minus ctxd's own measurement of the backend's
 }
 
-// overhead measures, on warm turns, the client's time to first token
-// through the socket minus ctxd's own measurement of the backend's time to
-// first token (from sending the prompt to Ollama to its first token): the
-// difference is everything ctxd does, end to end, for one request.
+// overhead sends one prompt through ctxd and then, byte for byte the same
+// (read back from GET /v1/sessions/{id}/prompt), straight to Ollama, in
+// pairs. Each ctxd request opens a new session with the same question, so
+// ctxd renders the same prompt every time and both sides find it in the
+// backend's slot: the backend does the same work for both, and the
+// difference in time to first token is what ctxd adds. The first pair
+// warms the slot and is not counted. A second view of the same requests:
+// the client's time to first token minus ctxd's own measurement of the
+// backend's.
 func (e *env) overhead(ctx context.Context) (Overhead, error) {
 	o := Overhead{Requests: e.cfg.Overhead}
+	q := question(0)
+	var ctxdEval, directEval []float64
 	for i := range e.cfg.Overhead + 1 {
-		sum, ttft, err := e.askCtxd(ctx, "overhead", question(i))
+		session := fmt.Sprintf("overhead-%d", i)
+		sum, tc, err := e.askCtxd(ctx, session, q)
 		if err != nil {
 			return o, err
 		}
-		if i == 0 {
-			continue // cold
+		var lp daemon.LastPrompt
+		if err := e.ctxd.GetJSON(ctx, "/v1/sessions/"+session+"/prompt", &lp); err != nil {
+			return o, err
 		}
-		o.Samples = append(o.Samples, ms(ttft)-sum.TTFTMillis)
+		ids, err := e.tok.Tokenize(lp.Prompt)
+		if err != nil {
+			return o, err
+		}
+		var td time.Duration
+		start := time.Now()
+		res, err := e.direct.Generate(ctx, lp.Prompt, ollama.Sampling{MaxTokens: e.cfg.AnswerToks, NumKeep: len(ids), Stop: []string{runcontext.StopSequence}},
+			func(string) error {
+				if td == 0 {
+					td = time.Since(start)
+				}
+				return nil
+			})
+		if err != nil {
+			return o, err
+		}
+		if td == 0 {
+			td = time.Since(start)
+		}
+		e.slot = ids
+		if i == 0 {
+			continue // the first pair moves the slot to this prompt
+		}
+		o.PromptTokens = len(ids)
+		o.CtxdTTFTMs, o.DirectTTFTMs = append(o.CtxdTTFTMs, ms(tc)), append(o.DirectTTFTMs, ms(td))
+		o.Samples = append(o.Samples, ms(tc)-ms(td))
+		o.OwnSamples = append(o.OwnSamples, ms(tc)-sum.TTFTMillis)
+		ctxdEval, directEval = append(ctxdEval, sum.PromptEvalMs), append(directEval, ms(res.Metrics.PromptEvalDuration))
 	}
 	o.P50Ms, o.P95Ms = percentile(o.Samples, 0.5), percentile(o.Samples, 0.95)
+	o.OwnP50Ms, o.OwnP95Ms = percentile(o.OwnSamples, 0.5), percentile(o.OwnSamples, 0.95)
+	o.CtxdEvalMs, o.DirectEvalMs = percentile(ctxdEval, 0.5), percentile(directEval, 0.5)
 	return o, nil
 }
 

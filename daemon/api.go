@@ -45,6 +45,7 @@ func (d *Daemon) routes() http.Handler {
 	mux.HandleFunc("GET /v1/codex/search", d.handleCodexSearch)
 	mux.HandleFunc("GET /v1/sessions/{id}", d.handleSession)
 	mux.HandleFunc("DELETE /v1/sessions/{id}", d.handleDeleteSession)
+	mux.HandleFunc("GET /v1/sessions/{id}/prompt", d.handleLastPrompt)
 	// Method-less patterns for the same paths catch the wrong methods:
 	// the method-specific ones above take precedence.
 	for path, allow := range map[string]string{
@@ -184,6 +185,44 @@ func (d *Daemon) handleSession(w http.ResponseWriter, r *http.Request) {
 		s.Turns = []runcontext.Turn{}
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"session": id, "epoch": s.Epoch, "turns": s.Turns})
+}
+
+// PromptBlock is where one block sits in a rendered prompt, in bytes.
+type PromptBlock struct {
+	Name   string `json:"name"`
+	Offset int    `json:"offset"`
+	Bytes  int    `json:"bytes"`
+}
+
+// LastPrompt is GET /v1/sessions/{id}/prompt: the exact text the session's
+// last request sent to the backend, and where each block starts in it.
+type LastPrompt struct {
+	Session string        `json:"session"`
+	Prompt  string        `json:"prompt"`
+	Blocks  []PromptBlock `json:"blocks"`
+}
+
+func (d *Daemon) handleLastPrompt(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	if !orchestrator.SessionIDPattern.MatchString(id) {
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("session %q must match %s", id, orchestrator.SessionIDPattern))
+		return
+	}
+	o := d.orchestrator()
+	if o == nil {
+		writeError(w, http.StatusNotFound, fmt.Sprintf("session %q sent no prompt since the daemon started (the backend is not ready)", id))
+		return
+	}
+	rendered, ok := o.LastPrompt(id)
+	if !ok {
+		writeError(w, http.StatusNotFound, fmt.Sprintf("session %q sent no prompt since the daemon started", id))
+		return
+	}
+	lp := LastPrompt{Session: id, Prompt: rendered.Prompt()}
+	for k, name := range runcontext.BlockNames {
+		lp.Blocks = append(lp.Blocks, PromptBlock{Name: name, Offset: rendered.Offset(k), Bytes: len(rendered.Blocks[k])})
+	}
+	writeJSON(w, http.StatusOK, lp)
 }
 
 func (d *Daemon) handleDeleteSession(w http.ResponseWriter, r *http.Request) {

@@ -25,6 +25,8 @@ func TestBenchHarnessSmoke(t *testing.T) {
 		t.Fatal(err)
 	}
 	mt := r.MultiTurn
+	t.Logf("overhead: paired %v (ctxd %v, direct %v, backend eval %.1f / %.1f ms); own %v",
+		r.Overhead.Samples, r.Overhead.CtxdTTFTMs, r.Overhead.DirectTTFTMs, r.Overhead.CtxdEvalMs, r.Overhead.DirectEvalMs, r.Overhead.OwnSamples)
 	if len(mt.Ctxd.Turns) != 3 || len(mt.Naive.Turns) != 3 || len(mt.Floor.Turns) != 3 {
 		t.Fatalf("multi-turn: %+v", mt)
 	}
@@ -34,7 +36,7 @@ func TestBenchHarnessSmoke(t *testing.T) {
 	if mt.Ctxd.Turns[1].EvaluatedTokens >= mt.Naive.Turns[1].EvaluatedTokens {
 		t.Errorf("turn 2: ctxd evaluated %d tokens, the naive order %d", mt.Ctxd.Turns[1].EvaluatedTokens, mt.Naive.Turns[1].EvaluatedTokens)
 	}
-	if len(r.Overhead.Samples) != 3 || r.Compose.Runs == 0 {
+	if o := r.Overhead; len(o.Samples) != 3 || len(o.DirectTTFTMs) != 3 || len(o.OwnSamples) != 3 || o.PromptTokens == 0 || r.Compose.Runs == 0 {
 		t.Errorf("overhead %+v compose %+v", r.Overhead, r.Compose)
 	}
 	if len(r.Scaling) != 2 || r.Scaling[0].Mode != "cag" || r.Scaling[1].Mode != "rag" {

@@ -78,6 +78,18 @@ func TestSessionReusesPrefixAndSurvivesRestart(t *testing.T) {
 		prev = sum
 	}
 
+	// The exact prompt the last turn sent, block by block.
+	var lp daemon.LastPrompt
+	if err := d.client.GetJSON(context.Background(), "/v1/sessions/e2e/prompt", &lp); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(lp.Prompt, "### IDENTITY") || !strings.Contains(lp.Prompt, queries[1]) || !strings.HasSuffix(lp.Prompt, queries[2]+"\n### ASSISTANT\n") {
+		t.Errorf("last prompt of e2e:\n%.300s\n...\n%s", lp.Prompt, lp.Prompt[max(0, len(lp.Prompt)-300):])
+	}
+	if n := len(lp.Blocks); n != 7 || lp.Blocks[0].Offset != 0 || lp.Blocks[n-1].Offset+lp.Blocks[n-1].Bytes != len(lp.Prompt) || lp.Blocks[n-1].Name != "query" {
+		t.Errorf("blocks of the last prompt: %+v (prompt %d bytes)", lp.Blocks, len(lp.Prompt))
+	}
+
 	if err := d.stop(); err != nil {
 		t.Fatalf("stop: %v", err)
 	}
@@ -156,6 +168,8 @@ func TestBadInputGetsClearErrors(t *testing.T) {
 		{"unknown route", "GET", "/v2/ask", "", ``, 404, "no route"},
 		{"wrong method", "GET", "/v1/ask", "", ``, 405, "use POST"},
 		{"bad session id in path", "GET", "/v1/sessions/a%20b", "", ``, 400, "session"},
+		{"prompt of a bad session id", "GET", "/v1/sessions/a%20b/prompt", "", ``, 400, "session"},
+		{"prompt of a session that sent none", "GET", "/v1/sessions/never/prompt", "", ``, 404, "sent no prompt"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -178,6 +178,15 @@ func (o *Orchestrator) Forget(id string) {
 	delete(o.tails, id)
 }
 
+// LastPrompt is the prompt the session's last request sent to the backend
+// since this daemon started, block by block; false if there is none.
+func (o *Orchestrator) LastPrompt(id string) (runcontext.Rendered, bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	p, ok := o.last[id]
+	return p.rendered, ok
+}
+
 // prerendered renders the codex block once for all requests.
 func prerendered(c CodexState) CodexState {
 	c.Block.Prerender()
