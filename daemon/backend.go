@@ -21,8 +21,12 @@ func (b *ollamaBackend) Generate(ctx context.Context, req orchestrator.GenerateR
 		MaxTokens: req.MaxTokens, Temperature: b.temperature, Seed: b.seed,
 		NumKeep: req.NumKeep, Stop: req.Stop,
 	}, onToken)
+	done := res.DoneReason
+	if done == ollama.DoneIncomplete {
+		done = orchestrator.DoneIncomplete
+	}
 	return orchestrator.Generation{
-		Text: res.Text, DoneReason: res.DoneReason, TTFT: res.TTFT,
+		Text: res.Text, DoneReason: done, TTFT: res.TTFT,
 		PromptEvalCount: res.Metrics.PromptEvalCount, PromptEvalDuration: res.Metrics.PromptEvalDuration,
 		EvalCount: res.Metrics.EvalCount, EvalDuration: res.Metrics.EvalDuration,
 	}, err

@@ -121,6 +121,7 @@ func (c *Client) Generate(ctx context.Context, prompt string, s Sampling, onToke
 		sb    strings.Builder
 		start = time.Now()
 		first = true
+		done  bool
 	)
 	req := &api.GenerateRequest{
 		Model: c.model, Prompt: prompt, Raw: true,
@@ -140,6 +141,7 @@ func (c *Client) Generate(ctx context.Context, prompt string, s Sampling, onToke
 			}
 		}
 		if r.Done {
+			done = true
 			res.DoneReason = r.DoneReason
 			res.Metrics = r.Metrics
 			if first {
@@ -152,8 +154,22 @@ func (c *Client) Generate(ctx context.Context, prompt string, s Sampling, onToke
 	if err != nil {
 		return res, c.wrap("generate", err)
 	}
+	if !done {
+		// Ollama's client library ends quietly on a stream that stops
+		// without its final message; Ollama does that when it aborts a
+		// generation (one token repeated 30 times, in v0.6.5).
+		res.DoneReason = DoneIncomplete
+		if first {
+			res.TTFT = time.Since(start)
+		}
+	}
 	return res, nil
 }
+
+// DoneIncomplete is the done reason of a generation whose stream ended
+// without the backend's final message: the text is what streamed until
+// then, and the backend's metrics are missing.
+const DoneIncomplete = "incomplete"
 
 // Load loads the model with the fixed options and keeps it loaded. Ollama
 // loads a model for a generate request with an empty prompt.

@@ -3,6 +3,9 @@ package ollama_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"strings"
 	"syscall"
@@ -102,5 +105,26 @@ func TestStartRejectsBadConfig(t *testing.T) {
 	_, err = ollama.Start(context.Background(), ollama.ServeConfig{Binary: bin, Addr: "0.0.0.0:0", ModelsDir: dir, HomeDir: dir, LogPath: dir + "/log"})
 	if err == nil || !strings.Contains(err.Error(), "loopback") {
 		t.Errorf("non-loopback addr: %v", err)
+	}
+}
+
+// TestStreamWithoutFinalMessageIsIncomplete replays what Ollama v0.6.5
+// sends when it aborts a generation at its token repeat limit: content
+// lines, then the end of the body with no "done" line.
+func TestStreamWithoutFinalMessageIsIncomplete(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/x-ndjson")
+		for range 3 {
+			fmt.Fprintln(w, `{"model":"m","response":" again","done":false}`)
+		}
+	}))
+	defer srv.Close()
+	u, _ := url.Parse(srv.URL)
+	res, err := ollama.New(u, "m", ollama.LoadOptions{}).Generate(context.Background(), "p", ollama.Sampling{MaxTokens: 8}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.DoneReason != ollama.DoneIncomplete || res.Text != " again again again" || res.TTFT <= 0 {
+		t.Errorf("got done reason %q, text %q, ttft %v; want %q and the streamed text", res.DoneReason, res.Text, res.TTFT, ollama.DoneIncomplete)
 	}
 }

@@ -29,14 +29,20 @@ type GenerateRequest struct {
 
 // Generation is a finished answer and the backend's own measurements.
 type Generation struct {
-	Text               string
-	DoneReason         string
+	Text       string
+	DoneReason string // DoneIncomplete when the backend ended the stream without its final message
+
 	TTFT               time.Duration
 	PromptEvalCount    int
 	PromptEvalDuration time.Duration
 	EvalCount          int
 	EvalDuration       time.Duration
 }
+
+// DoneIncomplete is the done reason of a generation the backend ended
+// without its final message (Ollama aborting at its token repeat limit):
+// the text is what streamed, and the backend's measurements are missing.
+const DoneIncomplete = "incomplete"
 
 // Backend generates from a raw prompt, streaming pieces to onToken.
 type Backend interface {
@@ -244,6 +250,7 @@ type Summary struct {
 	BackendPromptN  int                `json:"backend_prompt_eval_count"`
 	TotalMillis     float64            `json:"total_ms"`
 	DoneReason      string             `json:"done_reason"`
+	DoneNote        string             `json:"done_note,omitempty"` // why an answer is incomplete
 	PrefixBreak     *cache.Break       `json:"prefix_break,omitempty"`
 	PrefixNote      string             `json:"prefix_note,omitempty"`
 	Codex           governor.CodexPlan `json:"codex"`
@@ -318,6 +325,16 @@ func (o *Orchestrator) Ask(ctx context.Context, req Request, onToken func(string
 	}
 
 	sum.AnswerTokens = gen.EvalCount
+	if gen.DoneReason == DoneIncomplete {
+		// The answer is kept (the backend's cache holds it, and the next
+		// turn extends it) but marked; its tokens are counted here since
+		// the backend did not report them.
+		if ids, err := o.tok.TokenizeText(gen.Text); err == nil {
+			sum.AnswerTokens = len(ids)
+		}
+		sum.DoneNote = "the backend ended the answer without its final message, so the answer may be cut short and the backend's timings are missing (Ollama aborts a generation that repeats one token 30 times)"
+		o.log.Warn("answer incomplete: the backend ended the stream without its final message", "session", req.Session, "answer_tokens", sum.AnswerTokens)
+	}
 	sum.TTFTMillis = ms(gen.TTFT)
 	sum.PromptEvalMs = ms(gen.PromptEvalDuration)
 	sum.BackendPromptN = gen.PromptEvalCount

@@ -31,8 +31,9 @@ func (b byteTokenizer) TokenizeText(s string) ([]int, error) { return b.Tokenize
 
 // echoBackend answers with a fixed text in two pieces and remembers prompts.
 type echoBackend struct {
-	prompts []string
-	fail    error
+	prompts    []string
+	fail       error
+	incomplete bool // end like a stream without the backend's final message
 }
 
 func (b *echoBackend) Generate(_ context.Context, req GenerateRequest, onToken func(string) error) (Generation, error) {
@@ -44,6 +45,9 @@ func (b *echoBackend) Generate(_ context.Context, req GenerateRequest, onToken f
 		if err := onToken(p); err != nil {
 			return Generation{}, err
 		}
+	}
+	if b.incomplete {
+		return Generation{Text: "an answer", DoneReason: DoneIncomplete, TTFT: time.Millisecond}, nil
 	}
 	return Generation{Text: "an answer", DoneReason: "stop", EvalCount: 2, TTFT: time.Millisecond}, nil
 }
@@ -158,6 +162,28 @@ func TestBackendFailureForgetsSlot(t *testing.T) {
 	}
 	if sum.CachedTokens != 0 || sum.Turn != 2 {
 		t.Errorf("after a failure: %+v, want nothing cached and turn 2", sum)
+	}
+}
+
+func TestIncompleteAnswerIsKeptAndMarked(t *testing.T) {
+	o, be, _ := newTest(t, governor.Limits{NumCtx: 100000, AnswerReserve: 64})
+	be.incomplete = true
+	noop := func(string) error { return nil }
+	sum, err := o.Ask(t.Context(), Request{Session: "s", Query: "q"}, noop)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sum.DoneReason != DoneIncomplete || !strings.Contains(sum.DoneNote, "without its final message") || sum.AnswerTokens != len("an answer") {
+		t.Errorf("incomplete answer summary: done %q, note %q, %d answer tokens", sum.DoneReason, sum.DoneNote, sum.AnswerTokens)
+	}
+	be.incomplete = false
+	next, err := o.Ask(t.Context(), Request{Session: "s", Query: "q2"}, noop)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The partial answer is part of the conversation the backend holds.
+	if next.Turn != 2 || next.CachedTokens != sum.PromptTokens || !strings.Contains(be.prompts[1], "an answer") || next.DoneNote != "" {
+		t.Errorf("turn after an incomplete answer: %+v", next)
 	}
 }
 
