@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/url"
 	"net"
 	"os"
 	"os/signal"
@@ -38,6 +39,7 @@ Usage:
   ctxd ask      [--session S] [--sigil NAME] [--pin] [--json] QUESTION
   ctxd status                                     show the daemon's state
   ctxd sessions                                   list sessions
+  ctxd prompt   [--session S] [--json]            the exact prompt the session last sent to the backend
   ctxd codex load PATH                            load PATH as the daemon's codex (progress on a terminal)
   ctxd codex stats [--json]                       totals, mode and why, largest files, redactions, skips
   ctxd codex bench --gguf MODEL PATH              time first load, unchanged reload, one-file-changed reload
@@ -73,6 +75,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = cmdGet(args[1:], stdout, "/v1/status")
 	case "sessions":
 		err = cmdGet(args[1:], stdout, "/v1/sessions")
+	case "prompt":
+		err = cmdPrompt(args[1:], stdout)
 	case "codex":
 		err = cmdCodex(args[1:], stdout, stderr)
 	case "bench":
@@ -225,6 +229,9 @@ func cmdAsk(args []string, stdout, stderr io.Writer) error {
 	for _, a := range sum.Governor {
 		note += fmt.Sprintf(" · governor %s: %s", a.Kind, a.Reason)
 	}
+	if sum.DoneNote != "" {
+		note += " · answer incomplete: " + sum.DoneNote
+	}
 	fmt.Fprintf(stderr, "[session %s turn %d · %s · %d prompt tokens, %d cached (%.1f%%), %d evaluated · ttft %.0f ms · %d answer tokens%s]\n",
 		sum.Session, sum.Turn, sum.Mode, sum.PromptTokens, sum.CachedTokens, sum.ReusePercent,
 		sum.EvaluatedTokens, sum.TTFTMillis, sum.AnswerTokens, note)
@@ -242,6 +249,29 @@ func cmdGet(args []string, stdout io.Writer, path string) error {
 		return err
 	}
 	_, err = stdout.Write(b)
+	return err
+}
+
+func cmdPrompt(args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("prompt", flag.ContinueOnError)
+	socket := fs.String("socket", "", "daemon socket")
+	session := fs.String("session", "default", "session")
+	asJSON := fs.Bool("json", false, "print JSON with each block's offset and size")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("prompt: unexpected argument %q (use --session)", fs.Arg(0))
+	}
+	path := "/v1/sessions/" + url.PathEscape(*session) + "/prompt"
+	if *asJSON {
+		return cmdGet([]string{"--socket", *socket}, stdout, path)
+	}
+	var lp daemon.LastPrompt
+	if err := clientFor(*socket).GetJSON(context.Background(), path, &lp); err != nil {
+		return err
+	}
+	_, err := io.WriteString(stdout, lp.Prompt)
 	return err
 }
 
