@@ -19,6 +19,7 @@ import (
 	"github.com/ctxd/ctxd/modelgen"
 	"github.com/ctxd/ctxd/ollama"
 	"github.com/ctxd/ctxd/orchestrator"
+	"github.com/ctxd/ctxd/runcontext"
 )
 
 // Config says what to run.
@@ -108,13 +109,10 @@ func setup(ctx context.Context, cfg Config) (*env, error) {
 		}
 	}
 	fail := func(err error) (*env, error) { e.stop(); return nil, err }
-	if ok, err := modelgen.Current(cfg.ModelPath, cfg.Model); err != nil {
+	if wrote, err := modelgen.Ensure(cfg.ModelPath, cfg.Model); err != nil {
 		return fail(err)
-	} else if !ok {
-		cfg.Log("writing the bench model (%.1fM parameters) to %s", float64(cfg.Model.Params())/1e6, cfg.ModelPath)
-		if _, err := modelgen.Ensure(cfg.ModelPath, cfg.Model); err != nil {
-			return fail(err)
-		}
+	} else if wrote {
+		cfg.Log("wrote the bench model (%.1fM parameters) to %s", float64(cfg.Model.Params())/1e6, cfg.ModelPath)
 	}
 	if e.tok, err = llamatok.Open(cfg.ModelPath); err != nil {
 		return fail(err)
@@ -194,6 +192,16 @@ func (e *env) askCtxd(ctx context.Context, session, q string) (*orchestrator.Sum
 	return sum, ttft, err
 }
 
+// askCold asks through the daemon in a new session after a prompt that
+// shares nothing but BOS with ctxd's took the backend's only slot, so the
+// whole prompt is evaluated again.
+func (e *env) askCold(ctx context.Context, session, q string) (*orchestrator.Summary, time.Duration, error) {
+	if _, err := e.askDirect(ctx, "Unrelated prompt for "+session+"."); err != nil {
+		return nil, 0, err
+	}
+	return e.askCtxd(ctx, session, q)
+}
+
 // askDirect sends a raw prompt straight to Ollama, as an agent without
 // ctxd would, and counts the tokens it had to evaluate.
 func (e *env) askDirect(ctx context.Context, prompt string) (Turn, error) {
@@ -205,7 +213,8 @@ func (e *env) askDirect(ctx context.Context, prompt string) (Turn, error) {
 	if cached == len(ids) {
 		cached-- // the runner always evaluates at least one token
 	}
-	res, err := e.direct.Generate(ctx, prompt, ollama.Sampling{MaxTokens: e.cfg.AnswerToks, NumKeep: len(ids)}, nil)
+	// The options ctxd sends; none of them reloads the model.
+	res, err := e.direct.Generate(ctx, prompt, ollama.Sampling{MaxTokens: e.cfg.AnswerToks, NumKeep: len(ids), Stop: []string{runcontext.StopSequence}}, nil)
 	if err != nil {
 		return Turn{}, err
 	}

@@ -15,7 +15,6 @@ import (
 
 	"github.com/ctxd/ctxd/daemon"
 	"github.com/ctxd/ctxd/llamatok"
-	"github.com/ctxd/ctxd/ollama"
 	"github.com/ctxd/ctxd/runcontext"
 )
 
@@ -88,11 +87,7 @@ func (e *env) multiTurn(ctx context.Context) (MultiTurn, error) {
 	}
 	mt.ColdMs = []float64{mt.Ctxd.Turns[0].TTFTMs}
 	for r := 1; r < e.cfg.ColdRepeats; r++ {
-		// A prompt sharing nothing but BOS with ctxd's takes the slot.
-		if _, err := e.askDirect(ctx, fmt.Sprintf("Unrelated prompt %d.", r)); err != nil {
-			return mt, err
-		}
-		sum, ttft, err := e.askCtxd(ctx, fmt.Sprintf("multi-turn-cold-%d", r), question(0))
+		sum, ttft, err := e.askCold(ctx, fmt.Sprintf("multi-turn-cold-%d", r), question(0))
 		if err != nil {
 			return mt, err
 		}
@@ -261,34 +256,18 @@ func (e *env) overhead(ctx context.Context) (Overhead, error) {
 		if err := e.ctxd.GetJSON(ctx, "/v1/sessions/"+session+"/prompt", &lp); err != nil {
 			return o, err
 		}
-		ids, err := e.tok.Tokenize(lp.Prompt)
+		direct, err := e.askDirect(ctx, lp.Prompt)
 		if err != nil {
 			return o, err
 		}
-		var td time.Duration
-		start := time.Now()
-		res, err := e.direct.Generate(ctx, lp.Prompt, ollama.Sampling{MaxTokens: e.cfg.AnswerToks, NumKeep: len(ids), Stop: []string{runcontext.StopSequence}},
-			func(string) error {
-				if td == 0 {
-					td = time.Since(start)
-				}
-				return nil
-			})
-		if err != nil {
-			return o, err
-		}
-		if td == 0 {
-			td = time.Since(start)
-		}
-		e.slot = ids
 		if i == 0 {
 			continue // the first pair moves the slot to this prompt
 		}
-		o.PromptTokens = len(ids)
-		o.CtxdTTFTMs, o.DirectTTFTMs = append(o.CtxdTTFTMs, ms(tc)), append(o.DirectTTFTMs, ms(td))
-		o.Samples = append(o.Samples, ms(tc)-ms(td))
+		o.PromptTokens = direct.PromptTokens
+		o.CtxdTTFTMs, o.DirectTTFTMs = append(o.CtxdTTFTMs, ms(tc)), append(o.DirectTTFTMs, direct.TTFTMs)
+		o.Samples = append(o.Samples, ms(tc)-direct.TTFTMs)
 		o.OwnSamples = append(o.OwnSamples, ms(tc)-sum.TTFTMillis)
-		ctxdEval, directEval = append(ctxdEval, sum.PromptEvalMs), append(directEval, ms(res.Metrics.PromptEvalDuration))
+		ctxdEval, directEval = append(ctxdEval, sum.PromptEvalMs), append(directEval, direct.PromptEvalMs)
 	}
 	o.P50Ms, o.P95Ms = percentile(o.Samples, 0.5), percentile(o.Samples, 0.95)
 	o.OwnP50Ms, o.OwnP95Ms = percentile(o.OwnSamples, 0.5), percentile(o.OwnSamples, 0.95)
@@ -365,33 +344,42 @@ func (e *env) scaling(ctx context.Context) ([]Scale, error) {
 		}
 		s := Scale{TargetPct: pct, Mode: st.Plan.Mode, StableTokens: st.Plan.StableTokens}
 		s.Pct = 100 * float64(s.StableTokens) / float64(budget)
-		// Cold: the first turn of a fresh session after an unrelated prompt
-		// took the backend's slot; warm: the next turns of that session.
+		// Cold: the first turn of fresh sessions after an unrelated prompt
+		// took the backend's slot; warm: the next turns of the first one,
+		// asked before the other cold samples move the slot.
 		var cold, warm []float64
-		for r := range max(1, e.cfg.ColdRepeats) {
-			if _, err := e.askDirect(ctx, fmt.Sprintf("Unrelated prompt %d.", r)); err != nil {
-				return nil, err
-			}
+		repeats := max(1, e.cfg.ColdRepeats)
+		for r := range repeats {
 			session := fmt.Sprintf("scale-%d-%d", pct, r)
-			sum, t, err := e.askCtxd(ctx, session, question(pct))
+			sum, t, err := e.askCold(ctx, session, question(pct))
 			if err != nil {
 				return nil, err
 			}
 			cold, s.PromptTokens = append(cold, ms(t)), sum.PromptTokens
-			if r > 0 {
-				continue
-			}
-			for i := range max(1, e.cfg.ColdRepeats) {
-				if _, t, err = e.askCtxd(ctx, session, question(pct+1+i)); err != nil {
+			if r == 0 {
+				if warm, err = e.warmTurns(ctx, session, pct+1, repeats); err != nil {
 					return nil, err
 				}
-				warm = append(warm, ms(t))
 			}
 		}
 		s.ColdMs, s.WarmMs = cold, warm
 		s.ColdTTFTMs, s.WarmTTFTMs = percentile(cold, 0.5), percentile(warm, 0.5)
 		e.cfg.Log("  %d%%: mode %s, stable %d tokens, cold %.0f ms, warm %.0f ms", pct, s.Mode, s.StableTokens, s.ColdTTFTMs, s.WarmTTFTMs)
 		out = append(out, s)
+	}
+	return out, nil
+}
+
+// warmTurns asks questions first, first+1, ... (n of them) in session and
+// returns their times to first token.
+func (e *env) warmTurns(ctx context.Context, session string, first, n int) ([]float64, error) {
+	var out []float64
+	for i := range n {
+		_, t, err := e.askCtxd(ctx, session, question(first+i))
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, ms(t))
 	}
 	return out, nil
 }

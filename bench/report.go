@@ -111,7 +111,7 @@ func (r *Report) Markdown(dir string) string {
 		fmt.Fprintf(&b, "| %s | %.0f ms (%.0f–%.0f) | %.0f | %.0f ms |\n", s.Name, s.P50, s.Min, s.Max, s.Eval, s.EvalMs)
 	}
 	fmt.Fprintf(&b, "\nctxd cold turn 1: median %.0f ms of %d (%s; the session's own, then the same first turn on fresh sessions after an unrelated prompt took the backend's slot).\n\n",
-		mt.ColdP50, len(mt.ColdMs), joinMs(mt.ColdMs))
+		mt.ColdP50, len(mt.ColdMs), list(mt.ColdMs)+" ms")
 	fmt.Fprintf(&b, "ctxd cold median / ctxd warm median: **%.0f×** (target ≥ 50×). Naive median / ctxd median: **%.0f×** (target ≥ 50×).\n\n",
 		mt.ColdOverWarm, mt.NaiveOverCtxd)
 
@@ -141,19 +141,4 @@ func list(xs []float64) string {
 		parts[i] = fmt.Sprintf("%.0f", x)
 	}
 	return strings.Join(parts, ", ")
-}
-
-// joinMs lists times as "50492, 50210 and 49870 ms".
-func joinMs(xs []float64) string {
-	parts := make([]string, len(xs))
-	for i, x := range xs {
-		parts[i] = fmt.Sprintf("%.0f", x)
-	}
-	switch len(parts) {
-	case 0:
-		return "none"
-	case 1:
-		return parts[0] + " ms"
-	}
-	return strings.Join(parts[:len(parts)-1], ", ") + " and " + parts[len(parts)-1] + " ms"
 }
