@@ -170,10 +170,19 @@ func (d *Daemon) handleSessions(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]any{"sessions": list})
 }
 
-func (d *Daemon) handleSession(w http.ResponseWriter, r *http.Request) {
+// sessionID is the {id} of a session route, or a 400 naming the pattern.
+func sessionID(w http.ResponseWriter, r *http.Request) (string, bool) {
 	id := r.PathValue("id")
 	if !orchestrator.SessionIDPattern.MatchString(id) {
 		writeError(w, http.StatusBadRequest, fmt.Sprintf("session %q must match %s", id, orchestrator.SessionIDPattern))
+		return "", false
+	}
+	return id, true
+}
+
+func (d *Daemon) handleSession(w http.ResponseWriter, r *http.Request) {
+	id, ok := sessionID(w, r)
+	if !ok {
 		return
 	}
 	s, err := d.store.Session(r.Context(), id)
@@ -203,9 +212,8 @@ type LastPrompt struct {
 }
 
 func (d *Daemon) handleLastPrompt(w http.ResponseWriter, r *http.Request) {
-	id := r.PathValue("id")
-	if !orchestrator.SessionIDPattern.MatchString(id) {
-		writeError(w, http.StatusBadRequest, fmt.Sprintf("session %q must match %s", id, orchestrator.SessionIDPattern))
+	id, ok := sessionID(w, r)
+	if !ok {
 		return
 	}
 	o := d.orchestrator()
@@ -226,9 +234,8 @@ func (d *Daemon) handleLastPrompt(w http.ResponseWriter, r *http.Request) {
 }
 
 func (d *Daemon) handleDeleteSession(w http.ResponseWriter, r *http.Request) {
-	id := r.PathValue("id")
-	if !orchestrator.SessionIDPattern.MatchString(id) {
-		writeError(w, http.StatusBadRequest, fmt.Sprintf("session %q must match %s", id, orchestrator.SessionIDPattern))
+	id, ok := sessionID(w, r)
+	if !ok {
 		return
 	}
 	if err := d.store.DeleteSession(r.Context(), id); err != nil {
