@@ -8,20 +8,27 @@ import (
 	"github.com/ctxd/ctxd/runcontext"
 )
 
+// open writes the model for c and opens its vocabulary, closed at cleanup.
+func open(t *testing.T, c modelgen.Config) *Tokenizer {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "m.gguf")
+	if err := modelgen.WriteFile(path, c); err != nil {
+		t.Fatal(err)
+	}
+	tok, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tok.Close() })
+	return tok
+}
+
 func TestTokenizeBothVocabularies(t *testing.T) {
 	for _, vocab := range []string{modelgen.VocabSPM, modelgen.VocabBPE} {
 		t.Run(vocab, func(t *testing.T) {
 			c := modelgen.DefaultConfig()
 			c.Vocab = vocab
-			path := filepath.Join(t.TempDir(), "m.gguf")
-			if err := modelgen.WriteFile(path, c); err != nil {
-				t.Fatal(err)
-			}
-			tok, err := Open(path)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer tok.Close()
+			tok := open(t, c)
 			ids, err := tok.Tokenize("func main() { return nil }")
 			if err != nil {
 				t.Fatal(err)
@@ -50,15 +57,7 @@ func TestTurnMarkersAreFewTokens(t *testing.T) {
 		t.Run(vocab, func(t *testing.T) {
 			c := modelgen.DefaultConfig()
 			c.Vocab, c.VocabSize = vocab, 4096
-			path := filepath.Join(t.TempDir(), "m.gguf")
-			if err := modelgen.WriteFile(path, c); err != nil {
-				t.Fatal(err)
-			}
-			tok, err := Open(path)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer tok.Close()
+			tok := open(t, c)
 			markers := runcontext.RenderAnswer("") + runcontext.RenderQuery("", nil)
 			ids, err := tok.TokenizeText(markers)
 			if err != nil {

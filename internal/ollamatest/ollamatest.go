@@ -9,8 +9,6 @@ package ollamatest
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -82,7 +80,7 @@ func Start(tb testing.TB) *ollama.Server {
 var modelsMu sync.Mutex
 
 // Model writes the model for cfg, or reuses the one an earlier run wrote:
-// generation is deterministic, so a file named by the config's hash holds
+// generation is deterministic, so a file named by the config's Key holds
 // exactly that model. Files live in the OS temp dir, shared by test runs.
 func Model(tb testing.TB, cfg modelgen.Config) string {
 	tb.Helper()
@@ -92,8 +90,7 @@ func Model(tb testing.TB, cfg modelgen.Config) string {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		tb.Fatal(err)
 	}
-	sum := sha256.Sum256(fmt.Appendf(nil, "%s %+v", modelgen.Version, cfg))
-	p := filepath.Join(dir, hex.EncodeToString(sum[:8])+".gguf")
+	p := filepath.Join(dir, cfg.Key()+".gguf")
 	if _, err := os.Stat(p); err == nil {
 		return p
 	}
