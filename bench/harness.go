@@ -11,15 +11,15 @@ import (
 	"strings"
 	"time"
 
-	"github.com/ctxd/ctxd/cache"
+	"github.com/ctxd/ctxd"
 	"github.com/ctxd/ctxd/client"
 	"github.com/ctxd/ctxd/config"
 	"github.com/ctxd/ctxd/daemon"
 	"github.com/ctxd/ctxd/llamatok"
 	"github.com/ctxd/ctxd/modelgen"
 	"github.com/ctxd/ctxd/ollama"
-	"github.com/ctxd/ctxd/orchestrator"
 	"github.com/ctxd/ctxd/runcontext"
+	"github.com/ctxd/ctxd/scheduler"
 )
 
 // Config says what to run.
@@ -127,7 +127,7 @@ func setup(ctx context.Context, cfg Config) (*env, error) {
 		return fail(err)
 	}
 	cleanups = append(cleanups, func() { e.srv.Close() })
-	load := ollama.LoadOptions{NumCtx: cfg.NumCtx, NumBatch: 512}
+	load := ollama.Options{NumCtx: cfg.NumCtx, NumBatch: 512}
 	e.direct = ollama.New(e.srv.URL(), "ctxd-bench", load)
 	if err := e.direct.Import(ctx, cfg.ModelPath); err != nil {
 		return fail(err)
@@ -175,10 +175,10 @@ func setup(ctx context.Context, cfg Config) (*env, error) {
 
 // askCtxd asks through the daemon and measures time to first token on the
 // client's side of the socket.
-func (e *env) askCtxd(ctx context.Context, session, q string) (*orchestrator.Summary, time.Duration, error) {
+func (e *env) askCtxd(ctx context.Context, session, q string) (*ctxd.Summary, time.Duration, error) {
 	start := time.Now()
 	var ttft time.Duration
-	sum, err := e.ctxd.Ask(ctx, daemon.AskRequest{Session: session, Query: q}, func(string) {
+	sum, err := e.ctxd.Ask(ctx, ctxd.AskRequest{Session: session, Query: q}, func(string) {
 		if ttft == 0 {
 			ttft = time.Since(start)
 		}
@@ -195,7 +195,7 @@ func (e *env) askCtxd(ctx context.Context, session, q string) (*orchestrator.Sum
 // askCold asks through the daemon in a new session after a prompt that
 // shares nothing but BOS with ctxd's took the backend's only slot, so the
 // whole prompt is evaluated again.
-func (e *env) askCold(ctx context.Context, session, q string) (*orchestrator.Summary, time.Duration, error) {
+func (e *env) askCold(ctx context.Context, session, q string) (*ctxd.Summary, time.Duration, error) {
 	if _, err := e.askDirect(ctx, "Unrelated prompt for "+session+"."); err != nil {
 		return nil, 0, err
 	}
@@ -209,19 +209,19 @@ func (e *env) askDirect(ctx context.Context, prompt string) (Turn, error) {
 	if err != nil {
 		return Turn{}, err
 	}
-	cached := cache.LCP(e.slot, ids)
+	cached := scheduler.LCP(e.slot, ids)
 	if cached == len(ids) {
 		cached-- // the runner always evaluates at least one token
 	}
 	// The options ctxd sends; none of them reloads the model.
-	res, err := e.direct.Generate(ctx, prompt, ollama.Sampling{MaxTokens: e.cfg.AnswerToks, NumKeep: len(ids), Stop: []string{runcontext.StopSequence}}, nil)
+	res, err := e.direct.Generate(ctx, ctxd.GenerateRequest{Prompt: prompt, MaxTokens: e.cfg.AnswerToks, NumKeep: len(ids), Stop: []string{runcontext.StopSequence}}, nil)
 	if err != nil {
 		return Turn{}, err
 	}
 	e.slot = ids
 	return Turn{
 		TTFTMs: ms(res.TTFT), PromptTokens: len(ids), EvaluatedTokens: len(ids) - cached,
-		PromptEvalMs: ms(res.Metrics.PromptEvalDuration), Answer: res.Text,
+		PromptEvalMs: ms(res.PromptEvalDuration), Answer: res.Text,
 	}, nil
 }
 

@@ -13,7 +13,7 @@ import (
 	"github.com/shirou/gopsutil/v4/load"
 	"github.com/shirou/gopsutil/v4/mem"
 
-	"github.com/ctxd/ctxd/daemon"
+	"github.com/ctxd/ctxd"
 	"github.com/ctxd/ctxd/llamatok"
 	"github.com/ctxd/ctxd/runcontext"
 )
@@ -252,7 +252,7 @@ func (e *env) overhead(ctx context.Context) (Overhead, error) {
 		if err != nil {
 			return o, err
 		}
-		var lp daemon.LastPrompt
+		var lp ctxd.LastPrompt
 		if err := e.ctxd.GetJSON(ctx, "/v1/sessions/"+session+"/prompt", &lp); err != nil {
 			return o, err
 		}
@@ -322,7 +322,7 @@ func (e *env) scaling(ctx context.Context) ([]Scale, error) {
 		// other blocks add, at most three times.
 		target := pct * budget / 100
 		want := target
-		var st *daemon.CodexStats
+		var st *ctxd.CodexStats
 		for try := range 3 {
 			dir := filepath.Join(e.work, fmt.Sprintf("codex-%d-%d", pct, try))
 			if err := writeCodex(e.tok, dir, want); err != nil {

@@ -10,9 +10,7 @@ import (
 	"net"
 	"net/http"
 
-	"github.com/ctxd/ctxd/codex"
-	"github.com/ctxd/ctxd/daemon"
-	"github.com/ctxd/ctxd/orchestrator"
+	"github.com/ctxd/ctxd"
 )
 
 // Client is a ctxd API client.
@@ -35,6 +33,7 @@ func New(socket string) *Client {
 // APIError is an error answer from the daemon.
 type APIError struct {
 	Status  int
+	Kind    ctxd.Kind
 	Message string
 }
 
@@ -63,13 +62,14 @@ func (c *Client) do(ctx context.Context, method, path string, body any) (*http.R
 	if resp.StatusCode >= 400 {
 		defer resp.Body.Close()
 		var e struct {
-			Error string `json:"error"`
+			Error string    `json:"error"`
+			Kind  ctxd.Kind `json:"kind"`
 		}
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 		if json.Unmarshal(b, &e) != nil || e.Error == "" {
 			e.Error = string(b)
 		}
-		return nil, &APIError{Status: resp.StatusCode, Message: e.Error}
+		return nil, &APIError{Status: resp.StatusCode, Kind: e.Kind, Message: e.Error}
 	}
 	return resp, nil
 }
@@ -121,19 +121,19 @@ func stream[E any](ctx context.Context, c *Client, path string, body any, handle
 
 // Ask sends a query and calls onToken with each piece of the answer. It
 // returns the summary that ends the stream.
-func (c *Client) Ask(ctx context.Context, req daemon.AskRequest, onToken func(string)) (*orchestrator.Summary, error) {
-	var sum *orchestrator.Summary
-	err := stream(ctx, c, "/v1/ask", req, func(ev daemon.Event) (bool, error) {
+func (c *Client) Ask(ctx context.Context, req ctxd.AskRequest, onToken func(string)) (*ctxd.Summary, error) {
+	var sum *ctxd.Summary
+	err := stream(ctx, c, "/v1/ask", req, func(ev ctxd.Event) (bool, error) {
 		switch ev.Type {
-		case "token":
+		case ctxd.EventToken:
 			if onToken != nil {
 				onToken(ev.Text)
 			}
-		case "summary":
+		case ctxd.EventSummary:
 			sum = ev.Summary
 			return true, nil
-		case "error":
-			return true, &APIError{Status: ev.Status, Message: ev.Error}
+		case ctxd.EventError:
+			return true, &APIError{Status: ev.Status, Kind: ev.Kind, Message: ev.Error}
 		}
 		return false, nil
 	})
@@ -142,19 +142,19 @@ func (c *Client) Ask(ctx context.Context, req daemon.AskRequest, onToken func(st
 
 // LoadCodex makes the tree at path (on the daemon's machine) the daemon's
 // codex, calling onProgress as it loads, and returns the loaded codex.
-func (c *Client) LoadCodex(ctx context.Context, path string, onProgress func(codex.Progress)) (*daemon.CodexStats, error) {
-	var st *daemon.CodexStats
-	err := stream(ctx, c, "/v1/codex/load", map[string]string{"path": path}, func(ev daemon.CodexEvent) (bool, error) {
+func (c *Client) LoadCodex(ctx context.Context, path string, onProgress func(ctxd.CodexProgress)) (*ctxd.CodexStats, error) {
+	var st *ctxd.CodexStats
+	err := stream(ctx, c, "/v1/codex/load", map[string]string{"path": path}, func(ev ctxd.CodexEvent) (bool, error) {
 		switch ev.Type {
-		case "progress":
+		case ctxd.CodexEventProgress:
 			if onProgress != nil && ev.Progress != nil {
 				onProgress(*ev.Progress)
 			}
-		case "codex":
+		case ctxd.CodexEventCodex:
 			st = ev.Codex
 			return true, nil
-		case "error":
-			return true, &APIError{Status: http.StatusBadRequest, Message: ev.Error}
+		case ctxd.CodexEventError:
+			return true, &APIError{Status: ev.Status, Kind: ev.Kind, Message: ev.Error}
 		}
 		return false, nil
 	})

@@ -8,6 +8,8 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+
+	"github.com/ctxd/ctxd"
 )
 
 // Cache remembers, by content hash, what processing a file found: its token
@@ -31,7 +33,7 @@ type cacheKey struct {
 type cacheEntry struct {
 	Tokens     int
 	Counted    bool
-	Redactions []Redaction
+	Redactions []ctxd.Redaction
 }
 
 type cacheFile struct {

@@ -2,6 +2,7 @@ package codex
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -17,6 +18,7 @@ import (
 	"sync/atomic"
 	"unicode/utf8"
 
+	"github.com/ctxd/ctxd"
 	"github.com/ctxd/ctxd/runcontext"
 )
 
@@ -29,19 +31,12 @@ type Options struct {
 	NoRedact      bool     // turn secret redaction off (it is on by default)
 	Counter       Counter  // counts tokens with the serving model's tokenizer; nil: no counts
 	Cache         *Cache   // reuses counts and redactions of unchanged content; nil: none
-	Progress      func(Progress)
+	Progress      func(ctxd.CodexProgress)
 }
 
 // Counter counts the tokens of a text. It must be safe for concurrent use.
 type Counter interface {
 	CountText(text string) (int, error)
-}
-
-// Progress is reported as files are processed.
-type Progress struct {
-	Files, TotalFiles int
-	Bytes, TotalBytes int64
-	Tokens            int64
 }
 
 // DefaultOptions are sane caps for a source tree.
@@ -51,18 +46,12 @@ func DefaultOptions() Options {
 
 // File is one loaded file.
 type File struct {
-	Path       string      `json:"path"` // slash-separated, relative to the root
-	Size       int64       `json:"bytes"`
-	SHA256     string      `json:"sha256"` // of the file as read
-	Tokens     int         `json:"tokens"` // of the content as rendered (after redaction)
-	Redactions []Redaction `json:"redactions,omitempty"`
-	Content    string      `json:"-"` // redacted content
-}
-
-// Skipped is a file that was not loaded, and why.
-type Skipped struct {
-	Path   string `json:"path"`
-	Reason string `json:"reason"`
+	Path       string           `json:"path"` // slash-separated, relative to the root
+	Size       int64            `json:"bytes"`
+	SHA256     string           `json:"sha256"` // of the file as read
+	Tokens     int              `json:"tokens"` // of the content as rendered (after redaction)
+	Redactions []ctxd.Redaction `json:"redactions,omitempty"`
+	Content    string           `json:"-"` // redacted content
 }
 
 // Codex is a loaded tree.
@@ -70,7 +59,7 @@ type Codex struct {
 	Name    string // base name of the root; never an absolute path
 	Root    string // absolute root, for reloading; never rendered
 	Files   []File
-	Skipped []Skipped
+	Skipped []ctxd.Skipped
 	Tokens  int64 // sum of the files' tokens
 	Counted bool  // whether Tokens were counted
 
@@ -81,8 +70,9 @@ type Codex struct {
 // Load reads a tree: the files below root in sorted path order, honouring
 // .gitignore and .ignore files at every level and the include/exclude
 // patterns, or root alone if it is a file. Files that cannot be used are
-// skipped and reported; a tree over MaxTotalBytes is refused whole.
-func Load(root string, opts Options) (*Codex, error) {
+// skipped and reported; a tree over MaxTotalBytes is refused whole. A load
+// whose ctx ends stops walking and reading, and returns ctx's error.
+func Load(ctx context.Context, root string, opts Options) (*Codex, error) {
 	if err := ValidatePatterns(opts.Include); err != nil {
 		return nil, err
 	}
@@ -102,7 +92,7 @@ func Load(root string, opts Options) (*Codex, error) {
 		return nil, fmt.Errorf("codex: %w", err)
 	}
 	c := &Codex{Name: filepath.Base(abs), Root: abs}
-	w, err := newWalker(real, opts)
+	w, err := newWalker(ctx, real, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -120,7 +110,7 @@ func Load(root string, opts Options) (*Codex, error) {
 	var total int64
 	for _, e := range w.files {
 		if opts.MaxFileBytes > 0 && e.size > opts.MaxFileBytes {
-			c.Skipped = append(c.Skipped, Skipped{e.rel, fmt.Sprintf("%d bytes, over the per-file cap of %d (codex max_file_bytes)", e.size, opts.MaxFileBytes)})
+			c.Skipped = append(c.Skipped, ctxd.Skipped{Path: e.rel, Reason: fmt.Sprintf("%d bytes, over the per-file cap of %d (codex max_file_bytes)", e.size, opts.MaxFileBytes)})
 			continue
 		}
 		kept = append(kept, e)
@@ -129,22 +119,22 @@ func Load(root string, opts Options) (*Codex, error) {
 	if opts.MaxTotalBytes > 0 && total > opts.MaxTotalBytes {
 		return nil, fmt.Errorf("codex: %s holds %d bytes in %d files, over the cap of %d (codex max_total_bytes); nothing was loaded", root, total, len(kept), opts.MaxTotalBytes)
 	}
-	if err := c.process(kept, total, opts); err != nil {
+	if err := c.process(ctx, kept, total, opts); err != nil {
 		return nil, err
 	}
-	slices.SortFunc(c.Skipped, func(a, b Skipped) int { return strings.Compare(a.Path, b.Path) })
+	slices.SortFunc(c.Skipped, func(a, b ctxd.Skipped) int { return strings.Compare(a.Path, b.Path) })
 	return c, nil
 }
 
 // result is one file's outcome; exactly one of file and skip is set.
 type result struct {
 	file *File
-	skip *Skipped
+	skip *ctxd.Skipped
 }
 
 // process reads, checks, redacts and counts the files in parallel, keeping
 // their order.
-func (c *Codex) process(entries []entry, totalBytes int64, opts Options) error {
+func (c *Codex) process(ctx context.Context, entries []entry, totalBytes int64, opts Options) error {
 	results := make([]result, len(entries))
 	var (
 		next         atomic.Int64
@@ -165,6 +155,10 @@ func (c *Codex) process(entries []entry, totalBytes int64, opts Options) error {
 				if i >= len(entries) {
 					return
 				}
+				if err := ctx.Err(); err != nil {
+					errOnce.Do(func() { firstErr = fmt.Errorf("codex: load cancelled: %w", err) })
+					return
+				}
 				r, err := loadFile(entries[i], opts)
 				if err != nil {
 					errOnce.Do(func() { firstErr = err })
@@ -178,7 +172,7 @@ func (c *Codex) process(entries []entry, totalBytes int64, opts Options) error {
 				}
 				if opts.Progress != nil {
 					progressMu.Lock()
-					opts.Progress(Progress{Files: int(d), TotalFiles: len(entries), Bytes: b, TotalBytes: totalBytes, Tokens: tokens.Load()})
+					opts.Progress(ctxd.CodexProgress{Files: int(d), TotalFiles: len(entries), Bytes: b, TotalBytes: totalBytes, Tokens: tokens.Load()})
 					progressMu.Unlock()
 				}
 			}
@@ -203,7 +197,9 @@ func (c *Codex) process(entries []entry, totalBytes int64, opts Options) error {
 // loadFile reads one file. Problems with the file are skips; only a
 // failing tokenizer is an error.
 func loadFile(e entry, opts Options) (result, error) {
-	skip := func(reason string) (result, error) { return result{skip: &Skipped{e.rel, reason}}, nil }
+	skip := func(reason string) (result, error) {
+		return result{skip: &ctxd.Skipped{Path: e.rel, Reason: reason}}, nil
+	}
 	f, err := os.Open(e.abs)
 	if err != nil {
 		return skip(fmt.Sprintf("unreadable: %v", errors.Unwrap(err)))

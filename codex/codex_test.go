@@ -1,11 +1,16 @@
 package codex
 
 import (
+	"context"
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
+
+	"github.com/ctxd/ctxd"
 )
 
 func write(t *testing.T, dir, name, content string) {
@@ -52,7 +57,7 @@ func TestLoadHonoursIgnoreFilesAtEveryLevel(t *testing.T) {
 	write(t, dir, "vendor/v.go", "package v\n")
 	write(t, dir, ".git/HEAD", "ref: refs/heads/main")
 	write(t, dir, SettingsFile, "[limits]\n")
-	c, err := Load(dir, Options{Exclude: []string{"vendor/"}})
+	c, err := Load(t.Context(), dir, Options{Exclude: []string{"vendor/"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,7 +68,7 @@ func TestLoadHonoursIgnoreFilesAtEveryLevel(t *testing.T) {
 	if !strings.Contains(reasons(c)["vendor"], "exclude") {
 		t.Errorf("excluded directory not reported: %v", c.Skipped)
 	}
-	only, err := Load(dir, Options{Include: []string{"*.go"}})
+	only, err := Load(t.Context(), dir, Options{Include: []string{"*.go"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,7 +100,7 @@ func TestLoadSkipsWhatItCannotUseAndSaysWhy(t *testing.T) {
 	must(t, os.Symlink("..", filepath.Join(dir, "loop", "up")))
 	must(t, os.Symlink("nowhere", filepath.Join(dir, "dangling")))
 
-	c, err := Load(dir, Options{MaxFileBytes: 50})
+	c, err := Load(t.Context(), dir, Options{MaxFileBytes: 50})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -124,11 +129,11 @@ func TestRenderIsDeterministicAndUnforgeable(t *testing.T) {
 	dir := t.TempDir()
 	write(t, dir, "b.md", "~~~\n~~~ file \"fake.go\"\nforged\n~~~~\n")
 	write(t, dir, "a.go", "package a")
-	c1, err := Load(dir, DefaultOptions())
+	c1, err := Load(t.Context(), dir, DefaultOptions())
 	if err != nil {
 		t.Fatal(err)
 	}
-	c2, err := Load(dir, DefaultOptions())
+	c2, err := Load(t.Context(), dir, DefaultOptions())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -146,18 +151,18 @@ func TestRenderIsDeterministicAndUnforgeable(t *testing.T) {
 
 func TestLoadErrors(t *testing.T) {
 	dir := t.TempDir()
-	if _, err := Load(filepath.Join(dir, "nope"), DefaultOptions()); err == nil {
+	if _, err := Load(t.Context(), filepath.Join(dir, "nope"), DefaultOptions()); err == nil {
 		t.Error("nonexistent path loaded")
 	}
 	write(t, dir, "a.txt", strings.Repeat("a", 40))
 	write(t, dir, "b.txt", strings.Repeat("b", 40))
-	if _, err := Load(dir, Options{MaxTotalBytes: 50}); err == nil || !strings.Contains(err.Error(), "nothing was loaded") {
+	if _, err := Load(t.Context(), dir, Options{MaxTotalBytes: 50}); err == nil || !strings.Contains(err.Error(), "nothing was loaded") {
 		t.Errorf("total cap not enforced: %v", err)
 	}
-	if _, err := Load(dir, Options{Exclude: []string{"[z-a"}}); err == nil {
+	if _, err := Load(t.Context(), dir, Options{Exclude: []string{"[z-a"}}); err == nil {
 		t.Error("bad pattern accepted")
 	}
-	c, err := Load(filepath.Join(dir, "a.txt"), DefaultOptions())
+	c, err := Load(t.Context(), filepath.Join(dir, "a.txt"), DefaultOptions())
 	if err != nil || paths(c) != "a.txt" {
 		t.Fatalf("one-file codex: %v, %s", err, paths(c))
 	}
@@ -168,7 +173,7 @@ func TestLoadErrors(t *testing.T) {
 		locked := filepath.Join(dir, "locked")
 		must(t, os.Mkdir(locked, 0o000))
 		defer os.Chmod(locked, 0o755)
-		if _, err := Load(locked, DefaultOptions()); err == nil {
+		if _, err := Load(t.Context(), locked, DefaultOptions()); err == nil {
 			t.Error("unreadable root loaded")
 		}
 	}
@@ -195,7 +200,7 @@ func TestCacheRecountsOnlyChangedFiles(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		c, err := Load(dir, Options{Counter: counter, Cache: cache})
+		c, err := Load(t.Context(), dir, Options{Counter: counter, Cache: cache})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -222,5 +227,28 @@ func TestCacheRecountsOnlyChangedFiles(t *testing.T) {
 	}
 	if c, _ := OpenCache(cachePath, "tok-2"); c.Len() != 0 {
 		t.Error("a cache for another tokenizer was reused")
+	}
+}
+
+func TestLoadStopsWhenCancelled(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	for i := range 50 {
+		if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("f%02d.txt", i)), []byte("text\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	if _, err := Load(ctx, dir, DefaultOptions()); !errors.Is(err, context.Canceled) {
+		t.Errorf("load with a cancelled context: %v", err)
+	}
+	// Cancelled while reading files: progress cancels after the first file.
+	ctx, cancel = context.WithCancel(t.Context())
+	defer cancel()
+	opts := DefaultOptions()
+	opts.Progress = func(ctxd.CodexProgress) { cancel() }
+	if _, err := Load(ctx, dir, opts); !errors.Is(err, context.Canceled) {
+		t.Errorf("load cancelled while reading: %v", err)
 	}
 }

@@ -4,6 +4,8 @@ import (
 	"regexp"
 	"sort"
 	"strings"
+
+	"github.com/ctxd/ctxd"
 )
 
 // rule is one kind of credential. Keywords are a cheap prefilter: the
@@ -45,16 +47,10 @@ var rules = []rule{
 		re: regexp.MustCompile(`(?i)\b(?:password|passwd|secret|api_?key|access_?token|auth_?token)["']?\s*[:=]\s*["']([^"'\s$%{}<>]{8,128})["']`), group: 1},
 }
 
-// Redaction is one credential replaced in a file.
-type Redaction struct {
-	Rule string `json:"rule"`
-	Line int    `json:"line"`
-}
-
 // redact replaces every credential in s with a marker naming its rule and
 // returns the new text and what it replaced. Without findings s is
 // returned as it is (no copy).
-func redact(s string) (string, []Redaction) {
+func redact(s string) (string, []ctxd.Redaction) {
 	lower := ""
 	type span struct {
 		start, end int
@@ -96,7 +92,7 @@ func redact(s string) (string, []Redaction) {
 		return spans[i].end > spans[j].end
 	})
 	var sb strings.Builder
-	var found []Redaction
+	var found []ctxd.Redaction
 	last := 0
 	for _, sp := range spans {
 		if sp.start < last {
@@ -104,7 +100,7 @@ func redact(s string) (string, []Redaction) {
 		}
 		sb.WriteString(s[last:sp.start])
 		sb.WriteString("[REDACTED:" + sp.rule + "]")
-		found = append(found, Redaction{Rule: sp.rule, Line: 1 + strings.Count(s[:sp.start], "\n")})
+		found = append(found, ctxd.Redaction{Rule: sp.rule, Line: 1 + strings.Count(s[:sp.start], "\n")})
 		last = sp.end
 	}
 	sb.WriteString(s[last:])

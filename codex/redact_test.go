@@ -54,14 +54,14 @@ func TestRedactLeavesOrdinaryCodeAlone(t *testing.T) {
 func TestLoadRedactsByDefaultAndReports(t *testing.T) {
 	dir := t.TempDir()
 	write(t, dir, "config.env", "API_KEY=\"sk_live_4eC39HqLyjWDarjtT1zdp7dc\"\nDEBUG=1\n")
-	c, err := Load(dir, DefaultOptions())
+	c, err := Load(t.Context(), dir, DefaultOptions())
 	if err != nil {
 		t.Fatal(err)
 	}
 	if c.Redactions() != 1 || strings.Contains(c.Body(), "4eC39HqLyjWD") || len(c.Files[0].Redactions) != 1 {
 		t.Errorf("redactions %d, body %q", c.Redactions(), c.Body())
 	}
-	off, err := Load(dir, Options{NoRedact: true})
+	off, err := Load(t.Context(), dir, Options{NoRedact: true})
 	if err != nil {
 		t.Fatal(err)
 	}

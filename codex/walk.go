@@ -2,6 +2,7 @@ package codex
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -12,6 +13,8 @@ import (
 	"strings"
 
 	"github.com/go-git/go-git/v5/plumbing/format/gitignore"
+
+	"github.com/ctxd/ctxd"
 )
 
 // ignoreFiles are read in every directory, in this order (later wins).
@@ -26,16 +29,17 @@ type entry struct {
 
 // walker lists a tree's files in sorted order.
 type walker struct {
-	root    string // resolved (symlink-free) absolute root
+	ctx     context.Context // a load that is cancelled stops walking
+	root    string          // resolved (symlink-free) absolute root
 	include []gitignore.Pattern
 	exclude []gitignore.Pattern
 	visited map[string]bool // resolved directories already walked: symlink loops end here
 	files   []entry
-	skipped []Skipped
+	skipped []ctxd.Skipped
 }
 
-func newWalker(root string, opts Options) (*walker, error) {
-	w := &walker{root: root, visited: map[string]bool{}}
+func newWalker(ctx context.Context, root string, opts Options) (*walker, error) {
+	w := &walker{ctx: ctx, root: root, visited: map[string]bool{}}
 	for _, p := range opts.Include {
 		w.include = append(w.include, gitignore.ParsePattern(p, nil))
 	}
@@ -46,12 +50,15 @@ func newWalker(root string, opts Options) (*walker, error) {
 }
 
 func (w *walker) skip(rel, reason string) {
-	w.skipped = append(w.skipped, Skipped{Path: rel, Reason: reason})
+	w.skipped = append(w.skipped, ctxd.Skipped{Path: rel, Reason: reason})
 }
 
 // walk descends into dir (resolved path real, relative path rel) with the
 // ignore patterns inherited from its parents.
 func (w *walker) walk(real, rel string, inherited []gitignore.Pattern) error {
+	if err := w.ctx.Err(); err != nil {
+		return fmt.Errorf("codex: load cancelled: %w", err)
+	}
 	if w.visited[real] {
 		w.skip(rel, "directory already included (symbolic link loop or duplicate)")
 		return nil

@@ -34,6 +34,9 @@ type Daemon struct {
 	LogLevel     string `toml:"log_level"`      // debug, info, warn, error
 	MaxBodyBytes int64  `toml:"max_body_bytes"` // request body cap
 	DefaultSigil string `toml:"default_sigil"`  // sigil of requests that name none
+	// ShutdownGrace is how long running requests may finish after a stop
+	// signal before they are stopped (with an error event saying so).
+	ShutdownGrace Duration `toml:"shutdown_grace"`
 }
 
 // Backend is the model server.
@@ -48,6 +51,7 @@ type Backend struct {
 	MaxNumCtx   int      `toml:"max_num_ctx"` // upper bound when NumCtx is 0
 	NumBatch    int      `toml:"num_batch"`
 	NumThread   int      `toml:"num_thread"` // 0: the backend's default
+	Slots       int      `toml:"slots"`      // sequences the backend serves at once (managed: OLLAMA_NUM_PARALLEL)
 	KeepAlive   Duration `toml:"keep_alive"` // how long the model stays loaded; negative: forever
 	Temperature float64  `toml:"temperature"`
 	Seed        int      `toml:"seed"`
@@ -128,11 +132,11 @@ func Default(env Env) Config {
 	return Config{
 		Daemon: Daemon{
 			Socket: DefaultSocket(env), StateDir: state, LogLevel: "info",
-			MaxBodyBytes: 1 << 20, DefaultSigil: "default",
+			MaxBodyBytes: 1 << 20, DefaultSigil: "default", ShutdownGrace: Duration{10 * time.Second},
 		},
 		Backend: Backend{
 			Mode: "managed", Binary: "ollama", Listen: "127.0.0.1:0", URL: "http://127.0.0.1:11434",
-			Model: "ctxd-demo", MaxNumCtx: 32768, NumBatch: 512,
+			Model: "ctxd-demo", MaxNumCtx: 32768, NumBatch: 512, Slots: 1,
 			KeepAlive: Duration{-1},
 		},
 		Identity: Identity{
@@ -207,6 +211,9 @@ func (c Config) Validate() error {
 	if c.Daemon.MaxBodyBytes < 1024 {
 		bad("daemon.max_body_bytes", "%d is below 1024", c.Daemon.MaxBodyBytes)
 	}
+	if g := c.Daemon.ShutdownGrace.Duration; g < 0 || g > 5*time.Minute {
+		bad("daemon.shutdown_grace", "%v must be between 0s and 5m", g)
+	}
 	if _, ok := c.Sigils[c.Daemon.DefaultSigil]; !ok {
 		bad("daemon.default_sigil", "%q is not a configured sigil", c.Daemon.DefaultSigil)
 	}
@@ -233,6 +240,9 @@ func (c Config) Validate() error {
 	}
 	if b.NumCtx < 0 || b.MaxNumCtx <= 0 {
 		bad("backend.num_ctx", "num_ctx must be 0 or positive and max_num_ctx positive")
+	}
+	if b.Slots < 1 || b.Slots > 64 {
+		bad("backend.slots", "%d must be between 1 and 64", b.Slots)
 	}
 	if b.NumBatch < 0 || b.NumThread < 0 {
 		bad("backend.num_batch", "num_batch and num_thread must not be negative")

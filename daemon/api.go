@@ -3,34 +3,21 @@ package daemon
 import (
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
 	"net/http"
 	"strings"
 
+	"github.com/ctxd/ctxd"
 	"github.com/ctxd/ctxd/governor"
-	"github.com/ctxd/ctxd/hostenv"
-	"github.com/ctxd/ctxd/ollama"
-	"github.com/ctxd/ctxd/orchestrator"
 	"github.com/ctxd/ctxd/runcontext"
-	"github.com/ctxd/ctxd/sqlite"
+	"github.com/ctxd/ctxd/scheduler"
 )
 
-// Event is one line of an answer stream.
-type Event struct {
-	Type    string                `json:"type"` // "token", "summary" or "error"
-	Text    string                `json:"text,omitempty"`
-	Summary *orchestrator.Summary `json:"summary,omitempty"`
-	Error   string                `json:"error,omitempty"`
-	Status  int                   `json:"status,omitempty"`
-}
-
-// AskRequest is the body of POST /v1/ask.
-type AskRequest struct {
-	Session string `json:"session"`
-	Query   string `json:"query"`
-	Sigil   string `json:"sigil,omitempty"`
-	Pin     bool   `json:"pin,omitempty"` // keep this turn verbatim: never compacted or condensed
+// allowed lists each route's methods; a route's other methods get 405.
+var allowed = map[string]string{
+	"/v1/health": "GET", "/v1/status": "GET", "/v1/schema": "GET", "/v1/ask": "POST",
+	"/v1/sessions": "GET", "/v1/sessions/{id}": "GET, DELETE", "/v1/sessions/{id}/prompt": "GET",
+	"/v1/codex": "GET", "/v1/codex/load": "POST", "/v1/codex/search": "GET",
 }
 
 func (d *Daemon) routes() http.Handler {
@@ -40,28 +27,34 @@ func (d *Daemon) routes() http.Handler {
 	mux.HandleFunc("GET /v1/schema", d.handleSchema)
 	mux.HandleFunc("POST /v1/ask", d.handleAsk)
 	mux.HandleFunc("GET /v1/sessions", d.handleSessions)
-	mux.HandleFunc("GET /v1/codex", d.handleCodexStats)
-	mux.HandleFunc("POST /v1/codex/load", d.handleCodexLoad)
-	mux.HandleFunc("GET /v1/codex/search", d.handleCodexSearch)
 	mux.HandleFunc("GET /v1/sessions/{id}", d.handleSession)
 	mux.HandleFunc("DELETE /v1/sessions/{id}", d.handleDeleteSession)
 	mux.HandleFunc("GET /v1/sessions/{id}/prompt", d.handleLastPrompt)
+	mux.HandleFunc("GET /v1/codex", d.handleCodexStats)
+	mux.HandleFunc("POST /v1/codex/load", d.handleCodexLoad)
+	mux.HandleFunc("GET /v1/codex/search", d.handleCodexSearch)
 	// Method-less patterns for the same paths catch the wrong methods:
 	// the method-specific ones above take precedence.
-	for path, allow := range map[string]string{
-		"/v1/health": "GET", "/v1/status": "GET", "/v1/schema": "GET", "/v1/ask": "POST",
-		"/v1/sessions": "GET", "/v1/sessions/{id}": "GET, DELETE",
-		"/v1/codex": "GET", "/v1/codex/load": "POST", "/v1/codex/search": "GET",
-	} {
+	for path, allow := range allowed {
 		mux.HandleFunc(path, func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Allow", allow)
-			writeError(w, http.StatusMethodNotAllowed, fmt.Sprintf("%s %s: method not allowed; use %s", r.Method, r.URL.Path, allow))
+			writeError(w, ctxd.Errorf(ctxd.KindMethod, "%s %s: method not allowed; use %s", r.Method, r.URL.Path, allow))
 		})
 	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, http.StatusNotFound, fmt.Sprintf("no route %s %s; routes are under /v1/ (health, status, schema, ask, sessions, codex)", r.Method, r.URL.Path))
+		writeError(w, ctxd.Errorf(ctxd.KindUnknownRoute, "no route %s %s; routes are under /v1/ (health, status, schema, ask, sessions, codex)", r.Method, r.URL.Path))
 	})
-	return d.recoverer(mux)
+	return d.track(d.recoverer(mux))
+}
+
+// track counts the requests being served, so a shutdown can wait for
+// their handlers to send their last event.
+func (d *Daemon) track(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		d.handled.Add(1)
+		defer d.handled.Done()
+		next.ServeHTTP(w, r)
+	})
 }
 
 // recoverer keeps a panic in one handler from taking the daemon down.
@@ -73,7 +66,7 @@ func (d *Daemon) recoverer(next http.Handler) http.Handler {
 					panic(v)
 				}
 				d.log.Error("handler panic", "method", r.Method, "path", r.URL.Path, "panic", v)
-				writeError(w, http.StatusInternalServerError, "internal error; see the daemon log")
+				writeError(w, ctxd.Errorf(ctxd.KindInternal, "internal error; see the daemon log"))
 			}
 		}()
 		next.ServeHTTP(w, r)
@@ -88,65 +81,70 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	_ = enc.Encode(v)
 }
 
-func writeError(w http.ResponseWriter, status int, msg string) {
-	writeJSON(w, status, map[string]string{"error": msg})
+// errorBody is every error answer: {"error": "...", "kind": "..."}.
+type errorBody struct {
+	Error string    `json:"error"`
+	Kind  ctxd.Kind `json:"kind"`
+}
+
+// writeError answers with err's kind's status and its message.
+func writeError(w http.ResponseWriter, err error) {
+	k := ctxd.KindOf(err)
+	writeJSON(w, k.Status(), errorBody{Error: err.Error(), Kind: k})
 }
 
 func (d *Daemon) handleHealth(w http.ResponseWriter, r *http.Request) {
-	d.mu.RLock()
-	ready, initErr := d.orch != nil, d.initErr
-	d.mu.RUnlock()
-	if ready {
-		writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+	if _, err := d.engine(); err != nil {
+		body := map[string]string{"status": "starting"}
+		if msg := d.initErr.Load(); msg != nil {
+			body["error"] = *msg
+		}
+		writeJSON(w, http.StatusServiceUnavailable, body)
 		return
 	}
-	body := map[string]string{"status": "starting"}
-	if initErr != nil {
-		body["error"] = initErr.Error()
-	}
-	writeJSON(w, http.StatusServiceUnavailable, body)
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
 }
 
 // Status is the body of GET /v1/status.
 type Status struct {
-	Version      string                 `json:"version"`
-	Ready        bool                   `json:"ready"`
-	Error        string                 `json:"error,omitempty"`
-	Backend      BackendInfo            `json:"backend"`
-	Codex        *CodexStats            `json:"codex,omitempty"`
-	Limits       governor.Limits        `json:"limits"`
-	Window       *governor.WindowPlan   `json:"window,omitempty"`
-	Model        *governor.ModelFacts   `json:"model,omitempty"`
-	LastRequest  *orchestrator.Summary  `json:"last_request,omitempty"`
-	Environment  runcontext.Environment `json:"environment"`
-	MemorySource string                 `json:"memory_source"`
-	Sessions     int                    `json:"sessions"`
+	Version      string               `json:"version"`
+	Ready        bool                 `json:"ready"`
+	Error        string               `json:"error,omitempty"`
+	Backend      BackendInfo          `json:"backend"`
+	Codex        *ctxd.CodexStats     `json:"codex,omitempty"`
+	Limits       governor.Limits      `json:"limits"`
+	Window       *governor.WindowPlan `json:"window,omitempty"`
+	Model        *governor.ModelFacts `json:"model,omitempty"`
+	Scheduler    *scheduler.Status    `json:"scheduler,omitempty"`
+	LastRequest  *ctxd.Summary        `json:"last_request,omitempty"`
+	Environment  ctxd.Environment     `json:"environment"`
+	MemorySource string               `json:"memory_source"`
+	Sessions     int                  `json:"sessions"`
 }
 
+// handleStatus reports the daemon's state. It reads snapshots only: it
+// never waits for a generation or a codex load.
 func (d *Daemon) handleStatus(w http.ResponseWriter, r *http.Request) {
-	d.mu.RLock()
-	st := Status{Version: d.version, Ready: d.orch != nil, Backend: d.backend}
-	if d.initErr != nil {
-		st.Error = d.initErr.Error()
+	st := Status{Version: d.version, Backend: BackendInfo{Mode: d.cfg.Backend.Mode, Model: d.cfg.Backend.Model}}
+	if e := d.ready.Load(); e != nil {
+		m := e.model
+		st.Ready, st.Backend, st.Limits = true, m.Info, e.limits
+		if m.Restarts != nil {
+			st.Backend.Restarts = m.Restarts()
+		}
+		window, facts, sched := m.Window, m.Facts, e.sched.Status()
+		st.Window, st.Model, st.Scheduler, st.LastRequest = &window, &facts, &sched, e.orch.LastSummary()
+		if cs, ok := e.codex.Stats(); ok {
+			st.Codex = &cs
+		}
+	} else if msg := d.initErr.Load(); msg != nil {
+		st.Error = *msg
 	}
-	if d.server != nil {
-		st.Backend.Restarts = d.server.Restarts()
+	st.Environment = d.sensor.Environment()
+	if d.sensor == ctxd.Sensor(d.probe) {
+		_, rd := d.probe.Latest()
+		st.MemorySource = rd.Source
 	}
-	st.Limits = d.limits
-	if d.orch != nil {
-		plan, facts := d.plan, d.facts
-		st.Window, st.Model, st.LastRequest = &plan, &facts, d.orch.LastSummary()
-	}
-	d.mu.RUnlock()
-	d.mu.RLock()
-	if d.codex != nil {
-		cs := d.codex.stats
-		st.Codex = &cs
-	}
-	d.mu.RUnlock()
-	var rd hostenv.Reading
-	st.Environment, rd = d.probe.Environment()
-	st.MemorySource = rd.Source
 	if list, err := d.store.Sessions(r.Context()); err == nil {
 		st.Sessions = len(list)
 	}
@@ -161,11 +159,11 @@ func (d *Daemon) handleSchema(w http.ResponseWriter, r *http.Request) {
 func (d *Daemon) handleSessions(w http.ResponseWriter, r *http.Request) {
 	list, err := d.store.Sessions(r.Context())
 	if err != nil {
-		writeError(w, http.StatusInternalServerError, err.Error())
+		writeError(w, ctxd.Errorf(ctxd.KindInternal, "%w", err))
 		return
 	}
 	if list == nil {
-		list = []sqlite.SessionInfo{}
+		list = []ctxd.SessionInfo{}
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"sessions": list})
 }
@@ -173,13 +171,15 @@ func (d *Daemon) handleSessions(w http.ResponseWriter, r *http.Request) {
 // sessionID is the {id} of a session route, or a 400 naming the pattern.
 func sessionID(w http.ResponseWriter, r *http.Request) (string, bool) {
 	id := r.PathValue("id")
-	if !orchestrator.SessionIDPattern.MatchString(id) {
-		writeError(w, http.StatusBadRequest, fmt.Sprintf("session %q must match %s", id, orchestrator.SessionIDPattern))
+	if !ctxd.SessionIDPattern.MatchString(id) {
+		writeError(w, ctxd.Errorf(ctxd.KindInvalid, "session %q must match %s", id, ctxd.SessionIDPattern))
 		return "", false
 	}
 	return id, true
 }
 
+// handleSession reads a session from the store: it sees the turns recorded
+// so far and never waits for the session's running request.
 func (d *Daemon) handleSession(w http.ResponseWriter, r *http.Request) {
 	id, ok := sessionID(w, r)
 	if !ok {
@@ -187,28 +187,13 @@ func (d *Daemon) handleSession(w http.ResponseWriter, r *http.Request) {
 	}
 	s, err := d.store.Session(r.Context(), id)
 	if err != nil {
-		writeError(w, http.StatusInternalServerError, err.Error())
+		writeError(w, ctxd.Errorf(ctxd.KindInternal, "%w", err))
 		return
 	}
 	if s.Turns == nil {
-		s.Turns = []runcontext.Turn{}
+		s.Turns = []ctxd.Turn{}
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"session": id, "epoch": s.Epoch, "turns": s.Turns})
-}
-
-// PromptBlock is where one block sits in a rendered prompt, in bytes.
-type PromptBlock struct {
-	Name   string `json:"name"`
-	Offset int    `json:"offset"`
-	Bytes  int    `json:"bytes"`
-}
-
-// LastPrompt is GET /v1/sessions/{id}/prompt: the exact text the session's
-// last request sent to the backend, and where each block starts in it.
-type LastPrompt struct {
-	Session string        `json:"session"`
-	Prompt  string        `json:"prompt"`
-	Blocks  []PromptBlock `json:"blocks"`
+	writeJSON(w, http.StatusOK, ctxd.SessionTurns{Session: id, Epoch: s.Epoch, Turns: s.Turns})
 }
 
 func (d *Daemon) handleLastPrompt(w http.ResponseWriter, r *http.Request) {
@@ -216,117 +201,109 @@ func (d *Daemon) handleLastPrompt(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	o := d.orchestrator()
-	if o == nil {
-		writeError(w, http.StatusNotFound, fmt.Sprintf("session %q sent no prompt since the daemon started (the backend is not ready)", id))
+	e := d.ready.Load()
+	if e == nil {
+		writeError(w, ctxd.Errorf(ctxd.KindNotFound, "session %q sent no prompt since the daemon started (the backend is not ready)", id))
 		return
 	}
-	rendered, ok := o.LastPrompt(id)
+	rendered, ok := e.orch.LastPrompt(id)
 	if !ok {
-		writeError(w, http.StatusNotFound, fmt.Sprintf("session %q sent no prompt since the daemon started", id))
+		writeError(w, ctxd.Errorf(ctxd.KindNotFound, "session %q sent no prompt since the daemon started", id))
 		return
 	}
-	lp := LastPrompt{Session: id, Prompt: rendered.Prompt()}
+	lp := ctxd.LastPrompt{Session: id, Prompt: rendered.Prompt()}
 	for k, name := range runcontext.BlockNames {
-		lp.Blocks = append(lp.Blocks, PromptBlock{Name: name, Offset: rendered.Offset(k), Bytes: len(rendered.Blocks[k])})
+		lp.Blocks = append(lp.Blocks, ctxd.PromptBlock{Name: name, Offset: rendered.Offset(k), Bytes: len(rendered.Blocks[k])})
 	}
 	writeJSON(w, http.StatusOK, lp)
 }
 
+// handleDeleteSession deletes through the orchestrator, which waits for the
+// session's running request and forgets what it holds of the session.
 func (d *Daemon) handleDeleteSession(w http.ResponseWriter, r *http.Request) {
 	id, ok := sessionID(w, r)
 	if !ok {
 		return
 	}
-	if err := d.store.DeleteSession(r.Context(), id); err != nil {
-		writeError(w, http.StatusInternalServerError, err.Error())
-		return
+	var err error
+	if e := d.ready.Load(); e != nil {
+		err = e.orch.DeleteSession(r.Context(), id)
+	} else if err = d.store.DeleteSession(r.Context(), id); err != nil { // no request has run yet
+		err = ctxd.Errorf(ctxd.KindInternal, "%w", err)
 	}
-	if o := d.orchestrator(); o != nil {
-		o.Forget(id)
+	if err != nil {
+		writeError(w, err)
+		return
 	}
 	w.WriteHeader(http.StatusNoContent)
 }
 
-// decodeAsk reads and checks the body of an ask request.
-func (d *Daemon) decodeAsk(w http.ResponseWriter, r *http.Request) (AskRequest, int, error) {
-	var req AskRequest
+// decodeJSON reads a JSON body into v: the right content type, at most
+// daemon.max_body_bytes, one value, no unknown fields.
+func (d *Daemon) decodeJSON(w http.ResponseWriter, r *http.Request, v any, example string) error {
 	if ct := r.Header.Get("Content-Type"); ct != "" && !strings.HasPrefix(ct, "application/json") {
-		return req, http.StatusUnsupportedMediaType, fmt.Errorf("content type %q: send application/json", ct)
+		return ctxd.Errorf(ctxd.KindUnsupported, "content type %q: send application/json", ct)
 	}
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, d.cfg.Daemon.MaxBodyBytes))
 	dec.DisallowUnknownFields()
-	if err := dec.Decode(&req); err != nil {
+	if err := dec.Decode(v); err != nil {
 		var mbe *http.MaxBytesError
 		switch {
 		case errors.As(err, &mbe):
-			return req, http.StatusRequestEntityTooLarge, fmt.Errorf("request body is over the cap of %d bytes (daemon.max_body_bytes)", mbe.Limit)
+			return ctxd.Errorf(ctxd.KindTooLarge, "request body is over the cap of %d bytes (daemon.max_body_bytes)", mbe.Limit)
 		case errors.Is(err, io.EOF):
-			return req, http.StatusBadRequest, errors.New("empty body: send {\"session\": ..., \"query\": ...}")
+			return ctxd.Errorf(ctxd.KindInvalid, "empty body: send %s", example)
 		default:
-			return req, http.StatusBadRequest, fmt.Errorf("malformed JSON body: %v", err)
+			return ctxd.Errorf(ctxd.KindInvalid, "malformed JSON body: %v", err)
 		}
 	}
 	if dec.More() {
-		return req, http.StatusBadRequest, errors.New("malformed JSON body: more than one JSON value")
+		return ctxd.Errorf(ctxd.KindInvalid, "malformed JSON body: more than one JSON value")
+	}
+	return nil
+}
+
+// decodeAsk reads and checks the body of an ask request.
+func (d *Daemon) decodeAsk(w http.ResponseWriter, r *http.Request) (ctxd.AskRequest, error) {
+	var req ctxd.AskRequest
+	if err := d.decodeJSON(w, r, &req, `{"session": ..., "query": ...}`); err != nil {
+		return req, err
 	}
 	if req.Session == "" {
-		return req, http.StatusBadRequest, errors.New("session: required")
+		return req, ctxd.Errorf(ctxd.KindInvalid, "session: required")
 	}
 	if strings.TrimSpace(req.Query) == "" {
-		return req, http.StatusBadRequest, errors.New("query: required and must not be blank")
+		return req, ctxd.Errorf(ctxd.KindInvalid, "query: required and must not be blank")
 	}
-	return req, 0, nil
+	return req, nil
 }
 
 func (d *Daemon) handleAsk(w http.ResponseWriter, r *http.Request) {
-	req, status, err := d.decodeAsk(w, r)
+	req, err := d.decodeAsk(w, r)
 	if err != nil {
-		writeError(w, status, err.Error())
+		writeError(w, err)
 		return
 	}
-	orch := d.orchestrator()
-	if orch == nil {
-		d.mu.RLock()
-		msg := "backend is starting"
-		if d.initErr != nil {
-			msg = "backend not ready: " + d.initErr.Error()
-		}
-		d.mu.RUnlock()
-		writeError(w, http.StatusServiceUnavailable, msg)
+	e, err := d.engine()
+	if err != nil {
+		writeError(w, err)
 		return
 	}
-
 	s := &stream{w: w}
-	sum, err := orch.Ask(r.Context(), orchestrator.Request{Session: req.Session, Query: req.Query, Sigil: req.Sigil, Pin: req.Pin}, s.token)
+	sum, err := e.orch.Ask(r.Context(), req, s.token)
 	if err != nil {
-		status, msg := errorStatus(err)
+		k := ctxd.KindOf(err)
+		if k == ctxd.KindInternal || k == ctxd.KindNotRecorded {
+			d.log.Error("ask failed", "session", req.Session, "kind", k, "err", err)
+		}
 		if !s.started {
-			writeError(w, status, msg)
+			writeError(w, err)
 			return
 		}
-		s.send(Event{Type: "error", Error: msg, Status: status})
+		_ = s.send(errorEvent(err))
 		return
 	}
-	s.send(Event{Type: "summary", Summary: sum})
-}
-
-// errorStatus maps an orchestrator error to an HTTP status and message.
-func errorStatus(err error) (int, string) {
-	var le *governor.LimitError
-	switch {
-	case errors.Is(err, orchestrator.ErrBadRequest):
-		return http.StatusBadRequest, err.Error()
-	case errors.Is(err, orchestrator.ErrForbidden):
-		return http.StatusForbidden, err.Error()
-	case errors.As(err, &le):
-		return http.StatusUnprocessableEntity, "request does not fit: " + err.Error()
-	case errors.Is(err, ollama.ErrModelNotFound):
-		return http.StatusBadGateway, err.Error()
-	case errors.Is(err, ollama.ErrUnavailable):
-		return http.StatusServiceUnavailable, err.Error()
-	}
-	return http.StatusBadGateway, err.Error()
+	_ = s.send(ctxd.Event{Type: ctxd.EventSummary, Summary: sum})
 }
 
 // stream writes NDJSON events, committing the 200 status with the first.
@@ -336,13 +313,12 @@ type stream struct {
 }
 
 func (s *stream) token(text string) error {
-	return s.send(Event{Type: "token", Text: text})
+	return s.send(ctxd.Event{Type: ctxd.EventToken, Text: text})
 }
 
-func (s *stream) send(e Event) error { return s.sendAny(e) }
-
-// sendAny writes one NDJSON event, committing the 200 status with the first.
-func (s *stream) sendAny(e any) error {
+// send writes one NDJSON event. A write that fails means the client went
+// away: the error is of kind KindCanceled.
+func (s *stream) send(e any) error {
 	if !s.started {
 		s.w.Header().Set("Content-Type", "application/x-ndjson")
 		s.w.Header().Set("Cache-Control", "no-store")
@@ -351,13 +327,19 @@ func (s *stream) sendAny(e any) error {
 	}
 	b, err := json.Marshal(e)
 	if err != nil {
-		return err
+		return ctxd.Errorf(ctxd.KindInternal, "encode event: %w", err)
 	}
 	if _, err := s.w.Write(append(b, '\n')); err != nil {
-		return fmt.Errorf("client went away: %w", err)
+		return ctxd.Errorf(ctxd.KindCanceled, "client went away: %w", err)
 	}
 	if f, ok := s.w.(http.Flusher); ok {
 		f.Flush()
 	}
 	return nil
+}
+
+// errorEvent is the final event of a stream that failed after it started.
+func errorEvent(err error) ctxd.Event {
+	k := ctxd.KindOf(err)
+	return ctxd.Event{Type: ctxd.EventError, Error: err.Error(), Status: k.Status(), Kind: k}
 }

@@ -1,84 +1,74 @@
 package daemon
 
 import (
-	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"strconv"
 	"strings"
 
-	"github.com/ctxd/ctxd/codex"
-	"github.com/ctxd/ctxd/runcontext"
+	"github.com/ctxd/ctxd"
 	"github.com/ctxd/ctxd/sigils"
 )
 
-// CodexEvent is one line of a codex load stream.
-type CodexEvent struct {
-	Type     string          `json:"type"` // "progress", "codex" or "error"
-	Progress *codex.Progress `json:"progress,omitempty"`
-	Codex    *CodexStats     `json:"codex,omitempty"`
-	Error    string          `json:"error,omitempty"`
-}
-
+// handleCodexStats reports the loaded codex from a snapshot: it never
+// waits for a load in progress.
 func (d *Daemon) handleCodexStats(w http.ResponseWriter, r *http.Request) {
-	d.mu.RLock()
-	set := d.codex
-	d.mu.RUnlock()
-	if set == nil {
-		writeError(w, http.StatusNotFound, "no codex is loaded (set codex.path, or POST /v1/codex/load)")
+	e, err := d.engine()
+	if err != nil {
+		writeError(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, set.stats)
+	st, ok := e.codex.Stats()
+	if !ok {
+		writeError(w, ctxd.Errorf(ctxd.KindNotFound, "no codex is loaded (set codex.path, or POST /v1/codex/load)"))
+		return
+	}
+	writeJSON(w, http.StatusOK, st)
 }
 
 // handleCodexLoad loads a codex from a path on this machine and makes it
-// the daemon's codex, streaming progress as NDJSON.
+// the daemon's codex, streaming progress as NDJSON. A client that goes
+// away cancels the load; the current codex stays.
 func (d *Daemon) handleCodexLoad(w http.ResponseWriter, r *http.Request) {
 	var req struct {
 		Path string `json:"path"`
 	}
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, d.cfg.Daemon.MaxBodyBytes))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&req); err != nil && !errors.Is(err, io.EOF) {
-		writeError(w, http.StatusBadRequest, fmt.Sprintf("malformed JSON body: %v", err))
+	if err := d.decodeJSON(w, r, &req, `{"path": "/abs/path"}`); err != nil {
+		writeError(w, err)
 		return
 	}
 	if strings.TrimSpace(req.Path) == "" {
-		writeError(w, http.StatusBadRequest, "path: required (an absolute path on the daemon's machine)")
+		writeError(w, ctxd.Errorf(ctxd.KindInvalid, "path: required (an absolute path on the daemon's machine)"))
 		return
 	}
 	if !strings.HasPrefix(req.Path, "/") {
-		writeError(w, http.StatusBadRequest, fmt.Sprintf("path %q must be absolute: the daemon does not share your working directory", req.Path))
+		writeError(w, ctxd.Errorf(ctxd.KindInvalid, "path %q must be absolute: the daemon does not share your working directory", req.Path))
 		return
 	}
-	if d.orchestrator() == nil {
-		writeError(w, http.StatusServiceUnavailable, "backend is starting; a codex is counted with its tokenizer")
+	e, err := d.engine()
+	if err != nil {
+		writeError(w, fmt.Errorf("a codex is counted with the model's tokenizer: %w", err))
 		return
 	}
 	s := &stream{w: w}
 	last := -1
-	set, err := d.loadCodex(r.Context(), req.Path, func(p codex.Progress) {
+	st, err := e.codex.Load(r.Context(), req.Path, func(p ctxd.CodexProgress) {
 		// About a hundred progress lines at most.
 		if pct := p.Files * 100 / max(1, p.TotalFiles); pct != last || p.Files == p.TotalFiles {
 			last = pct
-			_ = s.sendAny(CodexEvent{Type: "progress", Progress: &p})
+			_ = s.send(ctxd.CodexEvent{Type: ctxd.CodexEventProgress, Progress: &p})
 		}
 	})
 	if err != nil {
 		if !s.started {
-			writeError(w, http.StatusBadRequest, err.Error())
+			writeError(w, err)
 			return
 		}
-		_ = s.sendAny(CodexEvent{Type: "error", Error: err.Error()})
+		k := ctxd.KindOf(err)
+		_ = s.send(ctxd.CodexEvent{Type: ctxd.CodexEventError, Error: err.Error(), Status: k.Status(), Kind: k})
 		return
 	}
-	d.applyCodex(set)
-	if d.cfg.Codex.Watch {
-		d.watch(d.runCtx, req.Path) // the watcher follows the new codex
-	}
-	_ = s.sendAny(CodexEvent{Type: "codex", Codex: &set.stats})
+	_ = s.send(ctxd.CodexEvent{Type: ctxd.CodexEventCodex, Codex: &st})
 }
 
 // handleCodexSearch is the search_codex tool: full-text search of the
@@ -87,39 +77,37 @@ func (d *Daemon) handleCodexSearch(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	sigil, err := d.sigils.Resolve(q.Get("sigil"))
 	if err != nil {
-		writeError(w, http.StatusForbidden, err.Error())
+		writeError(w, ctxd.Errorf(ctxd.KindForbidden, "%v", err))
 		return
 	}
 	if !sigils.Allows(sigil, sigils.ScopeSearchCodex) {
-		writeError(w, http.StatusForbidden, fmt.Sprintf("sigil %q lacks the %q scope", sigil.Name, sigils.ScopeSearchCodex))
+		writeError(w, ctxd.Errorf(ctxd.KindForbidden, "sigil %q lacks the %q scope", sigil.Name, sigils.ScopeSearchCodex))
 		return
 	}
 	query := strings.TrimSpace(q.Get("q"))
 	if query == "" {
-		writeError(w, http.StatusBadRequest, "q: required")
+		writeError(w, ctxd.Errorf(ctxd.KindInvalid, "q: required"))
 		return
 	}
 	k := 5
 	if ks := q.Get("k"); ks != "" {
 		if k, err = strconv.Atoi(ks); err != nil || k < 1 || k > 50 {
-			writeError(w, http.StatusBadRequest, fmt.Sprintf("k %q must be a number from 1 to 50", ks))
+			writeError(w, ctxd.Errorf(ctxd.KindInvalid, "k %q must be a number from 1 to 50", ks))
 			return
 		}
 	}
-	d.mu.RLock()
-	set := d.codex
-	d.mu.RUnlock()
-	if set == nil || set.state.Retriever == nil {
-		writeError(w, http.StatusConflict, "the codex is not indexed for search: it is loaded whole (CAG mode) or not at all")
+	e, err := d.engine()
+	if err != nil {
+		writeError(w, err)
 		return
 	}
-	ex, err := set.state.Retriever.Search(r.Context(), query, k)
+	ex, err := e.codex.Search(r.Context(), query, k)
 	if err != nil {
-		writeError(w, http.StatusInternalServerError, err.Error())
+		writeError(w, err)
 		return
 	}
 	if ex == nil {
-		ex = []runcontext.Excerpt{}
+		ex = []ctxd.Excerpt{}
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"query": query, "excerpts": ex})
 }

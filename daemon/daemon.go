@@ -7,74 +7,91 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/url"
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
+	"github.com/ctxd/ctxd"
 	"github.com/ctxd/ctxd/codex"
+	"github.com/ctxd/ctxd/codexsvc"
 	"github.com/ctxd/ctxd/config"
 	"github.com/ctxd/ctxd/governor"
 	"github.com/ctxd/ctxd/hostenv"
-	"github.com/ctxd/ctxd/llamatok"
-	"github.com/ctxd/ctxd/ollama"
 	"github.com/ctxd/ctxd/orchestrator"
 	"github.com/ctxd/ctxd/runcontext"
+	"github.com/ctxd/ctxd/scheduler"
 	"github.com/ctxd/ctxd/sigils"
 	"github.com/ctxd/ctxd/sqlite"
+	"github.com/ctxd/ctxd/tokencount"
 )
 
-// Options are the daemon's inputs besides its configuration.
+// Options are the daemon's inputs besides its configuration. Every field
+// may be left zero; tests set the ones they fake.
 type Options struct {
 	Logger  *slog.Logger
 	Version string
 	// BackendEnv is the environment (KEY=VALUE) a managed backend inherits,
 	// e.g. PATH; main passes it so nothing below main reads the environment.
 	BackendEnv []string
+	// Open brings the backend up; nil means Ollama as the configuration says.
+	Open Opener
+	// Store keeps sessions; nil means SQLite in the state directory.
+	Store ctxd.Store
+	// Sensor reads the environment bands; nil means the hardware probe.
+	Sensor ctxd.Sensor
 }
+
+// Model is a backend brought up for one model load: what requests run on.
+type Model struct {
+	Backend     ctxd.Backend
+	Tokenizer   ctxd.Tokenizer
+	TokenizerID string // names the vocabulary (the model file), for the codex's count cache
+	Info        BackendInfo
+	Window      governor.WindowPlan
+	Facts       governor.ModelFacts
+	Restarts    func() int   // how often a supervised backend was restarted; nil if not supervised
+	Close       func() error // stops what Open started; called once, after the last request
+}
+
+// Opener brings the backend up: start or reach the model server, load the
+// model with the window planned for it, open its tokenizer. It calls
+// onRestart whenever the backend restarted and lost its KV cache. An error
+// of kind ctxd.KindInvalid (a configuration that cannot work, such as an
+// explicit num_ctx that does not fit) ends the daemon; any other is
+// retried until it succeeds.
+type Opener func(ctx context.Context, onRestart func()) (*Model, error)
 
 // Daemon is one running ctxd.
 type Daemon struct {
-	cfg     config.Config
-	log     *slog.Logger
-	version string
-	env     []string
-
-	store    *sqlite.Store
-	probe    *hostenv.Probe
+	cfg      config.Config
+	log      *slog.Logger
+	version  string
+	opts     Options
 	sigils   *sigils.Registry
 	codexLim governor.Limits // the codex's own limits (.ctxd.toml); they only tighten
 
-	codexSyncState
-	runCtx context.Context // Run's context, for work that outlives a request
+	// Set in Run before anything is served; read-only afterwards.
+	store  ctxd.Store
+	sensor ctxd.Sensor
+	probe  *hostenv.Probe // the hardware probe: memory for the window plan, and the sensor unless one was given
+	runCtx context.Context
 
-	mu      sync.RWMutex // guards the fields below, set once the backend is ready
-	codex   *codexSet
-	tokID   string // identifies the tokenizer (the model file), for the codex cache
-	orch    *orchestrator.Orchestrator
-	backend BackendInfo
-	plan    governor.WindowPlan
-	facts   governor.ModelFacts
-	limits  governor.Limits
-	initErr error
-	server  *ollama.Server
-	tok     *llamatok.Tokenizer
+	ready   atomic.Pointer[engine] // nil until the backend is ready
+	initErr atomic.Pointer[string] // why it is not ready yet
+	handled sync.WaitGroup         // requests being served
 }
 
-// BackendInfo describes the backend once it is ready.
-type BackendInfo struct {
-	Mode         string `json:"mode"`
-	URL          string `json:"url"`
-	Version      string `json:"version"`
-	Model        string `json:"model"`
-	Architecture string `json:"architecture"`
-	TrainedCtx   int    `json:"trained_context_length"`
-	NumCtx       int    `json:"num_ctx"`
-	Restarts     int    `json:"restarts,omitempty"`
-	KVCacheType  string `json:"kv_cache_type"`
+// engine is everything that exists once the backend is ready.
+type engine struct {
+	model  *Model
+	limits governor.Limits
+	sched  *scheduler.Scheduler
+	orch   *orchestrator.Orchestrator
+	codex  *codexsvc.Service
 }
 
 // New checks the configuration and returns a daemon ready to Run.
@@ -93,33 +110,42 @@ func New(cfg config.Config, opts Options) (*Daemon, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Daemon{cfg: cfg, log: opts.Logger, version: opts.Version, env: opts.BackendEnv, sigils: reg}, nil
+	return &Daemon{cfg: cfg, log: opts.Logger, version: opts.Version, opts: opts, sigils: reg}, nil
 }
+
+// errShuttingDown is the cause with which requests still running at the
+// end of the shutdown grace period are stopped.
+var errShuttingDown = &ctxd.Error{Kind: ctxd.KindInterrupted,
+	Message: "ctxd is shutting down and stopped the request at the end of its grace period (daemon.shutdown_grace)"}
 
 // Run serves the API on ln until ctx ends. It answers at once (health says
 // "starting") while it brings the backend up in the background, and calls
 // ready once requests can be answered. Errors in the configuration, the
 // store or the codex end Run; a backend that is down or lacks the model
 // does not: the daemon keeps trying and says why in every answer.
+//
+// When ctx ends Run stops in this order: it stops bringing the backend up;
+// stops accepting connections and lets running requests finish for
+// daemon.shutdown_grace; stops the ones still running (each gets a final
+// error event saying its answer was not recorded) and waits for their
+// handlers; closes the codex service (watchers, index); stops the backend
+// and its tokenizer; and closes the store last, so nothing a request does
+// finds it closed.
 func (d *Daemon) Run(ctx context.Context, ln net.Listener, ready func()) error {
 	d.runCtx = ctx
-	var err error
 	if err := d.checkCodex(); err != nil {
 		return err
 	}
-	// The store opens whatever ctx says: a stop during start-up is handled
-	// below, after the server has started, like any other stop.
-	if d.store, err = sqlite.Open(context.WithoutCancel(ctx), filepath.Join(d.cfg.Daemon.StateDir, "ctxd.db")); err != nil {
+	closeStore, err := d.openStore(ctx)
+	if err != nil {
 		return err
 	}
-	defer d.store.Close()
-	// Bands move slowly (and with hysteresis): a reading a second old is as
-	// good as a new one, and spares every request the probing.
-	d.probe = hostenv.New(hostenv.Config{NVML: nvml.New(), Logger: d.log, MaxAge: time.Second})
-	defer d.probe.Close()
+	defer closeStore()
+	d.openSensor()
+	defer d.closeSensor()
 
-	reqCtx, cancelRequests := context.WithCancel(context.WithoutCancel(ctx))
-	defer cancelRequests()
+	reqCtx, stopRequests := context.WithCancelCause(context.WithoutCancel(ctx))
+	defer stopRequests(nil)
 	srv := &http.Server{
 		Handler:           d.routes(),
 		ReadHeaderTimeout: 10 * time.Second,
@@ -130,37 +156,68 @@ func (d *Daemon) Run(ctx context.Context, ln net.Listener, ready func()) error {
 	go func() { serveErr <- srv.Serve(ln) }()
 	d.log.Info("listening", "socket", ln.Addr().String())
 
-	initDone := make(chan struct{})
-	go func() {
-		defer close(initDone)
-		d.initBackendLoop(ctx, ready)
-	}()
+	initCtx, stopInit := context.WithCancel(ctx)
+	defer stopInit()
+	initDone := make(chan error, 1)
+	go func() { initDone <- d.bringUp(initCtx, ready) }()
 
+	initEnded := false
 	select {
 	case <-ctx.Done():
 	case err = <-serveErr:
+	case err = <-initDone:
+		initEnded = true
+		if err == nil { // ready: serve until the stop
+			select {
+			case <-ctx.Done():
+			case err = <-serveErr:
+			}
+		}
 	}
-	d.log.Info("shutting down")
-	shutCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if serr := srv.Shutdown(shutCtx); serr != nil {
-		d.log.Warn("streams still open at shutdown deadline; cancelling them", "err", serr)
-		cancelRequests()
-		srv.Close()
+	d.log.Info("shutting down", "grace", d.cfg.Daemon.ShutdownGrace.Duration)
+	stopInit()
+	if !initEnded {
+		<-initDone // cancelled: whatever it had opened is closed
 	}
-	<-initDone
-	d.watchers.Wait() // they end with ctx
-	d.closeBackend()
-	d.codexMu.Lock()
-	if d.index != nil {
-		d.index.Close()
+	d.drain(srv, stopRequests)
+	if e := d.ready.Load(); e != nil {
+		if cerr := e.codex.Close(); cerr != nil {
+			d.log.Warn("codex service", "err", cerr)
+		}
+		if cerr := e.model.Close(); cerr != nil {
+			d.log.Warn("backend", "err", cerr)
+		}
 	}
-	d.codexMu.Unlock()
-	if errors.Is(err, http.ErrServerClosed) {
+	if errors.Is(err, http.ErrServerClosed) || ctx.Err() != nil && errors.Is(err, context.Canceled) {
 		err = nil
 	}
 	return err
 }
+
+// drain stops accepting, lets requests finish within the grace period,
+// then stops those still running and waits (briefly) for their handlers to
+// send their final events.
+func (d *Daemon) drain(srv *http.Server, stopRequests context.CancelCauseFunc) {
+	grace, cancel := context.WithTimeout(context.Background(), d.cfg.Daemon.ShutdownGrace.Duration)
+	defer cancel()
+	if err := srv.Shutdown(grace); err == nil {
+		return
+	}
+	d.log.Warn("requests still running at the end of the shutdown grace period; stopping them")
+	stopRequests(errShuttingDown)
+	handled := make(chan struct{})
+	go func() { d.handled.Wait(); close(handled) }()
+	select {
+	case <-handled:
+	case <-time.After(handlerStopTimeout):
+		d.log.Error("request handlers did not end after being stopped; closing their connections", "after", handlerStopTimeout)
+	}
+	srv.Close()
+}
+
+// handlerStopTimeout bounds the wait for stopped handlers: a generation
+// stops at once, so this is a safety net, not a policy.
+const handlerStopTimeout = 3 * time.Second
 
 // checkCodex fails fast on a codex path or settings file that cannot work.
 func (d *Daemon) checkCodex() error {
@@ -182,219 +239,155 @@ func (d *Daemon) checkCodex() error {
 	return nil
 }
 
-func (d *Daemon) identity() runcontext.Identity {
-	return runcontext.Identity{Name: d.cfg.Identity.Name, Persona: d.cfg.Identity.Persona}
+// openStore opens the session store (unless one was given) and returns
+// what closes it.
+func (d *Daemon) openStore(ctx context.Context) (func(), error) {
+	if d.opts.Store != nil {
+		d.store = d.opts.Store
+		return func() {}, nil
+	}
+	// The store opens whatever ctx says: a stop during start-up is handled
+	// after the server has started, like any other stop.
+	s, err := sqlite.Open(context.WithoutCancel(ctx), filepath.Join(d.cfg.Daemon.StateDir, "ctxd.db"))
+	if err != nil {
+		return nil, err
+	}
+	d.store = s
+	return func() {
+		if err := s.Close(); err != nil {
+			d.log.Warn("session store", "err", err)
+		}
+	}, nil
 }
 
-// initBackendLoop brings the backend up, retrying with backoff until it
-// works or ctx ends.
-func (d *Daemon) initBackendLoop(ctx context.Context, ready func()) {
+// openSensor opens the hardware probe, which plans the window, and makes
+// it the sensor of the environment bands unless one was given.
+func (d *Daemon) openSensor() {
+	// Bands move slowly (and with hysteresis): a reading a second old is as
+	// good as a new one, and spares every request the probing.
+	d.probe = hostenv.New(hostenv.Config{NVML: nvml.New(), Logger: d.log, MaxAge: time.Second})
+	d.sensor = d.probe
+	if d.opts.Sensor != nil {
+		d.sensor = d.opts.Sensor
+	}
+}
+
+func (d *Daemon) closeSensor() { d.probe.Close() }
+
+// bringUp brings the backend up, retrying with backoff until it works, a
+// configuration error says it never will, or ctx ends.
+func (d *Daemon) bringUp(ctx context.Context, ready func()) error {
 	backoff := time.Second
 	for {
-		err := d.initBackend(ctx)
+		err := d.start(ctx)
 		if err == nil {
-			if d.cfg.Codex.Path != "" && d.cfg.Codex.Watch {
-				d.watch(ctx, d.cfg.Codex.Path)
-			}
+			d.initErr.Store(nil)
 			if ready != nil {
 				ready()
 			}
-			return
+			return nil
 		}
-		d.mu.Lock()
-		d.initErr = err
-		d.mu.Unlock()
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if ctxd.KindOf(err) == ctxd.KindInvalid {
+			d.log.Error("the configuration cannot work; stopping", "err", err)
+			return err
+		}
+		msg := err.Error()
+		d.initErr.Store(&msg)
 		d.log.Error("backend not ready; retrying", "err", err, "in", backoff)
 		select {
 		case <-ctx.Done():
-			return
+			return ctx.Err()
 		case <-time.After(backoff):
 		}
 		backoff = min(2*backoff, 30*time.Second)
 	}
 }
 
-func (d *Daemon) initBackend(ctx context.Context) error {
-	b := d.cfg.Backend
-	info := BackendInfo{Mode: b.Mode, Model: b.Model}
-	var base *url.URL
-	d.mu.Lock()
-	server := d.server
-	d.mu.Unlock()
-	switch {
-	case b.Mode == "managed" && server == nil:
-		dir := filepath.Join(d.cfg.Daemon.StateDir, "ollama")
-		s, err := ollama.Start(ctx, ollama.ServeConfig{
-			Binary: b.Binary, Addr: b.Listen,
-			ModelsDir: filepath.Join(dir, "models"), HomeDir: filepath.Join(dir, "home"),
-			LogPath: filepath.Join(dir, "ollama.log"),
-			Env:     append(d.env, kvCacheEnv(d.cfg.Limits.KVCacheType)...),
-			Logger:  d.log,
-			OnRestart: func() {
-				if o := d.orchestrator(); o != nil {
-					o.BackendRestarted()
-				}
-			},
-		})
-		if err != nil {
-			return err
-		}
-		d.mu.Lock()
-		d.server = s
-		d.mu.Unlock()
-		base = s.URL()
-	case b.Mode == "managed":
-		base = server.URL()
-	default:
-		u, err := url.Parse(b.URL)
-		if err != nil {
-			return fmt.Errorf("daemon: backend.url: %w", err)
-		}
-		base = u
+// start makes one attempt: open the backend, then build the request path
+// on it and load the codex. A failed attempt leaves nothing open.
+func (d *Daemon) start(ctx context.Context) (err error) {
+	open := d.opts.Open
+	if open == nil {
+		open = d.openOllama
 	}
-	info.URL = base.String()
-
-	probe := ollama.New(base, b.Model, ollama.LoadOptions{})
-	v, err := probe.Version(ctx)
-	if err != nil {
-		return err
-	}
-	info.Version = v
-	if b.Mode == "managed" && b.GGUF != "" {
-		d.log.Info("importing model", "model", b.Model, "gguf", b.GGUF)
-		if err := probe.Import(ctx, b.GGUF); err != nil {
-			return err
+	var e engine
+	onRestart := func() {
+		if cur := d.ready.Load(); cur != nil {
+			cur.sched.Forget()
 		}
 	}
-	facts, err := probe.Facts(ctx)
-	if err != nil {
+	if e.model, err = open(ctx, onRestart); err != nil {
 		return err
 	}
-	info.Architecture, info.TrainedCtx = facts.Architecture, facts.ContextLength
-	mf, plan, err := d.planWindow(facts)
-	if err != nil {
-		return err
-	}
-	info.NumCtx, info.KVCacheType = plan.NumCtx, string(plan.CacheType)
-	limits := governor.Limits{
-		MaxChars: d.cfg.Limits.MaxChars, NumCtx: plan.NumCtx, AnswerReserve: d.cfg.Limits.AnswerReserve,
-		MaxDepth: d.cfg.Limits.MaxDepth, CompactTo: d.cfg.Limits.CompactTo,
-	}.Tighten(d.codexLim)
-	if err := limits.Validate(); err != nil {
-		return fmt.Errorf("daemon: %w", err)
-	}
-	client := ollama.New(base, b.Model, ollama.LoadOptions{
-		NumCtx: info.NumCtx, NumBatch: b.NumBatch, NumThread: b.NumThread, KeepAlive: b.KeepAlive.Duration,
-	})
-	tok, err := llamatok.Open(facts.GGUFPath)
-	if err != nil {
-		return fmt.Errorf("daemon: tokenizer for %s: %w", b.Model, err)
-	}
-	ready := false
 	defer func() {
-		if !ready { // a failed attempt leaves nothing open; the next one starts over
-			d.mu.Lock()
-			if d.tok == tok {
-				d.tok = nil
+		if err != nil {
+			if e.codex != nil {
+				e.codex.Close()
 			}
-			d.mu.Unlock()
-			tok.Close()
+			e.model.Close()
 		}
 	}()
-	d.log.Info("loading model", "model", b.Model, "num_ctx", info.NumCtx, "num_batch", b.NumBatch,
-		"kv_cache", plan.CacheType, "kv_bytes", plan.KVBytes, "plan", plan.Reason)
-	if err := client.Load(ctx); err != nil {
-		return err
+	e.limits = governor.Limits{
+		MaxChars: d.cfg.Limits.MaxChars, NumCtx: e.model.Window.NumCtx, AnswerReserve: d.cfg.Limits.AnswerReserve,
+		MaxDepth: d.cfg.Limits.MaxDepth, CompactTo: d.cfg.Limits.CompactTo,
+	}.Tighten(d.codexLim)
+	if err := e.limits.Validate(); err != nil {
+		return ctxd.Errorf(ctxd.KindInvalid, "daemon: %w", err)
 	}
-	d.mu.Lock()
-	d.tok, d.limits, d.tokID = tok, limits, filepath.Base(facts.GGUFPath)
-	d.mu.Unlock()
-	codexState := orchestrator.CodexState{Block: runcontext.Codex{Mode: runcontext.ModeNone},
-		Plan: governor.CodexPlan{Mode: runcontext.ModeNone, Reason: "no codex configured"}}
-	var set *codexSet
+	counter := tokencount.New(e.model.Tokenizer, d.log)
+	e.sched = scheduler.New(max(1, e.model.Window.Slots), nil)
+	mf, cacheType := e.model.Facts, e.model.Window.CacheType
+	e.orch, err = orchestrator.New(orchestrator.Config{
+		Identity: d.identity(),
+		Limits:   e.limits,
+		KVBytes:  func(n int) int64 { return mf.KVBytes(cacheType, n) },
+		Sigils:   d.sigils,
+		TopK:     d.cfg.Codex.TopK,
+		Logger:   d.log,
+	}, e.model.Backend, counter, d.store, d.sensor, e.sched)
+	if err != nil {
+		return ctxd.Errorf(ctxd.KindInvalid, "%w", err)
+	}
+	e.codex = codexsvc.New(codexsvc.Config{
+		Codex: d.cfg.Codex, StateDir: d.cfg.Daemon.StateDir, Limits: e.limits,
+		Tokenizer: e.model.Tokenizer, TokenizerID: e.model.TokenizerID, Counter: counter,
+		Stable: d.stableBlocks, Sink: e.orch, Logger: d.log,
+	})
 	if d.cfg.Codex.Path != "" {
-		if set, err = d.loadCodex(ctx, d.cfg.Codex.Path, nil); err != nil {
+		if _, err := e.codex.Load(ctx, d.cfg.Codex.Path, nil); err != nil {
 			return err
 		}
-		codexState = set.state
 	}
-	orch, err := orchestrator.New(orchestrator.Config{
-		Identity: d.identity(),
-		Codex:    codexState,
-		Limits:   limits,
-		KVBytes:  func(n int) int64 { return mf.KVBytes(plan.CacheType, n) },
-		Sigils:   d.sigils,
-		Slot:     info.URL + "/" + b.Model,
-		Logger:   d.log,
-	}, &ollamaBackend{client: client, temperature: b.Temperature, seed: b.Seed}, tok, d.store, d.probe)
-	if err != nil {
-		return err
-	}
-	ready = true
-	d.mu.Lock()
-	d.orch, d.backend, d.initErr, d.codex = orch, info, nil, set
-	d.plan, d.facts = plan, mf
-	d.mu.Unlock()
-	d.log.Info("ready", "backend", info.URL, "version", info.Version, "model", b.Model, "num_ctx", info.NumCtx)
+	d.ready.Store(&e)
+	info := e.model.Info
+	d.log.Info("ready", "backend", info.URL, "version", info.Version, "model", info.Model, "num_ctx", info.NumCtx, "slots", e.sched.Slots())
 	return nil
 }
 
-// planWindow reads the model's facts and the memory there is, and chooses
-// num_ctx for this load.
-func (d *Daemon) planWindow(facts ollama.Facts) (governor.ModelFacts, governor.WindowPlan, error) {
-	mf, err := governor.FactsFromModelInfo(facts.Info)
-	if err != nil {
-		return mf, governor.WindowPlan{}, err
-	}
-	if info, err := os.Stat(facts.GGUFPath); err == nil {
-		mf.WeightsBytes = info.Size()
-	}
-	reading := d.probe.Read()
-	cacheType, _ := governor.ParseCacheType(d.cfg.Limits.KVCacheType) // validated with the config
-	if cacheType != governor.CacheF16 && reading.GPUs == 0 {
-		d.log.Warn("a quantized KV cache needs flash attention, which Ollama enables on GPUs only; budgeting f16", "configured", cacheType)
-		cacheType = governor.CacheF16
-	}
-	b := d.cfg.Backend
-	plan, err := governor.PlanWindow(governor.PlanRequest{
-		Facts: mf, CacheType: cacheType,
-		Memory:    governor.Memory{Source: reading.Source, Total: reading.TotalBytes, Free: reading.FreeBytes},
-		Headroom:  int64(d.cfg.Limits.MemoryHeadroomMB) << 20,
-		Requested: b.NumCtx, Max: b.MaxNumCtx, Min: 2*d.cfg.Limits.AnswerReserve + 256,
+func (d *Daemon) identity() runcontext.Identity {
+	return runcontext.Identity{Name: d.cfg.Identity.Name, Persona: d.cfg.Identity.Persona}
+}
+
+// stableBlocks renders the stable blocks around a codex block as a request
+// of the default sigil renders them now.
+func (d *Daemon) stableBlocks(c runcontext.Codex) runcontext.Rendered {
+	sigil, _ := d.sigils.Resolve("")
+	return runcontext.Render(&runcontext.RunContext{
+		Identity: d.identity(), Codex: c, Environment: d.sensor.Environment(), Sigil: sigil,
 	})
-	if err != nil {
-		return mf, plan, err
-	}
-	d.log.Info("window planned", "num_ctx", plan.NumCtx, "kv_cache", plan.CacheType, "kv_bytes", plan.KVBytes,
-		"weights_bytes", plan.WeightsBytes, "memory_source", reading.Source, "free_bytes", reading.FreeBytes, "reason", plan.Reason)
-	return mf, plan, nil
 }
 
-// kvCacheEnv is the managed server's environment for a KV cache type:
-// Ollama quantizes the cache only with flash attention on.
-func kvCacheEnv(cacheType string) []string {
-	if cacheType == "" || cacheType == string(governor.CacheF16) {
-		return nil
+// engine is the request path, or an error of kind KindUnavailable saying
+// why there is none yet.
+func (d *Daemon) engine() (*engine, error) {
+	if e := d.ready.Load(); e != nil {
+		return e, nil
 	}
-	return []string{"OLLAMA_FLASH_ATTENTION=1", "OLLAMA_KV_CACHE_TYPE=" + cacheType}
-}
-
-func (d *Daemon) orchestrator() *orchestrator.Orchestrator {
-	d.mu.RLock()
-	defer d.mu.RUnlock()
-	return d.orch
-}
-
-func (d *Daemon) closeBackend() {
-	d.mu.Lock()
-	server, tok := d.server, d.tok
-	d.server, d.tok, d.orch = nil, nil, nil
-	d.mu.Unlock()
-	if tok != nil {
-		tok.Close()
+	if msg := d.initErr.Load(); msg != nil {
+		return nil, ctxd.Errorf(ctxd.KindUnavailable, "backend not ready: %s", *msg)
 	}
-	if server != nil {
-		server.Close()
-		d.log.Info("managed ollama stopped")
-	}
+	return nil, ctxd.Errorf(ctxd.KindUnavailable, "backend is starting")
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/ctxd/ctxd"
 	"github.com/ctxd/ctxd/runcontext"
 )
 
@@ -61,34 +62,6 @@ func (l Limits) Validate() error {
 // PromptBudget is the most prompt tokens a request may have.
 func (l Limits) PromptBudget() int { return l.NumCtx - l.AnswerReserve }
 
-// BlockUsage is one block's share of the prompt.
-type BlockUsage struct {
-	Block  string `json:"block"`
-	Chars  int    `json:"chars"`
-	Tokens int    `json:"tokens"` // counted block by block, so the sum can differ from the prompt's count by a token or two
-}
-
-// Budget is what the governor measured for one request.
-type Budget struct {
-	Chars         int          `json:"chars"`
-	MaxChars      int          `json:"max_chars,omitempty"`
-	PromptTokens  int          `json:"prompt_tokens"`
-	AnswerReserve int          `json:"answer_reserve"`
-	NumCtx        int          `json:"num_ctx"`
-	KVBytes       int64        `json:"kv_bytes"`        // KV cache the prompt plus the answer reserve occupy
-	KVBudgetBytes int64        `json:"kv_budget_bytes"` // KV cache allocated for num_ctx at load
-	Blocks        []BlockUsage `json:"blocks"`
-}
-
-// Action is one thing the governor did to make a request fit.
-type Action struct {
-	Kind          string `json:"kind"` // "compact", "condense" or "prune"
-	Reason        string `json:"reason"`
-	TurnsDropped  int    `json:"turns_dropped"`
-	TokensDropped int    `json:"tokens_dropped"`
-	Epoch         int    `json:"epoch"` // the epoch the session is in afterwards
-}
-
 // Measure is a rendered prompt with its token counts.
 type Measure struct {
 	Rendered     runcontext.Rendered
@@ -102,8 +75,11 @@ type LimitError struct {
 	Limit   string // "max_chars" or "num_ctx"
 	Needed  int
 	Allowed int
-	Budget  Budget
+	Budget  ctxd.Budget
 }
+
+// ErrorKind makes a request that does not fit a ctxd.KindDoesNotFit.
+func (e *LimitError) ErrorKind() ctxd.Kind { return ctxd.KindDoesNotFit }
 
 func (e *LimitError) Error() string {
 	var sb strings.Builder
@@ -124,9 +100,9 @@ func (e *LimitError) Error() string {
 
 // Check measures a rendered prompt against the limits. It returns the
 // budget, and a *LimitError if the prompt does not fit.
-func (l Limits) Check(m Measure) (Budget, error) {
+func (l Limits) Check(m Measure) (ctxd.Budget, error) {
 	r, promptTokens := m.Rendered, m.PromptTokens
-	b := Budget{
+	b := ctxd.Budget{
 		Chars: r.Len(), MaxChars: l.MaxChars, PromptTokens: promptTokens,
 		AnswerReserve: l.AnswerReserve, NumCtx: l.NumCtx,
 	}
@@ -135,7 +111,7 @@ func (l Limits) Check(m Measure) (Budget, error) {
 		b.KVBudgetBytes = m.KVBytes(l.NumCtx)
 	}
 	for k, text := range r.Blocks {
-		b.Blocks = append(b.Blocks, BlockUsage{Block: runcontext.BlockNames[k], Chars: len(text), Tokens: m.BlockTokens[k]})
+		b.Blocks = append(b.Blocks, ctxd.BlockUsage{Block: runcontext.BlockNames[k], Chars: len(text), Tokens: m.BlockTokens[k]})
 	}
 	if l.MaxChars > 0 && b.Chars > l.MaxChars {
 		return b, &LimitError{Limit: "max_chars", Needed: b.Chars, Allowed: l.MaxChars, Budget: b}

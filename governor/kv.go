@@ -139,9 +139,10 @@ type Memory struct {
 
 // WindowPlan is the governor's choice of num_ctx for one model load.
 type WindowPlan struct {
-	NumCtx        int       `json:"num_ctx"`
+	NumCtx        int       `json:"num_ctx"` // per slot
+	Slots         int       `json:"slots"`   // sequences the backend keeps, each with its own num_ctx of KV cache
 	CacheType     CacheType `json:"kv_cache_type"`
-	KVBytes       int64     `json:"kv_bytes"`
+	KVBytes       int64     `json:"kv_bytes"` // all slots together
 	KVPerToken    float64   `json:"kv_bytes_per_token"`
 	WeightsBytes  int64     `json:"weights_bytes"`
 	HeadroomBytes int64     `json:"headroom_bytes"`
@@ -158,24 +159,27 @@ type PlanRequest struct {
 	Requested int   // num_ctx asked for by the operator; 0: as large as fits
 	Max       int   // cap when Requested is 0
 	Min       int   // the smallest window worth loading (e.g. twice the answer reserve)
+	Slots     int   // sequences the backend keeps, each with a whole window of KV cache; 0 means 1
 }
 
 // PlanWindow chooses num_ctx once per model load so that weights + KV +
 // headroom fit the free memory. An operator's explicit num_ctx that does not
 // fit is an error, not a silent shrink.
 func PlanWindow(r PlanRequest) (WindowPlan, error) {
+	slots := max(1, r.Slots)
 	p := WindowPlan{
-		CacheType: r.CacheType, KVPerToken: r.Facts.KVBytesPerToken(r.CacheType),
+		Slots: slots, CacheType: r.CacheType, KVPerToken: r.Facts.KVBytesPerToken(r.CacheType),
 		WeightsBytes: r.Facts.WeightsBytes, HeadroomBytes: r.Headroom, Memory: r.Memory,
 	}
 	avail := int64(r.Memory.Free) - r.Facts.WeightsBytes - r.Headroom
-	fits := func(n int) bool { return avail >= r.Facts.KVBytes(r.CacheType, n) }
+	kv := func(n int) int64 { return int64(slots) * r.Facts.KVBytes(r.CacheType, n) }
+	fits := func(n int) bool { return avail >= kv(n) }
 	if r.Requested > 0 {
 		p.NumCtx = r.Requested
-		p.KVBytes = r.Facts.KVBytes(r.CacheType, p.NumCtx)
+		p.KVBytes = kv(p.NumCtx)
 		if !fits(p.NumCtx) {
-			return p, fmt.Errorf("governor: %w: num_ctx %d needs %s of KV cache (%s) beside %s of weights and %s headroom; %s is free (%s)",
-				ErrInsufficientMemory, p.NumCtx, mib(p.KVBytes), r.CacheType, mib(r.Facts.WeightsBytes), mib(r.Headroom), mib(int64(r.Memory.Free)), r.Memory.Source)
+			return p, fmt.Errorf("governor: %w: num_ctx %d for %d slot(s) needs %s of KV cache (%s) beside %s of weights and %s headroom; %s is free (%s)",
+				ErrInsufficientMemory, p.NumCtx, slots, mib(p.KVBytes), r.CacheType, mib(r.Facts.WeightsBytes), mib(r.Headroom), mib(int64(r.Memory.Free)), r.Memory.Source)
 		}
 		p.Reason = "num_ctx set by the operator; fits"
 		return p, nil
@@ -187,7 +191,7 @@ func PlanWindow(r PlanRequest) (WindowPlan, error) {
 	n := upper
 	if !fits(n) {
 		// Largest multiple of ctxStep that fits.
-		per := r.Facts.KVBytes(r.CacheType, ctxStep)
+		per := kv(ctxStep)
 		n = 0
 		if avail > 0 && per > 0 {
 			n = int(avail/per) * ctxStep
@@ -200,12 +204,12 @@ func PlanWindow(r PlanRequest) (WindowPlan, error) {
 		p.Reason = fmt.Sprintf("the model's window %d (capped at %d) fits", upper, r.Max)
 	}
 	if n < r.Min {
-		return p, fmt.Errorf("governor: %w: weights %s + headroom %s leave %s for the KV cache (%s), not enough for a %d-token window (%s); %s free of %s (%s)",
-			ErrInsufficientMemory, mib(r.Facts.WeightsBytes), mib(r.Headroom), mib(max(0, avail)), r.CacheType, r.Min,
-			mib(r.Facts.KVBytes(r.CacheType, r.Min)), mib(int64(r.Memory.Free)), mib(int64(r.Memory.Total)), r.Memory.Source)
+		return p, fmt.Errorf("governor: %w: weights %s + headroom %s leave %s for the KV cache (%s), not enough for a %d-token window in %d slot(s) (%s); %s free of %s (%s)",
+			ErrInsufficientMemory, mib(r.Facts.WeightsBytes), mib(r.Headroom), mib(max(0, avail)), r.CacheType, r.Min, slots,
+			mib(kv(r.Min)), mib(int64(r.Memory.Free)), mib(int64(r.Memory.Total)), r.Memory.Source)
 	}
 	p.NumCtx = n
-	p.KVBytes = r.Facts.KVBytes(r.CacheType, n)
+	p.KVBytes = kv(n)
 	return p, nil
 }
 

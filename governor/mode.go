@@ -3,30 +3,22 @@ package governor
 import (
 	"fmt"
 
+	"github.com/ctxd/ctxd"
 	"github.com/ctxd/ctxd/runcontext"
 )
 
 // DefaultCAGRatio is the share of the window a codex may fill whole.
 const DefaultCAGRatio = 0.7
 
-// CodexPlan says how the codex enters the prompt, and why.
-type CodexPlan struct {
-	Mode         string  `json:"mode"`          // runcontext.ModeCAG or ModeRAG (or ModeNone)
-	StableTokens int     `json:"stable_tokens"` // identity + codex + environment + sigil + karma, whole
-	Threshold    int     `json:"threshold_tokens"`
-	Ratio        float64 `json:"cag_ratio"`
-	Reason       string  `json:"reason"`
-}
-
 // PlanCodex chooses CAG when the stable blocks with the whole codex fit
 // under ratio × (num_ctx − answer reserve), and RAG otherwise. stable is
 // their token count, or -1 when the codex alone is already known to be
 // over the threshold (its files' tokens sum past it) and was not rendered.
-func (l Limits) PlanCodex(stable int, codexTokens int64, ratio float64) CodexPlan {
+func (l Limits) PlanCodex(stable int, codexTokens int64, ratio float64) ctxd.CodexPlan {
 	if ratio <= 0 {
 		ratio = DefaultCAGRatio
 	}
-	p := CodexPlan{StableTokens: stable, Ratio: ratio, Threshold: int(ratio * float64(l.PromptBudget()))}
+	p := ctxd.CodexPlan{StableTokens: stable, Ratio: ratio, Threshold: int(ratio * float64(l.PromptBudget()))}
 	switch {
 	case stable >= 0 && stable <= p.Threshold:
 		p.Mode = runcontext.ModeCAG

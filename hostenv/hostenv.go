@@ -14,7 +14,7 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/shirou/gopsutil/v4/mem"
 
-	"github.com/ctxd/ctxd/runcontext"
+	"github.com/ctxd/ctxd"
 )
 
 // NVML is the part of the NVML library hostenv uses; nvml.New() and
@@ -56,7 +56,7 @@ type Probe struct {
 	nvmlDead  bool // init failed once: host memory from then on, said once
 	memBand   string
 	lastAt    time.Time // when lastEnv and lastRead were taken
-	lastEnv   runcontext.Environment
+	lastEnv   ctxd.Environment
 	lastRead  Reading
 }
 
@@ -174,15 +174,25 @@ const (
 	hysteresis  = 0.05
 )
 
-// Environment takes a reading and returns it in bands.
-func (p *Probe) Environment() (runcontext.Environment, Reading) {
+var _ ctxd.Sensor = (*Probe)(nil)
+
+// Environment returns the bands of a recent reading (taking one if the
+// last is older than MaxAge).
+func (p *Probe) Environment() ctxd.Environment {
+	env, _ := p.Latest()
+	return env
+}
+
+// Latest returns the bands and the raw reading they came from, taking a
+// new reading if the last is older than MaxAge.
+func (p *Probe) Latest() (ctxd.Environment, Reading) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.cfg.MaxAge > 0 && !p.lastAt.IsZero() && time.Since(p.lastAt) < p.cfg.MaxAge {
 		return p.lastEnv, p.lastRead
 	}
 	r := p.readLocked()
-	env := runcontext.Environment{Memory: "unknown", GPU: "none", Power: r.Power, Connectivity: r.Connectivity}
+	env := ctxd.Environment{Memory: "unknown", GPU: "none", Power: r.Power, Connectivity: r.Connectivity}
 	if r.GPUs > 0 {
 		env.GPU = "present"
 	}

@@ -20,7 +20,7 @@ func hostMem(total, avail uint64) func() (uint64, uint64, error) {
 
 func TestGPUPresent(t *testing.T) {
 	p := New(Config{NVML: nvmltest.GPU(24*gib, 20*gib), HostMemory: hostMem(64*gib, 1*gib), SysRoot: t.TempDir()})
-	env, r := p.Environment()
+	env, r := p.Latest()
 	if r.Source != "nvml" || r.TotalBytes != 24*gib || env.GPU != "present" || env.Memory != "high" {
 		t.Fatalf("env %+v reading %+v", env, r)
 	}
@@ -31,7 +31,7 @@ func TestNVMLMissingFallsBackToHostOnce(t *testing.T) {
 	lib := &mock.Interface{InitFunc: func() nvml.Return { inits++; return nvml.ERROR_LIBRARY_NOT_FOUND }}
 	p := New(Config{NVML: lib, HostMemory: hostMem(16*gib, 4*gib), SysRoot: t.TempDir()})
 	for range 3 {
-		env, r := p.Environment()
+		env, r := p.Latest()
 		if r.Source != "host" || env.GPU != "none" || env.Memory != "medium" {
 			t.Fatalf("env %+v reading %+v", env, r)
 		}
@@ -45,7 +45,7 @@ func TestDeviceLostFallsBackPerReading(t *testing.T) {
 	lib := nvmltest.GPU(8*gib, 8*gib)
 	lib.DeviceGetHandleByIndexFunc = func(int) (nvml.Device, nvml.Return) { return nil, nvml.ERROR_GPU_IS_LOST }
 	p := New(Config{NVML: lib, HostMemory: hostMem(16*gib, 1*gib), SysRoot: t.TempDir()})
-	_, r := p.Environment()
+	_, r := p.Latest()
 	if r.Source != "host" || r.Note == "" {
 		t.Fatalf("reading %+v: want host fallback with a note", r)
 	}
@@ -53,7 +53,7 @@ func TestDeviceLostFallsBackPerReading(t *testing.T) {
 
 func TestHostMemoryError(t *testing.T) {
 	p := New(Config{HostMemory: func() (uint64, uint64, error) { return 0, 0, errors.New("no /proc") }, SysRoot: t.TempDir()})
-	env, _ := p.Environment()
+	env, _ := p.Latest()
 	if env.Memory != "unknown" {
 		t.Errorf("memory band = %q, want unknown", env.Memory)
 	}

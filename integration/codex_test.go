@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/ctxd/ctxd"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -11,7 +12,6 @@ import (
 	"testing"
 
 	"github.com/ctxd/ctxd/config"
-	"github.com/ctxd/ctxd/daemon"
 	"github.com/ctxd/ctxd/internal/ollamatest"
 	"github.com/ctxd/ctxd/llamatok"
 	"github.com/ctxd/ctxd/modelgen"
@@ -34,7 +34,7 @@ func TestTokenCountsMatchBackend(t *testing.T) {
 			mc := testModel()
 			mc.Vocab = vocab
 			path := modelPath(t, mc)
-			c := ollama.New(srv.URL(), "count-"+vocab, ollama.LoadOptions{NumCtx: 2048})
+			c := ollama.New(srv.URL(), "count-"+vocab, ollama.Options{NumCtx: 2048})
 			if err := c.Import(context.Background(), path); err != nil {
 				t.Fatal(err)
 			}
@@ -49,12 +49,12 @@ func TestTokenCountsMatchBackend(t *testing.T) {
 					t.Fatal(err)
 				}
 				// A different first token each time, so nothing is cached.
-				res, err := c.Generate(context.Background(), p, ollama.Sampling{MaxTokens: 1}, nil)
+				res, err := c.Generate(context.Background(), ctxd.GenerateRequest{Prompt: p, MaxTokens: 1}, nil)
 				if err != nil {
 					t.Fatal(err)
 				}
-				if res.Metrics.PromptEvalCount != len(want) {
-					t.Errorf("prompt %d: ctxd counts %d tokens, the backend %d", i, len(want), res.Metrics.PromptEvalCount)
+				if res.PromptEvalCount != len(want) {
+					t.Errorf("prompt %d: ctxd counts %d tokens, the backend %d", i, len(want), res.PromptEvalCount)
 				}
 			}
 		})
@@ -70,7 +70,7 @@ func TestRAGModeOnRealBackend(t *testing.T) {
 	cfg.Sigils["coder"] = config.Sigil{Scopes: []string{"ask", "search_codex"}}
 	d := start(t, cfg, true)
 
-	var st daemon.CodexStats
+	var st ctxd.CodexStats
 	if err := d.client.GetJSON(context.Background(), "/v1/codex", &st); err != nil {
 		t.Fatal(err)
 	}
@@ -126,7 +126,7 @@ func TestCodexLoadThroughTheAPI(t *testing.T) {
 	if status != 200 || !strings.Contains(body, `"type":"progress"`) || !strings.Contains(body, `"type":"codex"`) {
 		t.Fatalf("load: %d %s", status, body)
 	}
-	var st daemon.CodexStats
+	var st ctxd.CodexStats
 	if err := d.client.GetJSON(context.Background(), "/v1/codex", &st); err != nil {
 		t.Fatal(err)
 	}
@@ -153,7 +153,7 @@ func TestCodexReloadsWhenFilesChange(t *testing.T) {
 	dir := codexDir(t, 2000)
 	cfg := baseConfig(t, t.TempDir(), dir)
 	d := start(t, cfg, true)
-	var before daemon.CodexStats
+	var before ctxd.CodexStats
 	if err := d.client.GetJSON(context.Background(), "/v1/codex", &before); err != nil {
 		t.Fatal(err)
 	}
@@ -161,7 +161,7 @@ func TestCodexReloadsWhenFilesChange(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, func() bool {
-		var st daemon.CodexStats
+		var st ctxd.CodexStats
 		return d.client.GetJSON(context.Background(), "/v1/codex", &st) == nil && st.Files == before.Files+1
 	})
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/ctxd/ctxd"
 	"io"
 	"net"
 	"net/http"
@@ -18,18 +19,17 @@ import (
 	"github.com/ctxd/ctxd/client"
 	"github.com/ctxd/ctxd/daemon"
 	"github.com/ctxd/ctxd/internal/ollamatest"
-	"github.com/ctxd/ctxd/orchestrator"
 )
 
 // askB asks in session "bench" and returns the summary.
-func askB(d *running, query string) (*orchestrator.Summary, error) {
-	return d.client.Ask(context.Background(), daemon.AskRequest{Session: "bench", Query: query}, nil)
+func askB(d *running, query string) (*ctxd.Summary, error) {
+	return d.client.Ask(context.Background(), ctxd.AskRequest{Session: "bench", Query: query}, nil)
 }
 
-func ask(t *testing.T, c *client.Client, session, query string) (*orchestrator.Summary, string) {
+func ask(t *testing.T, c *client.Client, session, query string) (*ctxd.Summary, string) {
 	t.Helper()
 	var sb strings.Builder
-	sum, err := c.Ask(context.Background(), daemon.AskRequest{Session: session, Query: query}, func(s string) { sb.WriteString(s) })
+	sum, err := c.Ask(context.Background(), ctxd.AskRequest{Session: session, Query: query}, func(s string) { sb.WriteString(s) })
 	if err != nil {
 		t.Fatalf("ask %q: %v", query, err)
 	}
@@ -43,7 +43,7 @@ func TestSessionReusesPrefixAndSurvivesRestart(t *testing.T) {
 	cfg := baseConfig(t, state, codexDir(t, 4500))
 	d := start(t, cfg, true)
 
-	var prev *orchestrator.Summary
+	var prev *ctxd.Summary
 	queries := []string{"What does Handler3 return?", "Which handler serves kind 7?", "Summarize the README."}
 	for i, q := range queries {
 		sum, answer := ask(t, d.client, "e2e", q)
@@ -79,7 +79,7 @@ func TestSessionReusesPrefixAndSurvivesRestart(t *testing.T) {
 	}
 
 	// The exact prompt the last turn sent, block by block.
-	var lp daemon.LastPrompt
+	var lp ctxd.LastPrompt
 	if err := d.client.GetJSON(context.Background(), "/v1/sessions/e2e/prompt", &lp); err != nil {
 		t.Fatal(err)
 	}

@@ -3,11 +3,10 @@ package integration
 import (
 	"context"
 	"fmt"
+	"github.com/ctxd/ctxd"
 	"slices"
 	"testing"
 	"time"
-
-	"github.com/ctxd/ctxd/daemon"
 )
 
 // BenchmarkSidecarOverhead is the harness's overhead measurement on the
@@ -23,7 +22,7 @@ func BenchmarkSidecarOverhead(b *testing.B) {
 		for i := range 31 {
 			t0 := time.Now()
 			var ttft time.Duration
-			sum, err := d.client.Ask(context.Background(), daemon.AskRequest{Session: "overhead", Query: fmt.Sprintf("Which handler serves kind %d?", i)}, func(string) {
+			sum, err := d.client.Ask(context.Background(), ctxd.AskRequest{Session: "overhead", Query: fmt.Sprintf("Which handler serves kind %d?", i)}, func(string) {
 				if ttft == 0 {
 					ttft = time.Since(t0)
 				}

@@ -17,22 +17,30 @@ import (
 	"time"
 
 	"github.com/ollama/ollama/api"
+
+	"github.com/ctxd/ctxd"
 )
 
-// Errors callers branch on.
+// Errors callers branch on. The errors returned wrap them in a *ctxd.Error
+// of kind KindUnavailable and KindBackend.
 var (
 	ErrUnavailable   = errors.New("ollama is not reachable")
 	ErrModelNotFound = errors.New("model not found")
 )
 
-// LoadOptions are fixed for the life of a model load. Zero fields are left
-// to Ollama's defaults, which are just as fixed.
-type LoadOptions struct {
+// Options are fixed for the life of a client. The load options (NumCtx,
+// NumBatch, NumThread, NumGPU) make Ollama reload the model when they
+// change, so they are sent identically on every request; zero fields are
+// left to Ollama's defaults, which are just as fixed.
+type Options struct {
 	NumCtx    int
 	NumBatch  int
 	NumThread int
-	NumGPU    int // -1: let Ollama decide
-	KeepAlive time.Duration
+	NumGPU    int            // -1: let Ollama decide
+	KeepAlive *time.Duration // how long the model stays loaded after a request; nil: forever
+
+	Temperature float64 // sampling; does not reload the model
+	Seed        int
 }
 
 // Client talks to one Ollama server about one model.
@@ -40,16 +48,18 @@ type Client struct {
 	api   *api.Client
 	base  *url.URL
 	model string
-	load  LoadOptions
+	opts  Options
 }
 
+var _ ctxd.Backend = (*Client)(nil)
+
 // New returns a client for model at base (e.g. http://127.0.0.1:11434).
-func New(base *url.URL, model string, load LoadOptions) *Client {
+func New(base *url.URL, model string, opts Options) *Client {
 	hc := &http.Client{Transport: &http.Transport{
 		DialContext:         (&net.Dialer{Timeout: 5 * time.Second}).DialContext,
 		MaxIdleConnsPerHost: 4,
 	}}
-	return &Client{api: api.NewClient(base, hc), base: base, model: model, load: load}
+	return &Client{api: api.NewClient(base, hc), base: base, model: model, opts: opts}
 }
 
 // Model is the model name the client uses.
@@ -59,122 +69,107 @@ func (c *Client) Model() string { return c.model }
 func (c *Client) URL() *url.URL { return c.base }
 
 // options builds the request options: the fixed load options plus the
-// per-request sampling ones.
-func (c *Client) options(s Sampling) map[string]any {
+// per-request ones.
+func (c *Client) options(req ctxd.GenerateRequest) map[string]any {
 	o := map[string]any{}
-	if c.load.NumCtx > 0 {
-		o["num_ctx"] = c.load.NumCtx
+	if c.opts.NumCtx > 0 {
+		o["num_ctx"] = c.opts.NumCtx
 	}
-	if c.load.NumBatch > 0 {
-		o["num_batch"] = c.load.NumBatch
+	if c.opts.NumBatch > 0 {
+		o["num_batch"] = c.opts.NumBatch
 	}
-	if c.load.NumThread > 0 {
-		o["num_thread"] = c.load.NumThread
+	if c.opts.NumThread > 0 {
+		o["num_thread"] = c.opts.NumThread
 	}
-	if c.load.NumGPU != 0 {
-		o["num_gpu"] = c.load.NumGPU
+	if c.opts.NumGPU != 0 {
+		o["num_gpu"] = c.opts.NumGPU
 	}
-	if s.MaxTokens > 0 {
-		o["num_predict"] = s.MaxTokens
+	if req.MaxTokens > 0 {
+		o["num_predict"] = req.MaxTokens
 	}
-	o["temperature"] = s.Temperature
-	o["seed"] = s.Seed
+	o["temperature"] = c.opts.Temperature
+	o["seed"] = c.opts.Seed
 	// Keep the whole prompt if the runner ever shifts: ctxd sizes requests
 	// so it never has to, and a shift must not drop the stable blocks.
-	o["num_keep"] = s.NumKeep
-	if len(s.Stop) > 0 {
-		o["stop"] = s.Stop
+	o["num_keep"] = req.NumKeep
+	if len(req.Stop) > 0 {
+		o["stop"] = req.Stop
 	}
 	return o
 }
 
 func (c *Client) keepAlive() *api.Duration {
-	d := c.load.KeepAlive
-	if d == 0 {
-		d = -1 // forever
+	if c.opts.KeepAlive == nil {
+		return &api.Duration{Duration: -1} // forever
 	}
-	return &api.Duration{Duration: d}
+	return &api.Duration{Duration: *c.opts.KeepAlive}
 }
 
-// Sampling are the per-request options; none of them reloads the model.
-type Sampling struct {
-	MaxTokens   int
-	Temperature float64
-	Seed        int
-	NumKeep     int
-	Stop        []string
-}
-
-// Result is what a finished generation reports.
-type Result struct {
-	Text       string
-	DoneReason string
-	TTFT       time.Duration // from sending the request to the first token
-	Metrics    api.Metrics
-}
-
-// Generate sends prompt verbatim (raw mode) and calls onToken for every
-// piece of the answer as it arrives.
-func (c *Client) Generate(ctx context.Context, prompt string, s Sampling, onToken func(string) error) (Result, error) {
+// Generate sends the prompt verbatim (raw mode) and calls onToken for
+// every piece of the answer as it arrives. Ollama picks the slot itself
+// (the free one holding the longest prefix), so req.Slot is not sent.
+// Cancelling ctx closes the request, which stops the generation.
+func (c *Client) Generate(ctx context.Context, req ctxd.GenerateRequest, onToken func(string) error) (ctxd.Generation, error) {
 	var (
-		res   Result
+		gen   ctxd.Generation
 		sb    strings.Builder
 		start = time.Now()
 		first = true
 		done  bool
+		cbErr error // onToken's error: the caller's, returned as it is
 	)
-	req := &api.GenerateRequest{
-		Model: c.model, Prompt: prompt, Raw: true,
-		KeepAlive: c.keepAlive(), Options: c.options(s),
+	greq := &api.GenerateRequest{
+		Model: c.model, Prompt: req.Prompt, Raw: true,
+		KeepAlive: c.keepAlive(), Options: c.options(req),
 	}
-	err := c.api.Generate(ctx, req, func(r api.GenerateResponse) error {
+	err := c.api.Generate(ctx, greq, func(r api.GenerateResponse) error {
 		if r.Response != "" {
 			if first {
-				res.TTFT = time.Since(start)
+				gen.TTFT = time.Since(start)
 				first = false
 			}
 			sb.WriteString(r.Response)
 			if onToken != nil {
 				if err := onToken(r.Response); err != nil {
+					cbErr = err
 					return err
 				}
 			}
 		}
 		if r.Done {
 			done = true
-			res.DoneReason = r.DoneReason
-			res.Metrics = r.Metrics
+			gen.DoneReason = r.DoneReason
+			gen.PromptEvalCount, gen.PromptEvalDuration = r.Metrics.PromptEvalCount, r.Metrics.PromptEvalDuration
+			gen.EvalCount, gen.EvalDuration = r.Metrics.EvalCount, r.Metrics.EvalDuration
 			if first {
-				res.TTFT = time.Since(start)
+				gen.TTFT = time.Since(start)
 			}
 		}
 		return nil
 	})
-	res.Text = sb.String()
+	gen.Text = sb.String()
+	if cbErr != nil {
+		return gen, cbErr
+	}
 	if err != nil {
-		return res, c.wrap("generate", err)
+		return gen, c.wrap("generate", err)
 	}
 	if !done {
 		// Ollama's client library ends quietly on a stream that stops
 		// without its final message; Ollama does that when it aborts a
 		// generation (one token repeated 30 times, in v0.6.5).
-		res.DoneReason = DoneIncomplete
+		gen.DoneReason = ctxd.DoneIncomplete
 		if first {
-			res.TTFT = time.Since(start)
+			gen.TTFT = time.Since(start)
 		}
 	}
-	return res, nil
+	return gen, nil
 }
-
-// DoneIncomplete is the done reason of a generation whose stream ended
-// without the backend's final message: the text is what streamed until
-// then, and the backend's metrics are missing.
-const DoneIncomplete = "incomplete"
 
 // Load loads the model with the fixed options and keeps it loaded. Ollama
 // loads a model for a generate request with an empty prompt.
 func (c *Client) Load(ctx context.Context) error {
-	req := &api.GenerateRequest{Model: c.model, KeepAlive: c.keepAlive(), Options: c.options(Sampling{})}
+	req := &api.GenerateRequest{Model: c.model, KeepAlive: c.keepAlive(), Options: c.options(ctxd.GenerateRequest{})}
 	if err := c.api.Generate(ctx, req, func(api.GenerateResponse) error { return nil }); err != nil {
 		return c.wrap("load", err)
 	}
@@ -258,19 +253,26 @@ func (c *Client) Import(ctx context.Context, ggufPath string) error {
 	return nil
 }
 
-// wrap classifies an API error so callers can branch on it.
+// wrap classifies an API error: a missing model is KindBackend (and
+// ErrModelNotFound), an unreachable server KindUnavailable (and
+// ErrUnavailable), anything else KindBackend. A cancelled request stays
+// what it is.
 func (c *Client) wrap(op string, err error) error {
 	var se api.StatusError
 	switch {
+	case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
+		return fmt.Errorf("ollama: %s: %w", op, err)
 	case errors.As(err, &se) && se.StatusCode == http.StatusNotFound,
 		// The streaming endpoints report a missing model as a bare error
 		// line ("model 'x' not found") rather than a StatusError.
 		strings.Contains(err.Error(), "'"+c.model+"' not found"):
-		return fmt.Errorf("ollama: %s: %w: %q is not in the server's models (%v)", op, ErrModelNotFound, c.model, err)
+		return &ctxd.Error{Kind: ctxd.KindBackend, Err: fmt.Errorf("%w: %v", ErrModelNotFound, err),
+			Message: fmt.Sprintf("ollama: %s: %v: %q is not in the server's models (%v)", op, ErrModelNotFound, c.model, err)}
 	case errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.ECONNRESET), isDialError(err):
-		return fmt.Errorf("ollama: %s: %w at %s: %v", op, ErrUnavailable, c.base, err)
+		return &ctxd.Error{Kind: ctxd.KindUnavailable, Err: fmt.Errorf("%w: %v", ErrUnavailable, err),
+			Message: fmt.Sprintf("ollama: %s: %v at %s: %v", op, ErrUnavailable, c.base, err)}
 	}
-	return fmt.Errorf("ollama: %s: %w", op, err)
+	return &ctxd.Error{Kind: ctxd.KindBackend, Err: err, Message: fmt.Sprintf("ollama: %s: %v", op, err)}
 }
 
 func isDialError(err error) bool {

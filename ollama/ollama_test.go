@@ -4,14 +4,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/ctxd/ctxd"
 	"github.com/ctxd/ctxd/internal/ollamatest"
 	"github.com/ctxd/ctxd/modelgen"
 	"github.com/ctxd/ctxd/ollama"
@@ -20,7 +23,7 @@ import (
 func TestRealServer(t *testing.T) {
 	srv := ollamatest.Start(t)
 	cfg := modelgen.DefaultConfig()
-	c := ollamatest.Client(t, srv, "tiny", cfg, ollama.LoadOptions{NumCtx: 2048, NumBatch: 512})
+	c := ollamatest.Client(t, srv, "tiny", cfg, ollama.Options{NumCtx: 2048, NumBatch: 512})
 	ctx := context.Background()
 
 	facts, err := c.Facts(ctx)
@@ -34,26 +37,26 @@ func TestRealServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	var pieces []string
-	res, err := c.Generate(ctx, "### USER\nhello there\n### ASSISTANT\n", ollama.Sampling{MaxTokens: 8}, func(s string) error {
+	res, err := c.Generate(ctx, ctxd.GenerateRequest{Prompt: "### USER\nhello there\n### ASSISTANT\n", MaxTokens: 8}, func(s string) error {
 		pieces = append(pieces, s)
 		return nil
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Metrics.PromptEvalCount == 0 || res.Metrics.EvalCount == 0 || res.TTFT <= 0 {
+	if res.PromptEvalCount == 0 || res.EvalCount == 0 || res.TTFT <= 0 {
 		t.Errorf("result lacks metrics: %+v", res)
 	}
 	if strings.Join(pieces, "") != res.Text {
 		t.Errorf("streamed pieces %q do not make the text %q", pieces, res.Text)
 	}
-	if res.Metrics.EvalCount > 8 {
-		t.Errorf("eval count %d exceeds num_predict 8", res.Metrics.EvalCount)
+	if res.EvalCount > 8 {
+		t.Errorf("eval count %d exceeds num_predict 8", res.EvalCount)
 	}
 
-	missing := ollama.New(srv.URL(), "no-such-model", ollama.LoadOptions{})
-	if _, err := missing.Generate(ctx, "x", ollama.Sampling{MaxTokens: 1}, nil); !errors.Is(err, ollama.ErrModelNotFound) {
-		t.Errorf("missing model: %v, want ErrModelNotFound", err)
+	missing := ollama.New(srv.URL(), "no-such-model", ollama.Options{})
+	if _, err := missing.Generate(ctx, ctxd.GenerateRequest{Prompt: "x", MaxTokens: 1}, nil); !errors.Is(err, ollama.ErrModelNotFound) || ctxd.KindOf(err) != ctxd.KindBackend {
+		t.Errorf("missing model: %v (kind %q), want ErrModelNotFound of kind backend", err, ctxd.KindOf(err))
 	}
 }
 
@@ -82,16 +85,59 @@ func TestSupervisorRestartsACrashedServer(t *testing.T) {
 	if srv.Restarts() != 1 || srv.PID() == old {
 		t.Errorf("restarts %d, pid %d (was %d)", srv.Restarts(), srv.PID(), old)
 	}
-	c := ollama.New(srv.URL(), "m", ollama.LoadOptions{})
+	c := ollama.New(srv.URL(), "m", ollama.Options{})
 	if err := c.Ping(context.Background()); err != nil {
 		t.Errorf("restarted server does not answer on the same URL: %v", err)
 	}
 }
 
+// TestCloseDuringRestartBackoff: a server that crashed is restarted after
+// a backoff; Close must not wait it out.
+func TestCloseDuringRestartBackoff(t *testing.T) {
+	bin := ollamatest.Binary(t)
+	dir := t.TempDir()
+	crashed := make(chan struct{})
+	var once sync.Once
+	log := slog.New(handlerFunc(func(r slog.Record) {
+		if strings.Contains(r.Message, "restarting") {
+			once.Do(func() { close(crashed) })
+		}
+	}))
+	srv, err := ollama.Start(context.Background(), ollama.ServeConfig{
+		Binary: bin, Addr: "127.0.0.1:0", Backoff: time.Hour, Logger: log,
+		ModelsDir: dir + "/models", HomeDir: dir + "/home", LogPath: dir + "/ollama.log",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(srv.PID(), syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-crashed // the supervisor now waits an hour before restarting
+	closed := make(chan struct{})
+	go func() { srv.Close(); close(closed) }()
+	select {
+	case <-closed:
+	case <-time.After(30 * time.Second):
+		t.Fatal("Close waited on the restart backoff")
+	}
+	if srv.Restarts() != 0 {
+		t.Errorf("restarted %d times during Close", srv.Restarts())
+	}
+}
+
+// handlerFunc is a slog handler that hands every record to a function.
+type handlerFunc func(slog.Record)
+
+func (h handlerFunc) Enabled(context.Context, slog.Level) bool      { return true }
+func (h handlerFunc) Handle(_ context.Context, r slog.Record) error { h(r); return nil }
+func (h handlerFunc) WithAttrs([]slog.Attr) slog.Handler            { return h }
+func (h handlerFunc) WithGroup(string) slog.Handler                 { return h }
+
 func TestServerDown(t *testing.T) {
-	c := ollama.New(&url.URL{Scheme: "http", Host: "127.0.0.1:1"}, "m", ollama.LoadOptions{})
-	if err := c.Ping(context.Background()); !errors.Is(err, ollama.ErrUnavailable) {
-		t.Errorf("ping to a closed port: %v, want ErrUnavailable", err)
+	c := ollama.New(&url.URL{Scheme: "http", Host: "127.0.0.1:1"}, "m", ollama.Options{})
+	if err := c.Ping(context.Background()); !errors.Is(err, ollama.ErrUnavailable) || ctxd.KindOf(err) != ctxd.KindUnavailable {
+		t.Errorf("ping to a closed port: %v, want ErrUnavailable of kind unavailable", err)
 	}
 }
 
@@ -120,11 +166,11 @@ func TestStreamWithoutFinalMessageIsIncomplete(t *testing.T) {
 	}))
 	defer srv.Close()
 	u, _ := url.Parse(srv.URL)
-	res, err := ollama.New(u, "m", ollama.LoadOptions{}).Generate(context.Background(), "p", ollama.Sampling{MaxTokens: 8}, nil)
+	res, err := ollama.New(u, "m", ollama.Options{}).Generate(context.Background(), ctxd.GenerateRequest{Prompt: "p", MaxTokens: 8}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.DoneReason != ollama.DoneIncomplete || res.Text != " again again again" || res.TTFT <= 0 {
-		t.Errorf("got done reason %q, text %q, ttft %v; want %q and the streamed text", res.DoneReason, res.Text, res.TTFT, ollama.DoneIncomplete)
+	if res.DoneReason != ctxd.DoneIncomplete || res.Text != " again again again" || res.TTFT <= 0 {
+		t.Errorf("got done reason %q, text %q, ttft %v; want %q and the streamed text", res.DoneReason, res.Text, res.TTFT, ctxd.DoneIncomplete)
 	}
 }

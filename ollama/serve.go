@@ -28,6 +28,13 @@ type ServeConfig struct {
 	// OnRestart is called after the supervisor restarted a crashed server:
 	// whatever the old one held in its KV cache is gone.
 	OnRestart func()
+	// StopTimeout is how long Close waits after SIGTERM before SIGKILL;
+	// 0 means 5 seconds.
+	StopTimeout time.Duration
+	// Backoff is the first wait before a restart, doubling up to
+	// MaxBackoff; 0 means 1 second and 30 seconds.
+	Backoff    time.Duration
+	MaxBackoff time.Duration
 }
 
 // Server is a supervised `ollama serve` process.
@@ -36,13 +43,14 @@ type Server struct {
 	base *url.URL
 	log  *slog.Logger
 
-	mu      sync.Mutex // guards cmd, gone, closing, restart
+	mu      sync.Mutex // guards cmd, gone, restart
 	cmd     *exec.Cmd
 	gone    chan struct{} // closed when cmd has exited and been reaped
-	closing bool
 	restart int
 
-	done chan struct{} // closed when the supervisor has stopped
+	ctx  context.Context    // ends when Close is called: restarts stop waiting
+	stop context.CancelFunc // ends ctx
+	done chan struct{}      // closed when the supervisor has stopped
 }
 
 // Start starts the server and returns once it answers HTTP. It fails with
@@ -53,6 +61,15 @@ func Start(ctx context.Context, cfg ServeConfig) (*Server, error) {
 	}
 	if cfg.NumParallel == 0 {
 		cfg.NumParallel = 1
+	}
+	if cfg.StopTimeout <= 0 {
+		cfg.StopTimeout = 5 * time.Second
+	}
+	if cfg.Backoff <= 0 {
+		cfg.Backoff = time.Second
+	}
+	if cfg.MaxBackoff <= 0 {
+		cfg.MaxBackoff = 30 * time.Second
 	}
 	bin, err := exec.LookPath(cfg.Binary)
 	if err != nil {
@@ -84,11 +101,13 @@ func Start(ctx context.Context, cfg ServeConfig) (*Server, error) {
 		log:  cfg.Logger.With("component", "ollama-serve"),
 		done: make(chan struct{}),
 	}
+	s.ctx, s.stop = context.WithCancel(context.Background())
 	exited, err := s.spawn()
 	if err != nil {
 		return nil, err
 	}
 	if err := s.waitReady(ctx, exited); err != nil {
+		s.stop()
 		s.stopProcess()
 		return nil, err
 	}
@@ -166,7 +185,7 @@ func (s *Server) spawn() (<-chan error, error) {
 func (s *Server) waitReady(ctx context.Context, exited <-chan error) error {
 	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
-	c := New(s.base, "", LoadOptions{})
+	c := New(s.base, "", Options{})
 	for {
 		if err := c.Ping(ctx); err == nil {
 			return nil
@@ -181,12 +200,18 @@ func (s *Server) waitReady(ctx context.Context, exited <-chan error) error {
 	}
 }
 
-// supervise restarts the server when it exits unexpectedly, with backoff.
+// supervise restarts the server when it exits unexpectedly, with backoff,
+// until Close.
 func (s *Server) supervise(exited <-chan error) {
 	defer close(s.done)
 	for {
-		err := <-exited
-		if s.isClosing() {
+		var err error
+		select {
+		case err = <-exited:
+		case <-s.ctx.Done():
+			return
+		}
+		if s.ctx.Err() != nil {
 			return
 		}
 		s.log.Error("ollama serve exited unexpectedly; restarting", "err", err, "log_tail", tail(s.cfg.LogPath, 512))
@@ -206,40 +231,38 @@ func (s *Server) supervise(exited <-chan error) {
 }
 
 // respawn starts the server again until it answers, backing off between
-// tries. It returns nil if the server is closed meanwhile.
+// tries. It returns nil as soon as the server is closed.
 func (s *Server) respawn() <-chan error {
-	backoff := time.Second
+	backoff := s.cfg.Backoff
 	for {
-		time.Sleep(backoff)
-		backoff = min(2*backoff, 30*time.Second)
-		if s.isClosing() {
+		select {
+		case <-time.After(backoff):
+		case <-s.ctx.Done():
 			return nil
 		}
+		backoff = min(2*backoff, max(s.cfg.MaxBackoff, s.cfg.Backoff))
 		next, err := s.spawn()
 		if err != nil {
 			s.log.Error("restart failed", "err", err)
 			continue
 		}
-		if err := s.waitReady(context.Background(), next); err != nil {
+		if err := s.waitReady(s.ctx, next); err != nil {
 			s.log.Error("restarted server did not come up", "err", err)
 			s.stopProcess()
+			if s.ctx.Err() != nil {
+				return nil
+			}
 			continue
 		}
 		return next
 	}
 }
 
-func (s *Server) isClosing() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.closing
-}
-
-// Close stops the server: SIGTERM, then SIGKILL after 10 seconds.
+// Close stops the server: it cancels any restart in progress, then sends
+// SIGTERM to the server's process group (its runners too) and SIGKILL
+// after StopTimeout. It returns once the supervisor has stopped.
 func (s *Server) Close() error {
-	s.mu.Lock()
-	s.closing = true
-	s.mu.Unlock()
+	s.stop()
 	s.stopProcess()
 	<-s.done
 	return nil
@@ -256,8 +279,8 @@ func (s *Server) stopProcess() {
 	_ = syscall.Kill(pgid, syscall.SIGTERM) // the runner subprocess too
 	select {
 	case <-gone:
-	case <-time.After(10 * time.Second):
-		s.log.Warn("ollama serve ignored SIGTERM; killing it")
+	case <-time.After(s.cfg.StopTimeout):
+		s.log.Warn("ollama serve ignored SIGTERM; killing it", "after", s.cfg.StopTimeout)
 		_ = syscall.Kill(pgid, syscall.SIGKILL)
 		<-gone
 	}

@@ -6,116 +6,56 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"regexp"
 	"slices"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
-	"github.com/ctxd/ctxd/cache"
+	"github.com/ctxd/ctxd"
 	"github.com/ctxd/ctxd/governor"
-	"github.com/ctxd/ctxd/hostenv"
 	"github.com/ctxd/ctxd/runcontext"
+	"github.com/ctxd/ctxd/scheduler"
 	"github.com/ctxd/ctxd/sigils"
-	"github.com/ctxd/ctxd/sqlite"
+	"github.com/ctxd/ctxd/tokencount"
 )
-
-// GenerateRequest is one prompt for the backend.
-type GenerateRequest struct {
-	Prompt    string
-	MaxTokens int      // the answer reserve: prompt + answer always fit the window
-	NumKeep   int      // tokens the backend must never shift out
-	Stop      []string // stop sequences
-}
-
-// Generation is a finished answer and the backend's own measurements.
-type Generation struct {
-	Text       string
-	DoneReason string // DoneIncomplete when the backend ended the stream without its final message
-
-	TTFT               time.Duration
-	PromptEvalCount    int
-	PromptEvalDuration time.Duration
-	EvalCount          int
-	EvalDuration       time.Duration
-}
-
-// DoneIncomplete is the done reason of a generation the backend ended
-// without its final message (Ollama aborting at its token repeat limit):
-// the text is what streamed, and the backend's measurements are missing.
-const DoneIncomplete = "incomplete"
-
-// Backend generates from a raw prompt, streaming pieces to onToken.
-type Backend interface {
-	Generate(ctx context.Context, req GenerateRequest, onToken func(string) error) (Generation, error)
-}
-
-// Tokenizer tokenizes a whole prompt exactly as the backend will, and a
-// piece of one without the special tokens a whole prompt starts with.
-type Tokenizer interface {
-	Tokenize(prompt string) ([]int, error)
-	TokenizeText(text string) ([]int, error)
-}
-
-// Store keeps sessions.
-type Store interface {
-	Session(ctx context.Context, id string) (sqlite.Session, error)
-	AppendTurn(ctx context.Context, id string, t runcontext.Turn, summary []byte, now time.Time) (int64, error)
-	NewEpoch(ctx context.Context, id string, keep []int64, summary string, now time.Time) (int, error)
-}
-
-// Retriever finds codex excerpts for a query (RAG).
-type Retriever interface {
-	Search(ctx context.Context, query string, k int) ([]runcontext.Excerpt, error)
-}
-
-// Environment reads the hardware bands.
-type Environment interface {
-	Environment() (runcontext.Environment, hostenv.Reading)
-}
 
 // Config is what the orchestrator needs besides its collaborators.
 type Config struct {
 	Identity runcontext.Identity
-	Codex    CodexState // the codex as loaded; SetCodex swaps it
 	Limits   governor.Limits
 	KVBytes  func(tokens int) int64 // KV cache size of a prompt; nil: not reported
 	Sigils   *sigils.Registry
-	Slot     string // names the backend slot in the prefix tracker
+	TopK     int // excerpts per query in RAG mode
 	Now      func() time.Time
 	Logger   *slog.Logger
 }
 
-// CodexState is the codex as requests see it.
-type CodexState struct {
-	Block     runcontext.Codex   // rendered once at load
-	Plan      governor.CodexPlan // CAG or RAG, and why
-	Retriever Retriever          // excerpts for RAG; nil without an index
-	TopK      int                // excerpts per query in RAG mode
-}
-
-// Orchestrator serves requests. It is safe for concurrent use; requests
-// reach the backend one at a time, so what each backend slot holds is
-// known exactly.
+// Orchestrator serves requests. It is safe for concurrent use: requests of
+// different sessions run concurrently as far as the scheduler's slots
+// allow, and nothing it holds a lock on waits for a backend or a disk.
 type Orchestrator struct {
 	cfg     Config
-	backend Backend
-	tok     Tokenizer
-	store   Store
-	env     Environment
-	slots   *cache.Slots
+	backend ctxd.Backend
+	count   *tokencount.Counter
+	store   ctxd.Store
+	env     ctxd.Sensor
+	sched   *scheduler.Scheduler
 	log     *slog.Logger
 
-	mu          sync.Mutex          // serializes requests; guards the fields below
-	last        map[string]previous // the previous request of each session since start
-	blockCache  map[uint64]int      // token counts of rendered blocks, by content hash
-	bos         int                 // tokens the tokenizer adds to any text (BOS)
-	lastBudget  *Summary            // the last answered request, for status
-	codex       CodexState
-	prefixes    map[uint64]*prefixTokens  // tokens of the stable blocks, by content
-	sessions    map[string]sqlite.Session // sessions as stored, so a request need not read them back
-	tails       map[string]tailCache      // each session's last conversation-and-query tokens
-	noTailCache bool                      // extending tails disagreed with whole tails once: always tokenize whole
-	wholeOnly   bool                      // incremental tokenization disagreed with the backend: count whole prompts
+	codex atomic.Pointer[codexState]
+	last  atomic.Pointer[ctxd.Summary] // the last answered request, for status
+
+	mu       sync.Mutex              // guards the maps below; held only to read or write them
+	prompts  map[string]previous     // the previous request of each session since start
+	sessions map[string]ctxd.Session // sessions as stored, so a request need not read them back
+}
+
+// codexState is the codex requests see now, swapped whole.
+type codexState struct {
+	block     runcontext.Codex // prerendered once
+	plan      ctxd.CodexPlan
+	retriever ctxd.Retriever // nil in CAG mode
 }
 
 // previous is what a session sent last, to find where a prefix broke.
@@ -124,8 +64,8 @@ type previous struct {
 	answer   string
 }
 
-// New returns an orchestrator.
-func New(cfg Config, backend Backend, tok Tokenizer, store Store, env Environment) (*Orchestrator, error) {
+// New returns an orchestrator with no codex (SetCodex sets one).
+func New(cfg Config, backend ctxd.Backend, count *tokencount.Counter, store ctxd.Store, env ctxd.Sensor, sched *scheduler.Scheduler) (*Orchestrator, error) {
 	if err := cfg.Limits.Validate(); err != nil {
 		return nil, fmt.Errorf("orchestrator: %w", err)
 	}
@@ -138,199 +78,176 @@ func New(cfg Config, backend Backend, tok Tokenizer, store Store, env Environmen
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Orchestrator{
-		cfg: cfg, backend: backend, tok: tok, store: store, env: env,
-		slots:      cache.NewSlots(),
-		log:        cfg.Logger.With("component", "orchestrator"),
-		last:       map[string]previous{},
-		blockCache: map[uint64]int{},
-		bos:        -1,
-		codex:      prerendered(cfg.Codex),
-		prefixes:   map[uint64]*prefixTokens{},
-		sessions:   map[string]sqlite.Session{},
-		tails:      map[string]tailCache{},
-	}, nil
+	o := &Orchestrator{
+		cfg: cfg, backend: backend, count: count, store: store, env: env, sched: sched,
+		log:      cfg.Logger.With("component", "orchestrator"),
+		prompts:  map[string]previous{},
+		sessions: map[string]ctxd.Session{},
+	}
+	o.SetCodex(runcontext.Codex{Mode: runcontext.ModeNone}, ctxd.CodexPlan{Mode: runcontext.ModeNone, Reason: "no codex configured"}, nil)
+	return o, nil
 }
 
-// session returns a session, from memory when this daemon already holds
-// it: the orchestrator is the store's only writer, so memory and store agree.
-func (o *Orchestrator) session(ctx context.Context, id string) (sqlite.Session, error) {
-	if s, ok := o.sessions[id]; ok {
-		s.Turns, s.Seqs = slices.Clone(s.Turns), slices.Clone(s.Seqs)
-		return s, nil
+// SetCodex makes block (prerendered, here if not before) the codex
+// requests see, with its plan and, in RAG mode, the retriever of its
+// excerpts. The next request renders the new codex block, so the backend
+// rebuilds its cached prefix from there.
+func (o *Orchestrator) SetCodex(block runcontext.Codex, plan ctxd.CodexPlan, r ctxd.Retriever) {
+	if !block.Prerendered() {
+		block.Prerender()
 	}
-	s, err := o.store.Session(ctx, id)
-	if err != nil {
-		return s, fmt.Errorf("orchestrator: %w", err)
-	}
-	o.cacheSession(s)
-	return s, nil
+	o.codex.Store(&codexState{block: block, plan: plan, retriever: r})
 }
 
-func (o *Orchestrator) cacheSession(s sqlite.Session) {
-	if len(o.sessions) >= 1024 {
-		clear(o.sessions) // a bound, not an LRU: a miss costs one read
-	}
-	o.sessions[s.ID] = s
-}
-
-// Forget drops what the orchestrator holds of a session (after it was
-// deleted from the store).
-func (o *Orchestrator) Forget(id string) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	delete(o.sessions, id)
-	delete(o.last, id)
-	delete(o.tails, id)
-}
+// LastSummary is the summary of the last answered request, or nil.
+func (o *Orchestrator) LastSummary() *ctxd.Summary { return o.last.Load() }
 
 // LastPrompt is the prompt the session's last request sent to the backend
 // since this daemon started, block by block; false if there is none.
 func (o *Orchestrator) LastPrompt(id string) (runcontext.Rendered, bool) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	p, ok := o.last[id]
+	p, ok := o.prompts[id]
 	return p.rendered, ok
 }
 
-// prerendered renders the codex block once for all requests.
-func prerendered(c CodexState) CodexState {
-	c.Block.Prerender()
-	return c
+// Sessions lists the stored sessions. It does not wait for any request.
+func (o *Orchestrator) Sessions(ctx context.Context) ([]ctxd.SessionInfo, error) {
+	list, err := o.store.Sessions(ctx)
+	if err != nil {
+		return nil, ctxd.Errorf(ctxd.KindInternal, "orchestrator: list sessions: %w", err)
+	}
+	return list, nil
 }
 
-// SetCodex swaps the codex (after a reload). The next request renders the
-// new codex block, so the backend rebuilds its cached prefix from there.
-func (o *Orchestrator) SetCodex(c CodexState) {
+// Session reads a stored session. It does not wait for the session's
+// running request: it sees the turns recorded so far.
+func (o *Orchestrator) Session(ctx context.Context, id string) (ctxd.Session, error) {
+	if err := checkSessionID(id); err != nil {
+		return ctxd.Session{}, err
+	}
+	s, err := o.store.Session(ctx, id)
+	if err != nil {
+		return s, ctxd.Errorf(ctxd.KindInternal, "orchestrator: session %q: %w", id, err)
+	}
+	return s, nil
+}
+
+// DeleteSession deletes a session once its running request, if any, has
+// finished, and forgets everything held of it.
+func (o *Orchestrator) DeleteSession(ctx context.Context, id string) error {
+	if err := checkSessionID(id); err != nil {
+		return err
+	}
+	release, _, err := o.sched.Session(ctx, id)
+	if err != nil {
+		return ctxd.Errorf(ctxd.KindCanceled, "delete session %q: cancelled while its request ran: %w", id, err)
+	}
+	defer release()
+	if err := o.store.DeleteSession(ctx, id); err != nil {
+		return ctxd.Errorf(ctxd.KindInternal, "orchestrator: delete session %q: %w", id, err)
+	}
 	o.mu.Lock()
-	defer o.mu.Unlock()
-	o.codex = prerendered(c)
+	delete(o.sessions, id)
+	delete(o.prompts, id)
+	o.mu.Unlock()
+	o.count.Forget(id)
+	return nil
 }
 
-// Codex is the codex state requests see now.
-func (o *Orchestrator) Codex() CodexState {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	return o.codex
-}
-
-// BackendRestarted forgets what the backend held: its KV cache is gone.
-func (o *Orchestrator) BackendRestarted() { o.slots.Forget(o.cfg.Slot) }
-
-// Request is one query of one session.
-type Request struct {
-	Session string `json:"session"`
-	Query   string `json:"query"`
-	Sigil   string `json:"sigil,omitempty"`
-	Pin     bool   `json:"pin,omitempty"` // keep this turn verbatim: never compacted or condensed
-}
-
-// SessionIDPattern is what a session id must look like.
-var SessionIDPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
-
-// Errors the API edge maps to statuses.
-var (
-	ErrBadRequest = errors.New("bad request")
-	ErrForbidden  = errors.New("forbidden")
-)
-
-// Summary ends every answer: what was sent, what the backend should have
-// reused, what it did, and what the governor measured.
-type Summary struct {
-	Session         string             `json:"session"`
-	Turn            int                `json:"turn"`
-	Mode            string             `json:"mode"`
-	PromptTokens    int                `json:"prompt_tokens"`
-	CachedTokens    int                `json:"cached_tokens"`    // prefix the backend slot already holds
-	EvaluatedTokens int                `json:"evaluated_tokens"` // prompt tokens the backend must evaluate
-	ReusePercent    float64            `json:"reuse_percent"`
-	AnswerTokens    int                `json:"answer_tokens"`
-	TTFTMillis      float64            `json:"ttft_ms"`
-	PromptEvalMs    float64            `json:"backend_prompt_eval_ms"`
-	BackendPromptN  int                `json:"backend_prompt_eval_count"`
-	TotalMillis     float64            `json:"total_ms"`
-	DoneReason      string             `json:"done_reason"`
-	DoneNote        string             `json:"done_note,omitempty"` // why an answer is incomplete
-	PrefixBreak     *cache.Break       `json:"prefix_break,omitempty"`
-	PrefixNote      string             `json:"prefix_note,omitempty"`
-	Codex           governor.CodexPlan `json:"codex"`
-	Excerpts        int                `json:"excerpts"` // codex excerpts retrieved for this query (RAG)
-	Epoch           int                `json:"epoch"`
-	Governor        []governor.Action  `json:"governor,omitempty"` // what the governor did to make it fit
-	Budget          governor.Budget    `json:"budget"`
+func checkSessionID(id string) error {
+	if !ctxd.SessionIDPattern.MatchString(id) {
+		return ctxd.Errorf(ctxd.KindInvalid, "session %q must match %s", id, ctxd.SessionIDPattern)
+	}
+	return nil
 }
 
 // Ask answers one request, calling onToken with each piece of the answer.
-func (o *Orchestrator) Ask(ctx context.Context, req Request, onToken func(string) error) (*Summary, error) {
-	if !SessionIDPattern.MatchString(req.Session) {
-		return nil, fmt.Errorf("%w: session %q must match %s", ErrBadRequest, req.Session, SessionIDPattern)
+// The answer is recorded in the session before Ask returns its summary; an
+// answer that cannot be recorded is an error of kind KindNotRecorded. If
+// ctx ends (the client went away, or the daemon is stopping), the request
+// leaves whichever queue it waits in, or its generation is stopped at the
+// backend, and nothing is recorded; the error says so, with ctx's cause.
+func (o *Orchestrator) Ask(ctx context.Context, req ctxd.AskRequest, onToken func(string) error) (*ctxd.Summary, error) {
+	arrived := o.cfg.Now()
+	if err := checkSessionID(req.Session); err != nil {
+		return nil, err
+	}
+	if strings.TrimSpace(req.Query) == "" {
+		return nil, ctxd.Errorf(ctxd.KindInvalid, "query: required and must not be blank")
 	}
 	sigil, err := o.cfg.Sigils.Resolve(req.Sigil)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrForbidden, err)
+		return nil, ctxd.Errorf(ctxd.KindForbidden, "%v", err)
 	}
 	if !sigils.Allows(sigil, sigils.ScopeAsk) {
-		return nil, fmt.Errorf("%w: sigil %q lacks the %q scope", ErrForbidden, sigil.Name, sigils.ScopeAsk)
+		return nil, ctxd.Errorf(ctxd.KindForbidden, "sigil %q lacks the %q scope", sigil.Name, sigils.ScopeAsk)
 	}
 
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	start := o.cfg.Now()
-
-	p, err := o.prepare(ctx, req, sigil)
+	release, sessionWait, err := o.sched.Session(ctx, req.Session)
 	if err != nil {
+		return nil, o.stopped(ctx, req.Session, "while it waited for the session's earlier request", false, err)
+	}
+	defer release()
+	codex := o.codex.Load()
+	p, err := o.prepare(ctx, req, sigil, codex)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, o.stopped(ctx, req.Session, "while the governor made it fit", false, err)
+		}
 		return nil, err
 	}
-	sess, rc, budget, actions := p.sess, p.rc, p.budget, p.actions
-	rendered, tokens := p.m.Rendered, p.m.Tokens
-	prompt := rendered.Prompt()
-
-	sum := &Summary{
-		Session: req.Session, Turn: sess.Count + 1, Mode: rc.Codex.Mode, Codex: o.codex.Plan, Excerpts: len(rc.Query.Excerpts),
-		PromptTokens: len(tokens), Budget: budget, Epoch: rc.State.Epoch, Governor: actions,
+	lease, err := o.sched.Acquire(ctx, req.Session, p.tokens.IDs)
+	if err != nil {
+		return nil, o.stopped(ctx, req.Session, "while it waited for a backend slot; nothing was sent to the backend", false, err)
 	}
-	sum.CachedTokens = o.slots.Expect(o.cfg.Slot, tokens)
+	defer lease.Release()
+
+	rc, rendered, tokens := p.rc, p.rendered, p.tokens.IDs
+	sum := &ctxd.Summary{
+		Session: req.Session, Turn: p.sess.Count + 1, Mode: rc.Codex.Mode, Codex: codex.plan, Excerpts: len(rc.Query.Excerpts),
+		PromptTokens: len(tokens), CachedTokens: lease.Cached, Budget: p.budget, Epoch: rc.State.Epoch, Governor: p.actions,
+		QueueWaitMs: ms(sessionWait + lease.Waited), QueueAhead: lease.Ahead, Slot: lease.Slot,
+	}
 	sum.EvaluatedTokens = sum.PromptTokens - sum.CachedTokens
 	sum.ReusePercent = 100 * float64(sum.CachedTokens) / float64(max(1, sum.PromptTokens))
-	if prev, ok := o.last[req.Session]; ok {
-		sum.PrefixBreak = cache.Compare(prev.rendered, rendered, prev.answer)
-	} else if sess.Count == 0 {
+	o.mu.Lock()
+	prev, hadPrev := o.prompts[req.Session]
+	o.mu.Unlock()
+	switch {
+	case hadPrev:
+		sum.PrefixBreak = runcontext.Compare(prev.rendered, rendered, prev.answer)
+	case p.sess.Count == 0:
 		sum.PrefixNote = "first turn of the session"
-	} else {
+	default:
 		sum.PrefixNote = "no earlier prompt of this session since the daemon started"
 	}
 	if sum.PrefixBreak != nil {
 		o.log.Info("prefix break", "session", req.Session, "block", sum.PrefixBreak.Block, "reason", sum.PrefixBreak.Reason)
 	}
 
-	gen, err := o.backend.Generate(ctx, GenerateRequest{
-		Prompt:    prompt,
-		MaxTokens: o.cfg.Limits.AnswerReserve,
-		NumKeep:   len(tokens),
-		Stop:      []string{runcontext.StopSequence},
-	}, onToken)
+	gen, streamed, err := o.generate(ctx, lease, rendered.Prompt(), tokens, onToken)
+	lease.Release() // what the slot holds is recorded: the next request may start
 	if err != nil {
-		// What the slot holds now is unknown: expect nothing next time.
-		o.slots.Forget(o.cfg.Slot)
+		if ctx.Err() != nil || ctxd.KindOf(err) == ctxd.KindCanceled {
+			return nil, o.stopped(ctx, req.Session, "during its answer; the backend was told to stop", streamed, err)
+		}
 		return nil, err
 	}
-	o.slots.Record(o.cfg.Slot, tokens)
-	o.last[req.Session] = previous{rendered: rendered, answer: gen.Text}
-	if gen.PromptEvalCount > 0 && gen.PromptEvalCount != len(tokens) && !o.wholeOnly {
-		// Ollama counts every prompt token, cached or not: a difference means
-		// ctxd's count is off. Count whole prompts from now on, and say so.
-		o.log.Warn("token count differs from the backend's; counting whole prompts from now on",
-			"ctxd", len(tokens), "backend", gen.PromptEvalCount)
-		o.wholeOnly = true
+	if gen.PromptEvalCount > 0 && gen.PromptEvalCount != len(tokens) {
+		// Ollama counts every prompt token, cached or not: a difference
+		// means ctxd's count is off.
+		o.log.Warn("token count differs from the backend's", "ctxd", len(tokens), "backend", gen.PromptEvalCount)
+		o.count.WholePrompts()
 	}
 
 	sum.AnswerTokens = gen.EvalCount
-	if gen.DoneReason == DoneIncomplete {
+	if gen.DoneReason == ctxd.DoneIncomplete {
 		// The answer is kept (the backend's cache holds it, and the next
 		// turn extends it) but marked; its tokens are counted here since
 		// the backend did not report them.
-		if ids, err := o.tok.TokenizeText(gen.Text); err == nil {
-			sum.AnswerTokens = len(ids)
+		if n, err := o.count.Text(gen.Text); err == nil {
+			sum.AnswerTokens = n
 		}
 		sum.DoneNote = "the backend ended the answer without its final message, so the answer may be cut short and the backend's timings are missing (Ollama aborts a generation that repeats one token 30 times)"
 		o.log.Warn("answer incomplete: the backend ended the stream without its final message", "session", req.Session, "answer_tokens", sum.AnswerTokens)
@@ -339,115 +256,125 @@ func (o *Orchestrator) Ask(ctx context.Context, req Request, onToken func(string
 	sum.PromptEvalMs = ms(gen.PromptEvalDuration)
 	sum.BackendPromptN = gen.PromptEvalCount
 	sum.DoneReason = gen.DoneReason
-	sum.TotalMillis = ms(o.cfg.Now().Sub(start))
+	sum.TotalMillis = ms(o.cfg.Now().Sub(arrived))
+	if err := o.record(ctx, req, p.sess, rc, gen.Text, sum); err != nil {
+		return nil, err
+	}
+	o.mu.Lock()
+	o.prompts[req.Session] = previous{rendered: rendered, answer: gen.Text}
+	o.mu.Unlock()
+	o.last.Store(sum)
+	o.log.Info("answered", "session", req.Session, "turn", sum.Turn, "slot", sum.Slot, "prompt_tokens", sum.PromptTokens,
+		"cached_tokens", sum.CachedTokens, "queue_wait_ms", sum.QueueWaitMs, "ttft_ms", sum.TTFTMillis, "done", sum.DoneReason)
+	return sum, nil
+}
 
+// generate sends a prompt to the lease's slot and records what the slot
+// holds afterwards. streamed says whether any of the answer arrived.
+func (o *Orchestrator) generate(ctx context.Context, lease *scheduler.Lease, prompt string, tokens []int, onToken func(string) error) (gen ctxd.Generation, streamed bool, err error) {
+	gen, err = o.backend.Generate(ctx, ctxd.GenerateRequest{
+		Prompt:    prompt,
+		Slot:      lease.Slot,
+		MaxTokens: o.cfg.Limits.AnswerReserve,
+		NumKeep:   len(tokens),
+		Stop:      []string{runcontext.StopSequence},
+	}, func(s string) error {
+		streamed = true
+		return onToken(s)
+	})
+	if err != nil {
+		lease.Record(slotAfterFailure(tokens, lease.Cached, streamed))
+		return gen, streamed, err
+	}
+	lease.Record(tokens)
+	return gen, streamed, nil
+}
+
+// slotAfterFailure is what ctxd may still expect a slot to hold after a
+// generation failed or was stopped. Ollama's runner evaluates a prompt it
+// has started whole, even when the client goes away, so once a token
+// streamed the slot holds the prompt. Before that the request may never
+// have reached the runner (the slot untouched) or been evaluated in part:
+// either way the slot still starts with the prefix it shared with the old
+// content, which is all ctxd can be sure of.
+func slotAfterFailure(prompt []int, cached int, streamed bool) []int {
+	if streamed {
+		return prompt
+	}
+	return prompt[:cached]
+}
+
+// record stores the turn and updates the session as held in memory. The
+// write is not cancelled with ctx: the backend already holds the answer in
+// its cache, and the next turn must extend it.
+func (o *Orchestrator) record(ctx context.Context, req ctxd.AskRequest, sess ctxd.Session, rc *runcontext.RunContext, answer string, sum *ctxd.Summary) error {
 	js, err := json.Marshal(sum)
 	if err != nil {
-		return nil, fmt.Errorf("orchestrator: %w", err)
+		return ctxd.Errorf(ctxd.KindInternal, "orchestrator: %w", err)
 	}
-	turn := runcontext.Turn{Query: req.Query, Excerpts: rc.Query.Excerpts, Answer: gen.Text, Verbatim: req.Pin}
-	// Recorded even if the caller's context ends now: the backend already
-	// holds the answer in its cache, and the next turn must extend it.
+	turn := ctxd.Turn{Query: req.Query, Excerpts: rc.Query.Excerpts, Answer: answer, Verbatim: req.Pin}
 	seq, err := o.store.AppendTurn(context.WithoutCancel(ctx), req.Session, turn, js, o.cfg.Now())
 	if err != nil {
+		o.mu.Lock()
 		delete(o.sessions, req.Session)
-		return nil, fmt.Errorf("orchestrator: record turn: %w", err)
+		o.mu.Unlock()
+		return &ctxd.Error{Kind: ctxd.KindNotRecorded, Err: err,
+			Message: fmt.Sprintf("the answer streamed but was not recorded in session %q: %v", req.Session, err)}
 	}
 	sess.Turns = append(sess.Turns, turn)
 	sess.Seqs = append(sess.Seqs, seq)
 	sess.Count++
 	o.cacheSession(sess)
-	o.lastBudget = sum
-	o.log.Info("answered", "session", req.Session, "turn", sum.Turn, "prompt_tokens", sum.PromptTokens,
-		"cached_tokens", sum.CachedTokens, "ttft_ms", sum.TTFTMillis, "done", sum.DoneReason)
-	return sum, nil
+	return nil
 }
 
-// prepared is a request made ready for the backend.
-type prepared struct {
-	sess    sqlite.Session
-	rc      *runcontext.RunContext
-	m       measured
-	budget  governor.Budget
-	actions []governor.Action
+// stopped is the error of a request that was stopped: its client went
+// away (err says so, or ctx ended with no other cause), or the daemon is
+// stopping (ctx's cause is an error of its own kind).
+func (o *Orchestrator) stopped(ctx context.Context, session, when string, streamed bool, err error) error {
+	cause := err
+	kind := ctxd.KindCanceled
+	if ctx.Err() != nil {
+		cause = context.Cause(ctx)
+		if k := ctxd.KindOf(cause); k != ctxd.KindCanceled && k != ctxd.KindInternal {
+			kind = k
+		}
+	}
+	what := "nothing was recorded"
+	if streamed {
+		what = "the partial answer was not recorded"
+	}
+	o.log.Info("request stopped", "session", session, "when", when, "cause", cause)
+	return &ctxd.Error{Kind: kind, Err: cause,
+		Message: fmt.Sprintf("session %q: request stopped %s (%v); %s", session, when, cause, what)}
 }
 
-// prepare loads the session, builds and validates the RunContext,
-// and has the governor make it fit: compaction, then condensation, then a
-// refusal with the numbers.
-func (o *Orchestrator) prepare(ctx context.Context, req Request, sigil runcontext.Sigil) (prepared, error) {
-	var p prepared
-	sess, err := o.session(ctx, req.Session)
+// session returns a session, from memory when this daemon already holds
+// it: the orchestrator is the store's only writer, and a session's
+// requests run one at a time, so memory and store agree.
+func (o *Orchestrator) session(ctx context.Context, id string) (ctxd.Session, error) {
+	o.mu.Lock()
+	s, ok := o.sessions[id]
+	o.mu.Unlock()
+	if ok {
+		s.Turns, s.Seqs = slices.Clone(s.Turns), slices.Clone(s.Seqs)
+		return s, nil
+	}
+	s, err := o.store.Session(ctx, id)
 	if err != nil {
-		return p, err
+		return s, ctxd.Errorf(ctxd.KindInternal, "orchestrator: session %q: %w", id, err)
 	}
-	env, _ := o.env.Environment()
-	if o.codex.Block.Mode == runcontext.ModeRAG && sigils.Allows(sigil, sigils.ScopeSearchCodex) {
-		sigil.Tools = []string{sigils.ScopeSearchCodex}
+	o.cacheSession(s)
+	return s, nil
+}
+
+func (o *Orchestrator) cacheSession(s ctxd.Session) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if len(o.sessions) >= 1024 {
+		clear(o.sessions) // a bound, not an LRU: a miss costs one read
 	}
-	rc := &runcontext.RunContext{
-		Identity:    o.cfg.Identity,
-		Codex:       o.codex.Block,
-		Environment: env,
-		Sigil:       sigil,
-		Karma:       runcontext.Karma{},
-		State:       runcontext.State{Epoch: sess.Epoch, Summary: sess.Summary, Turns: sess.Turns},
-		Query:       runcontext.Query{Text: req.Query},
-	}
-	if o.codex.Block.Mode == runcontext.ModeRAG && o.codex.Retriever != nil {
-		ex, err := o.codex.Retriever.Search(ctx, req.Query, o.codex.TopK)
-		if err != nil {
-			return p, fmt.Errorf("orchestrator: retrieve codex excerpts: %w", err)
-		}
-		rc.Query.Excerpts = ex
-	}
-	if err := rc.Validate(); err != nil {
-		return p, fmt.Errorf("%w: %w", ErrBadRequest, err)
-	}
-	var actions []governor.Action
-	if act, ok, err := o.compact(ctx, req.Session, &sess, rc); err != nil {
-		return p, err
-	} else if ok {
-		actions = append(actions, act)
-	}
-	m, err := o.measure(rc, req.Session)
-	if err != nil {
-		return p, err
-	}
-	budget, err := o.cfg.Limits.Check(m.Measure)
-	var le *governor.LimitError
-	// Excerpts are the cheapest thing to give up: the lowest-ranked go first.
-	for dropped := 0; errors.As(err, &le) && len(rc.Query.Excerpts) > 0; {
-		rc.Query.Excerpts = rc.Query.Excerpts[:len(rc.Query.Excerpts)-1]
-		dropped++
-		if m, err = o.measure(rc, req.Session); err != nil {
-			return p, err
-		}
-		if budget, err = o.cfg.Limits.Check(m.Measure); err == nil || len(rc.Query.Excerpts) == 0 {
-			actions = append(actions, governor.Action{Kind: "excerpts",
-				Reason: fmt.Sprintf("%d lowest-ranked codex excerpts left out to fit the window", dropped), Epoch: sess.Epoch})
-		}
-	}
-	if errors.As(err, &le) {
-		acts, cerr := o.condense(ctx, req.Session, &sess, rc)
-		actions = append(actions, acts...)
-		if cerr != nil {
-			return p, cerr
-		}
-		if len(acts) > 0 {
-			if m, err = o.measure(rc, req.Session); err != nil {
-				return p, err
-			}
-			budget, err = o.cfg.Limits.Check(m.Measure)
-		}
-	}
-	if err != nil {
-		if len(actions) > 0 {
-			return p, fmt.Errorf("%w (after: %s)", err, describe(actions))
-		}
-		return p, err
-	}
-	return prepared{sess: sess, rc: rc, m: m, budget: budget, actions: actions}, nil
+	o.sessions[s.ID] = s
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }

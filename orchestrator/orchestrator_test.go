@@ -4,89 +4,85 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/ctxd/ctxd"
 	"github.com/ctxd/ctxd/governor"
-	"github.com/ctxd/ctxd/hostenv"
+	"github.com/ctxd/ctxd/internal/fake"
 	"github.com/ctxd/ctxd/runcontext"
+	"github.com/ctxd/ctxd/scheduler"
 	"github.com/ctxd/ctxd/sigils"
-	"github.com/ctxd/ctxd/sqlite"
+	"github.com/ctxd/ctxd/tokencount"
 )
 
-// byteTokenizer makes one token per byte: exact and trivially checkable.
-type byteTokenizer struct{}
-
-func (byteTokenizer) Tokenize(s string) ([]int, error) {
-	out := make([]int, len(s))
-	for i := range len(s) {
-		out[i] = int(s[i])
-	}
-	return out, nil
+// harness is an orchestrator over fakes.
+type harness struct {
+	o       *Orchestrator
+	backend *fake.Backend
+	env     *fake.Sensor
+	store   *fake.Store
+	sched   *scheduler.Scheduler
 }
 
-func (b byteTokenizer) TokenizeText(s string) ([]int, error) { return b.Tokenize(s) }
-
-// echoBackend answers with a fixed text in two pieces and remembers prompts.
-type echoBackend struct {
-	prompts    []string
-	fail       error
-	incomplete bool // end like a stream without the backend's final message
-}
-
-func (b *echoBackend) Generate(_ context.Context, req GenerateRequest, onToken func(string) error) (Generation, error) {
-	if b.fail != nil {
-		return Generation{}, b.fail
-	}
-	b.prompts = append(b.prompts, req.Prompt)
-	for _, p := range []string{"an ", "answer"} {
-		if err := onToken(p); err != nil {
-			return Generation{}, err
-		}
-	}
-	if b.incomplete {
-		return Generation{Text: "an answer", DoneReason: DoneIncomplete, TTFT: time.Millisecond}, nil
-	}
-	return Generation{Text: "an answer", DoneReason: "stop", EvalCount: 2, TTFT: time.Millisecond}, nil
-}
-
-type fakeEnv struct{ memory string }
-
-func (e *fakeEnv) Environment() (runcontext.Environment, hostenv.Reading) {
-	return runcontext.Environment{Memory: e.memory, GPU: "none", Power: "ac", Connectivity: "offline"}, hostenv.Reading{}
-}
-
-func newTest(t *testing.T, limits governor.Limits) (*Orchestrator, *echoBackend, *fakeEnv) {
+func newTest(t *testing.T, limits governor.Limits, slots int) *harness {
 	t.Helper()
-	store, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { store.Close() })
 	reg, err := sigils.NewRegistry(map[string][]string{"default": {"ask"}, "mute": {"read"}}, "default")
 	if err != nil {
 		t.Fatal(err)
 	}
-	be, env := &echoBackend{}, &fakeEnv{memory: "high"}
-	o, err := New(Config{
+	h := &harness{backend: fake.NewBackend(), env: fake.NewSensor(), store: fake.NewStore(), sched: scheduler.New(slots, nil)}
+	h.o, err = New(Config{
 		Identity: runcontext.Identity{Name: "t", Persona: "Be brief."},
-		Codex: CodexState{Block: runcontext.Codex{Name: "c", Mode: runcontext.ModeCAG, Body: strings.Repeat("codex line\n", 200),
-			Files: []runcontext.CodexRef{{Path: "a.txt", Bytes: 2200, SHA256: strings.Repeat("0", 64)}}}},
-		Limits: limits, Sigils: reg, Slot: "m",
-	}, be, byteTokenizer{}, store, env)
+		Limits:   limits, Sigils: reg, TopK: 3,
+	}, h.backend, tokencount.New(fake.Tokenizer{}, nil), h.store, h.env, h.sched)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return o, be, env
+	h.o.SetCodex(runcontext.Codex{Name: "c", Mode: runcontext.ModeCAG, Body: strings.Repeat("codex line\n", 200),
+		Files: []runcontext.CodexRef{{Path: "a.txt", Bytes: 2200, SHA256: strings.Repeat("0", 64)}}},
+		ctxd.CodexPlan{Mode: runcontext.ModeCAG, Reason: "fits"}, nil)
+	return h
+}
+
+func noop(string) error { return nil }
+
+func (h *harness) ask(t *testing.T, session, query string) *ctxd.Summary {
+	t.Helper()
+	sum, err := h.o.Ask(t.Context(), ctxd.AskRequest{Session: session, Query: query}, noop)
+	if err != nil {
+		t.Fatalf("ask %q in %s: %v", query, session, err)
+	}
+	return sum
+}
+
+// started waits until a generation whose prompt ends with query starts.
+func (h *harness) started(t *testing.T, query string) ctxd.GenerateRequest {
+	t.Helper()
+	for {
+		select {
+		case r := <-h.backend.Started():
+			if strings.HasSuffix(r.Prompt, query+"\n### ASSISTANT\n") {
+				return r
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("no generation of %q started", query)
+		}
+	}
+}
+
+func (h *harness) lastPrompt() string {
+	p := h.backend.Prompts()
+	return p[len(p)-1]
 }
 
 func TestTurnsReuseThePrefix(t *testing.T) {
-	o, be, env := newTest(t, governor.Limits{NumCtx: 100000, AnswerReserve: 64})
-	ctx := t.Context()
+	t.Parallel()
+	h := newTest(t, governor.Limits{NumCtx: 100000, AnswerReserve: 64}, 1)
 	var streamed strings.Builder
-	sum, err := o.Ask(ctx, Request{Session: "s1", Query: "first?"}, func(s string) error { streamed.WriteString(s); return nil })
+	sum, err := h.o.Ask(t.Context(), ctxd.AskRequest{Session: "s1", Query: "first?"}, func(s string) error { streamed.WriteString(s); return nil })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,143 +90,299 @@ func TestTurnsReuseThePrefix(t *testing.T) {
 		t.Fatalf("turn 1 summary %+v streamed %q", sum, streamed.String())
 	}
 	for turn := 2; turn <= 3; turn++ {
-		sum, err = o.Ask(ctx, Request{Session: "s1", Query: "next?"}, func(string) error { return nil })
-		if err != nil {
-			t.Fatal(err)
-		}
-		prev := be.prompts[len(be.prompts)-2]
+		sum = h.ask(t, "s1", "next?")
+		prompts := h.backend.Prompts()
+		prev := prompts[len(prompts)-2]
 		if sum.CachedTokens != len(prev) || sum.PrefixBreak != nil || sum.Turn != turn {
 			t.Fatalf("turn %d: summary %+v, want %d cached tokens and no break", turn, sum, len(prev))
 		}
 		if sum.ReusePercent < 95 {
 			t.Errorf("turn %d reuses %.1f%%", turn, sum.ReusePercent)
 		}
-		if !strings.HasPrefix(be.prompts[len(be.prompts)-1], prev+runcontext.RenderAnswer("an answer")) {
+		if !strings.HasPrefix(h.lastPrompt(), prev+runcontext.RenderAnswer("an answer")) {
 			t.Errorf("turn %d prompt does not extend the previous prompt and answer", turn)
 		}
 	}
 
-	env.memory = "low"
-	sum, err = o.Ask(ctx, Request{Session: "s1", Query: "after a band change"}, func(string) error { return nil })
-	if err != nil {
-		t.Fatal(err)
-	}
+	h.env.SetMemory("low")
+	sum = h.ask(t, "s1", "after a band change")
 	if sum.PrefixBreak == nil || sum.PrefixBreak.Block != "environment" {
 		t.Errorf("environment change: break %+v", sum.PrefixBreak)
 	}
 }
 
 func TestRefusals(t *testing.T) {
-	o, _, _ := newTest(t, governor.Limits{NumCtx: 3000, AnswerReserve: 64})
-	ctx := t.Context()
-	noop := func(string) error { return nil }
+	t.Parallel()
+	h := newTest(t, governor.Limits{NumCtx: 3000, AnswerReserve: 64}, 1)
 	cases := []struct {
 		name string
-		req  Request
-		want error
+		req  ctxd.AskRequest
+		want ctxd.Kind
 	}{
-		{"bad session", Request{Session: "../etc", Query: "q"}, ErrBadRequest},
-		{"empty query", Request{Session: "s", Query: "  "}, ErrBadRequest},
-		{"unknown sigil", Request{Session: "s", Query: "q", Sigil: "root"}, ErrForbidden},
-		{"sigil without ask", Request{Session: "s", Query: "q", Sigil: "mute"}, ErrForbidden},
+		{"bad session", ctxd.AskRequest{Session: "../etc", Query: "q"}, ctxd.KindInvalid},
+		{"empty query", ctxd.AskRequest{Session: "s", Query: "  "}, ctxd.KindInvalid},
+		{"unknown sigil", ctxd.AskRequest{Session: "s", Query: "q", Sigil: "root"}, ctxd.KindForbidden},
+		{"sigil without ask", ctxd.AskRequest{Session: "s", Query: "q", Sigil: "mute"}, ctxd.KindForbidden},
+		{"over the window", ctxd.AskRequest{Session: "s", Query: strings.Repeat("long ", 200)}, ctxd.KindDoesNotFit},
 	}
 	for _, c := range cases {
-		if _, err := o.Ask(ctx, Request(c.req), noop); !errors.Is(err, c.want) {
-			t.Errorf("%s: %v, want %v", c.name, err, c.want)
-		}
+		t.Run(c.name, func(t *testing.T) {
+			_, err := h.o.Ask(t.Context(), c.req, noop)
+			if got := ctxd.KindOf(err); got != c.want {
+				t.Errorf("%v: kind %q, want %q", err, got, c.want)
+			}
+		})
 	}
-	var le *governor.LimitError
-	if _, err := o.Ask(ctx, Request{Session: "s", Query: strings.Repeat("long ", 200)}, noop); !errors.As(err, &le) {
-		t.Errorf("over-window query: %v, want a LimitError", err)
+	if n := len(h.backend.Requests()); n != 0 {
+		t.Errorf("%d refused requests reached the backend", n)
 	}
 }
 
-func TestBackendFailureForgetsSlot(t *testing.T) {
-	o, be, _ := newTest(t, governor.Limits{NumCtx: 100000, AnswerReserve: 64})
-	noop := func(string) error { return nil }
-	if _, err := o.Ask(t.Context(), Request{Session: "s", Query: "q"}, noop); err != nil {
+// TestFailedGenerationKeepsWhatTheSlotHolds: a backend error before any
+// token leaves the slot with at least the prefix it shared with the old
+// content, so the next turn still expects that much, not nothing.
+func TestFailedGenerationKeepsWhatTheSlotHolds(t *testing.T) {
+	t.Parallel()
+	h := newTest(t, governor.Limits{NumCtx: 100000, AnswerReserve: 64}, 1)
+	first := h.ask(t, "s", "q")
+	h.backend.FailNext(fake.ErrScripted)
+	if _, err := h.o.Ask(t.Context(), ctxd.AskRequest{Session: "s", Query: "q2"}, noop); !errors.Is(err, fake.ErrScripted) {
+		t.Fatalf("backend failure reported as %v", err)
+	}
+	sum := h.ask(t, "s", "q3")
+	if sum.Turn != 2 || sum.CachedTokens != first.PromptTokens {
+		t.Errorf("after a failure: turn %d with %d cached, want turn 2 with the first prompt's %d", sum.Turn, sum.CachedTokens, first.PromptTokens)
+	}
+}
+
+// TestCancelledAnswerStopsTheBackend: a client that goes away mid-answer
+// stops the generation, nothing is recorded, and the slot is known to hold
+// the prompt that was evaluated.
+func TestCancelledAnswerStopsTheBackend(t *testing.T) {
+	t.Parallel()
+	h := newTest(t, governor.Limits{NumCtx: 100000, AnswerReserve: 64}, 1)
+	h.backend.Hold()
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() {
+		_, err := h.o.Ask(ctx, ctxd.AskRequest{Session: "s", Query: "long answer please"}, noop)
+		done <- err
+	}()
+	req := h.started(t, "long answer please")
+	cancel()
+	err := <-done
+	if ctxd.KindOf(err) != ctxd.KindCanceled || !strings.Contains(err.Error(), "not recorded") {
+		t.Fatalf("cancelled answer: %v (kind %q)", err, ctxd.KindOf(err))
+	}
+	if h.backend.Stopped() != 1 {
+		t.Errorf("backend stopped %d generations, want 1", h.backend.Stopped())
+	}
+	h.backend.Release()
+	if s, _ := h.store.Session(t.Context(), "s"); s.Count != 0 {
+		t.Errorf("a cancelled answer was recorded: %+v", s)
+	}
+	// The same question again: the slot holds its whole prompt.
+	sum := h.ask(t, "s", "long answer please")
+	if sum.Turn != 1 || sum.CachedTokens != len(req.Prompt) {
+		t.Errorf("after the cancel: turn %d, %d cached, want turn 1 with %d cached", sum.Turn, sum.CachedTokens, len(req.Prompt))
+	}
+}
+
+// TestCancelledWhileWaitingIsNeverSent reproduces a request whose client
+// went away while it waited for the backend's only slot.
+func TestCancelledWhileWaitingIsNeverSent(t *testing.T) {
+	t.Parallel()
+	h := newTest(t, governor.Limits{NumCtx: 100000, AnswerReserve: 64}, 1)
+	h.backend.Hold()
+	first := make(chan error, 1)
+	go func() {
+		_, err := h.o.Ask(t.Context(), ctxd.AskRequest{Session: "a", Query: "first"}, noop)
+		first <- err
+	}()
+	h.started(t, "first")
+	ctx, cancel := context.WithCancel(t.Context())
+	waiting := make(chan error, 1)
+	go func() {
+		_, err := h.o.Ask(ctx, ctxd.AskRequest{Session: "b", Query: "never sent"}, noop)
+		waiting <- err
+	}()
+	for len(h.sched.Status().Waiting) == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	cancel()
+	if err := <-waiting; ctxd.KindOf(err) != ctxd.KindCanceled || !strings.Contains(err.Error(), "nothing was sent") {
+		t.Fatalf("cancelled waiter: %v", err)
+	}
+	if st := h.sched.Status(); len(st.Waiting) != 0 {
+		t.Errorf("the cancelled request is still queued: %+v", st)
+	}
+	h.backend.Release()
+	if err := <-first; err != nil {
 		t.Fatal(err)
 	}
-	be.fail = errors.New("backend down")
-	if _, err := o.Ask(t.Context(), Request{Session: "s", Query: "q2"}, noop); err == nil {
-		t.Fatal("backend failure not reported")
+	for _, p := range h.backend.Prompts() {
+		if strings.Contains(p, "never sent") {
+			t.Fatal("a request cancelled while waiting reached the backend")
+		}
 	}
-	be.fail = nil
-	sum, err := o.Ask(t.Context(), Request{Session: "s", Query: "q3"}, noop)
-	if err != nil {
+}
+
+// TestReadsNeverWaitForAGeneration: while an answer is held at the
+// backend, the status, prompt and session reads answer, and a delete of
+// that session waits for the answer to be recorded, then forgets it.
+func TestReadsNeverWaitForAGeneration(t *testing.T) {
+	t.Parallel()
+	h := newTest(t, governor.Limits{NumCtx: 100000, AnswerReserve: 64}, 1)
+	h.ask(t, "s", "recorded")
+	h.backend.Hold()
+	done := make(chan error, 1)
+	go func() {
+		_, err := h.o.Ask(t.Context(), ctxd.AskRequest{Session: "s", Query: "held"}, noop)
+		done <- err
+	}()
+	h.started(t, "held")
+	if h.o.LastSummary() == nil {
+		t.Error("no last summary while a request runs")
+	}
+	if _, ok := h.o.LastPrompt("s"); !ok {
+		t.Error("no last prompt while a request runs")
+	}
+	if s, err := h.o.Session(t.Context(), "s"); err != nil || s.Count != 1 {
+		t.Errorf("session read while a request runs: %+v %v", s, err)
+	}
+	if list, err := h.o.Sessions(t.Context()); err != nil || len(list) != 1 {
+		t.Errorf("session list while a request runs: %+v %v", list, err)
+	}
+	deleted := make(chan error, 1)
+	go func() { deleted <- h.o.DeleteSession(t.Context(), "s") }()
+	for h.sched.Status().InSessions == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	select {
+	case err := <-deleted:
+		t.Fatalf("delete did not wait for the running answer: %v", err)
+	default:
+	}
+	h.backend.Release()
+	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	if sum.CachedTokens != 0 || sum.Turn != 2 {
-		t.Errorf("after a failure: %+v, want nothing cached and turn 2", sum)
+	if err := <-deleted; err != nil {
+		t.Fatal(err)
+	}
+	if s, _ := h.store.Session(t.Context(), "s"); s.Count != 0 {
+		t.Errorf("deleted session still stored: %+v", s)
+	}
+	if sum := h.ask(t, "s", "new start"); sum.Turn != 1 || sum.PrefixNote != "first turn of the session" {
+		t.Errorf("after delete: turn %d, note %q", sum.Turn, sum.PrefixNote)
+	}
+}
+
+// TestSessionsRunConcurrentlyOnSlots: 8 sessions × 3 turns on 2 slots:
+// never more than 2 generations at once, every answer recorded in order.
+func TestSessionsRunConcurrentlyOnSlots(t *testing.T) {
+	t.Parallel()
+	h := newTest(t, governor.Limits{NumCtx: 100000, AnswerReserve: 64}, 2)
+	var wg sync.WaitGroup
+	for i := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for turn := 1; turn <= 3; turn++ {
+				sum, err := h.o.Ask(t.Context(), ctxd.AskRequest{Session: fmt.Sprint("agent-", i), Query: fmt.Sprint("q", turn)}, noop)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if sum.Turn != turn || sum.Slot < 0 || sum.Slot > 1 {
+					t.Errorf("agent %d turn %d: %+v", i, turn, sum)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if m := h.backend.MaxRunning(); m > 2 {
+		t.Errorf("%d generations ran at once on 2 slots", m)
+	}
+	list, _ := h.store.Sessions(t.Context())
+	for _, s := range list {
+		if s.Turns != 3 {
+			t.Errorf("session %s has %d turns, want 3", s.ID, s.Turns)
+		}
+	}
+	if len(list) != 8 {
+		t.Errorf("%d sessions recorded, want 8", len(list))
+	}
+}
+
+func TestUnrecordedAnswerIsAnError(t *testing.T) {
+	t.Parallel()
+	h := newTest(t, governor.Limits{NumCtx: 100000, AnswerReserve: 64}, 1)
+	h.store.FailNextWrite(errors.New("disk full"))
+	_, err := h.o.Ask(t.Context(), ctxd.AskRequest{Session: "s", Query: "q"}, noop)
+	if ctxd.KindOf(err) != ctxd.KindNotRecorded || !strings.Contains(err.Error(), "disk full") {
+		t.Fatalf("unrecorded answer: %v", err)
+	}
+	if sum := h.ask(t, "s", "q"); sum.Turn != 1 {
+		t.Errorf("after a failed record the session has %d turns before this one", sum.Turn-1)
 	}
 }
 
 func TestIncompleteAnswerIsKeptAndMarked(t *testing.T) {
-	o, be, _ := newTest(t, governor.Limits{NumCtx: 100000, AnswerReserve: 64})
-	be.incomplete = true
-	noop := func(string) error { return nil }
-	sum, err := o.Ask(t.Context(), Request{Session: "s", Query: "q"}, noop)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if sum.DoneReason != DoneIncomplete || !strings.Contains(sum.DoneNote, "without its final message") || sum.AnswerTokens != len("an answer") {
+	t.Parallel()
+	h := newTest(t, governor.Limits{NumCtx: 100000, AnswerReserve: 64}, 1)
+	h.backend.SetIncomplete(true)
+	sum := h.ask(t, "s", "q")
+	if sum.DoneReason != ctxd.DoneIncomplete || !strings.Contains(sum.DoneNote, "without its final message") || sum.AnswerTokens != len("an answer") {
 		t.Errorf("incomplete answer summary: done %q, note %q, %d answer tokens", sum.DoneReason, sum.DoneNote, sum.AnswerTokens)
 	}
-	be.incomplete = false
-	next, err := o.Ask(t.Context(), Request{Session: "s", Query: "q2"}, noop)
-	if err != nil {
-		t.Fatal(err)
-	}
+	h.backend.SetIncomplete(false)
+	next := h.ask(t, "s", "q2")
 	// The partial answer is part of the conversation the backend holds.
-	if next.Turn != 2 || next.CachedTokens != sum.PromptTokens || !strings.Contains(be.prompts[1], "an answer") || next.DoneNote != "" {
+	if next.Turn != 2 || next.CachedTokens != sum.PromptTokens || !strings.Contains(h.lastPrompt(), "an answer") || next.DoneNote != "" {
 		t.Errorf("turn after an incomplete answer: %+v", next)
 	}
 }
 
 func TestDepthCompactsInEpochsAndKeepsPinned(t *testing.T) {
-	o, be, _ := newTest(t, governor.Limits{NumCtx: 100000, AnswerReserve: 64, MaxDepth: 4})
-	ctx := t.Context()
-	noop := func(string) error { return nil }
-	if _, err := o.Ask(ctx, Request{Session: "s", Query: "remember: the key is 42", Pin: true}, noop); err != nil {
+	t.Parallel()
+	h := newTest(t, governor.Limits{NumCtx: 100000, AnswerReserve: 64, MaxDepth: 4}, 1)
+	if _, err := h.o.Ask(t.Context(), ctxd.AskRequest{Session: "s", Query: "remember: the key is 42", Pin: true}, noop); err != nil {
 		t.Fatal(err)
 	}
-	var sum *Summary
-	var err error
+	var sum *ctxd.Summary
 	for i := 2; i <= 6; i++ {
-		if sum, err = o.Ask(ctx, Request{Session: "s", Query: fmt.Sprint("filler ", i)}, noop); err != nil {
-			t.Fatal(err)
-		}
+		sum = h.ask(t, "s", fmt.Sprint("filler ", i))
 		if i <= 5 && len(sum.Governor) != 0 {
 			t.Fatalf("turn %d compacted early: %+v", i, sum.Governor)
 		}
 	}
 	// Turn 6 saw 5 turns of history > max_depth 4: cut to 2 in one step.
-	if len(sum.Governor) != 1 || sum.Governor[0].Kind != "compact" || sum.Governor[0].TurnsDropped != 3 || sum.Epoch != 1 {
+	if len(sum.Governor) != 1 || sum.Governor[0].Kind != ctxd.ActionCompact || sum.Governor[0].TurnsDropped != 3 || sum.Epoch != 1 {
 		t.Fatalf("turn 6 governor %+v epoch %d", sum.Governor, sum.Epoch)
 	}
 	if sum.PrefixBreak == nil || sum.PrefixBreak.Block != "state" {
 		t.Errorf("compaction not reported as a state break: %+v", sum.PrefixBreak)
 	}
-	last := be.prompts[len(be.prompts)-1]
+	last := h.lastPrompt()
 	if !strings.Contains(last, "the key is 42") || strings.Contains(last, "filler 2\n") || !strings.Contains(last, "filler 5") {
 		t.Errorf("after compaction the prompt should keep the pinned turn and the newest, not the oldest filler:\n%s", last[len(last)-400:])
 	}
 	// The next turn extends the compacted prompt again.
-	if sum, err = o.Ask(ctx, Request{Session: "s", Query: "next"}, noop); err != nil || sum.PrefixBreak != nil || len(sum.Governor) != 0 {
-		t.Errorf("turn after compaction: %+v %v", sum, err)
+	if sum = h.ask(t, "s", "next"); sum.PrefixBreak != nil || len(sum.Governor) != 0 {
+		t.Errorf("turn after compaction: %+v", sum)
 	}
 }
 
 func TestCondenseWhenTheWindowIsExceeded(t *testing.T) {
+	t.Parallel()
 	// Byte tokens: the stable blocks are ~2.4k, each turn ~60; the window
 	// holds the stable blocks and a few turns only.
-	o, be, _ := newTest(t, governor.Limits{NumCtx: 2850, AnswerReserve: 64})
-	ctx := t.Context()
-	noop := func(string) error { return nil }
-	var sum *Summary
+	h := newTest(t, governor.Limits{NumCtx: 2850, AnswerReserve: 64}, 1)
+	var sum *ctxd.Summary
 	var err error
 	for i := range 8 {
-		sum, err = o.Ask(ctx, Request{Session: "c", Query: fmt.Sprintf("question number %d, padded a little", i), Pin: i == 0}, noop)
+		sum, err = h.o.Ask(t.Context(), ctxd.AskRequest{Session: "c", Query: fmt.Sprintf("question number %d, padded a little", i), Pin: i == 0}, noop)
 		if err != nil {
 			t.Fatalf("turn %d: %v", i+1, err)
 		}
@@ -238,14 +390,14 @@ func TestCondenseWhenTheWindowIsExceeded(t *testing.T) {
 			break
 		}
 	}
-	if len(sum.Governor) == 0 || sum.Governor[len(sum.Governor)-1].Kind != "condense" {
+	if len(sum.Governor) == 0 || sum.Governor[len(sum.Governor)-1].Kind != ctxd.ActionCondense {
 		t.Fatalf("no condensation within 8 turns: %+v", sum)
 	}
 	if sum.PromptTokens > 2850-64 {
 		t.Errorf("condensed prompt %d tokens still over the budget", sum.PromptTokens)
 	}
-	last := be.prompts[len(be.prompts)-1]
-	condensePrompt := be.prompts[len(be.prompts)-2]
+	prompts := h.backend.Prompts()
+	last, condensePrompt := prompts[len(prompts)-1], prompts[len(prompts)-2]
 	if !strings.Contains(condensePrompt, condenseInstruction) {
 		t.Errorf("the backend was not asked to condense:\n%s", condensePrompt)
 	}
@@ -254,41 +406,40 @@ func TestCondenseWhenTheWindowIsExceeded(t *testing.T) {
 	}
 
 	// A query that cannot fit even with no history is refused with numbers.
-	_, err = o.Ask(ctx, Request{Session: "c", Query: strings.Repeat("z", 3000)}, noop)
+	_, err = h.o.Ask(t.Context(), ctxd.AskRequest{Session: "c", Query: strings.Repeat("z", 3000)}, noop)
 	var le *governor.LimitError
 	if !errors.As(err, &le) || le.Needed <= le.Allowed || !strings.Contains(err.Error(), "query=") {
 		t.Errorf("oversized query: %v", err)
 	}
 }
 
-type fakeRetriever struct{ queries []string }
+type fakeRetriever struct {
+	mu      sync.Mutex
+	queries []string
+}
 
-func (f *fakeRetriever) Search(_ context.Context, q string, k int) ([]runcontext.Excerpt, error) {
+func (f *fakeRetriever) Search(_ context.Context, q string, k int) ([]ctxd.Excerpt, error) {
+	f.mu.Lock()
 	f.queries = append(f.queries, q)
-	var out []runcontext.Excerpt
+	f.mu.Unlock()
+	var out []ctxd.Excerpt
 	for i := range k {
-		out = append(out, runcontext.Excerpt{Path: fmt.Sprintf("pkg/f%d.go", i), Lines: "1-9", Text: strings.Repeat("excerpt text ", 20)})
+		out = append(out, ctxd.Excerpt{Path: fmt.Sprintf("pkg/f%d.go", i), Lines: "1-9", Text: strings.Repeat("excerpt text ", 20)})
 	}
 	return out, nil
 }
 
 func TestRAGPutsExcerptsInTheVolatileTail(t *testing.T) {
-	o, be, _ := newTest(t, governor.Limits{NumCtx: 100000, AnswerReserve: 64})
+	t.Parallel()
+	h := newTest(t, governor.Limits{NumCtx: 100000, AnswerReserve: 64}, 1)
 	r := &fakeRetriever{}
-	o.SetCodex(CodexState{
-		Block:     runcontext.Codex{Name: "big", Mode: runcontext.ModeRAG, Body: "map of files\n"},
-		Plan:      governor.CodexPlan{Mode: runcontext.ModeRAG, Reason: "too big"},
-		Retriever: r, TopK: 3,
-	})
-	noop := func(string) error { return nil }
-	sum, err := o.Ask(t.Context(), Request{Session: "r", Query: "where is f1?"}, noop)
-	if err != nil {
-		t.Fatal(err)
-	}
+	h.o.SetCodex(runcontext.Codex{Name: "big", Mode: runcontext.ModeRAG, Body: "map of files\n"},
+		ctxd.CodexPlan{Mode: runcontext.ModeRAG, Reason: "too big"}, r)
+	sum := h.ask(t, "r", "where is f1?")
 	if sum.Excerpts != 3 || sum.Codex.Mode != "rag" || len(r.queries) != 1 {
 		t.Fatalf("summary %+v, queries %v", sum, r.queries)
 	}
-	p := be.prompts[0]
+	p := h.lastPrompt()
 	conv := strings.Index(p, "### CONVERSATION")
 	first := strings.Index(p, "[excerpt \"pkg/f0.go\" lines 1-9]")
 	if first < conv || !strings.Contains(p[first:], "where is f1?") {
@@ -298,49 +449,7 @@ func TestRAGPutsExcerptsInTheVolatileTail(t *testing.T) {
 		t.Error("search_codex offered to a sigil without the scope")
 	}
 	// The next turn keeps the excerpts in the history, so it extends the prefix.
-	sum, err = o.Ask(t.Context(), Request{Session: "r", Query: "and f2?"}, noop)
-	if err != nil || sum.PrefixBreak != nil {
-		t.Errorf("second RAG turn: %+v %v", sum.PrefixBreak, err)
-	}
-}
-
-// mergingTokenizer is a byte tokenizer that merges "\n###" into one token,
-// so a prompt split after a blank line tokenizes differently from the whole.
-type mergingTokenizer struct{ byteTokenizer }
-
-func (m mergingTokenizer) Tokenize(s string) ([]int, error) {
-	var out []int
-	for i := 0; i < len(s); i++ {
-		if strings.HasPrefix(s[i:], "\n###") {
-			out = append(out, 1000)
-			i += 3
-			continue
-		}
-		out = append(out, int(s[i]))
-	}
-	return out, nil
-}
-
-func (m mergingTokenizer) TokenizeText(s string) ([]int, error) { return m.Tokenize(s) }
-
-func TestIncrementalTokenizationStaysExact(t *testing.T) {
-	for name, tok := range map[string]Tokenizer{"splittable": byteTokenizer{}, "merging": mergingTokenizer{}} {
-		t.Run(name, func(t *testing.T) {
-			o, be, _ := newTest(t, governor.Limits{NumCtx: 100000, AnswerReserve: 64})
-			o.tok = tok
-			for i := range 2*tailCheckEvery + 1 { // through the periodic whole-tail checks
-				sum, err := o.Ask(t.Context(), Request{Session: "tok", Query: fmt.Sprint("q", i)}, func(string) error { return nil })
-				if err != nil {
-					t.Fatal(err)
-				}
-				want, _ := tok.Tokenize(be.prompts[len(be.prompts)-1])
-				if sum.PromptTokens != len(want) {
-					t.Errorf("turn %d: %d prompt tokens, the whole prompt has %d", i+1, sum.PromptTokens, len(want))
-				}
-			}
-			if e := len(o.prefixes); e != 1 {
-				t.Errorf("%d cached prefixes, want 1", e)
-			}
-		})
+	if sum = h.ask(t, "r", "and f2?"); sum.PrefixBreak != nil {
+		t.Errorf("second RAG turn broke the prefix: %+v", sum.PrefixBreak)
 	}
 }

@@ -1,5 +1,7 @@
 package runcontext
 
+import "github.com/ctxd/ctxd"
+
 // RunContext is everything the model sees for one request, in block order.
 type RunContext struct {
 	Identity    Identity    `json:"identity"`
@@ -48,6 +50,9 @@ func (c *Codex) Prerender() {
 	c.bodyValid = len(v.errs) == 0
 }
 
+// Prerendered reports whether Prerender has rendered the block.
+func (c *Codex) Prerendered() bool { return c.block != "" }
+
 // CodexRef names one file of the codex.
 type CodexRef struct {
 	Path   string `json:"path" jsonschema_description:"slash-separated path relative to the codex root"`
@@ -57,12 +62,7 @@ type CodexRef struct {
 
 // Environment is the hardware situation in coarse bands, never raw numbers,
 // so it changes only when a band changes. Block 3.
-type Environment struct {
-	Memory       string `json:"memory" jsonschema:"enum=unknown,enum=low,enum=medium,enum=high" jsonschema_description:"free memory band for the model (VRAM, or host memory without a GPU)"`
-	GPU          string `json:"gpu" jsonschema:"enum=unknown,enum=none,enum=present"`
-	Power        string `json:"power" jsonschema:"enum=unknown,enum=ac,enum=battery,enum=low_power"`
-	Connectivity string `json:"connectivity" jsonschema:"enum=unknown,enum=offline,enum=online"`
-}
+type Environment = ctxd.Environment
 
 // Sigil is the active agent identity and its permission scopes. Block 4.
 type Sigil struct {
@@ -92,12 +92,7 @@ type State struct {
 }
 
 // Turn is one finished exchange.
-type Turn struct {
-	Query    string    `json:"query"`
-	Excerpts []Excerpt `json:"excerpts,omitempty"`
-	Answer   string    `json:"answer"`
-	Verbatim bool      `json:"verbatim,omitempty" jsonschema_description:"pinned: never pruned or rewritten"`
-}
+type Turn = ctxd.Turn
 
 // Query is this request: the volatile tail. Block 7.
 type Query struct {
@@ -106,8 +101,4 @@ type Query struct {
 }
 
 // Excerpt is a piece of the codex retrieved for one query.
-type Excerpt struct {
-	Path  string `json:"path"`
-	Lines string `json:"lines,omitempty" jsonschema:"pattern=^[0-9]+-[0-9]+$"`
-	Text  string `json:"text"`
-}
+type Excerpt = ctxd.Excerpt

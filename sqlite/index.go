@@ -9,8 +9,8 @@ import (
 	"strings"
 	"unicode"
 
+	"github.com/ctxd/ctxd"
 	"github.com/ctxd/ctxd/codex"
-	"github.com/ctxd/ctxd/runcontext"
 )
 
 // Index is the codex's full-text index for retrieval (SQLite FTS5, ranked
@@ -19,6 +19,8 @@ import (
 type Index struct {
 	db *sql.DB
 }
+
+var _ ctxd.Retriever = (*Index)(nil)
 
 // OpenIndex opens (creating if needed) the index at path.
 func OpenIndex(ctx context.Context, path string) (*Index, error) {
@@ -105,7 +107,7 @@ func (x *Index) Sync(ctx context.Context, c *codex.Codex) (int, error) {
 
 // Search returns the k chunks that best match query (BM25), as excerpts.
 // Only words of the query are searched: FTS5 syntax in it has no effect.
-func (x *Index) Search(ctx context.Context, query string, k int) ([]runcontext.Excerpt, error) {
+func (x *Index) Search(ctx context.Context, query string, k int) ([]ctxd.Excerpt, error) {
 	terms := strings.FieldsFunc(query, func(r rune) bool { return !unicode.IsLetter(r) && !unicode.IsDigit(r) && r != '_' })
 	if len(terms) == 0 {
 		return nil, nil
@@ -130,9 +132,9 @@ func (x *Index) Search(ctx context.Context, query string, k int) ([]runcontext.E
 		return nil, fmt.Errorf("sqlite: search: %w", err)
 	}
 	defer rows.Close()
-	var out []runcontext.Excerpt
+	var out []ctxd.Excerpt
 	for rows.Next() {
-		var e runcontext.Excerpt
+		var e ctxd.Excerpt
 		var start, end int
 		if err := rows.Scan(&e.Path, &start, &end, &e.Text); err != nil {
 			return nil, fmt.Errorf("sqlite: search: %w", err)

@@ -21,7 +21,7 @@ func TestIndexSyncAndSearch(t *testing.T) {
 	put("README.md", "# ctxd\nA sidecar.\n\n## Sockets\nThe daemon listens on a unix socket.\n")
 	put("notes.txt", "unrelated words about gardening\n")
 	load := func() *codex.Codex {
-		c, err := codex.Load(dir, codex.DefaultOptions())
+		c, err := codex.Load(t.Context(), dir, codex.DefaultOptions())
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -12,7 +12,7 @@ import (
 
 	_ "modernc.org/sqlite" // registers the "sqlite" driver
 
-	"github.com/ctxd/ctxd/runcontext"
+	"github.com/ctxd/ctxd"
 )
 
 // schemaVersion is the user_version the migrations below bring a database to.
@@ -44,6 +44,8 @@ var migrations = []string{
 type Store struct {
 	db *sql.DB
 }
+
+var _ ctxd.Store = (*Store)(nil)
 
 // Open opens (creating if needed) the database at path and migrates it.
 func Open(ctx context.Context, path string) (*Store, error) {
@@ -95,19 +97,9 @@ func (s *Store) migrate(ctx context.Context) error {
 // Close closes the database.
 func (s *Store) Close() error { return s.db.Close() }
 
-// Session is a conversation as stored.
-type Session struct {
-	ID      string
-	Epoch   int
-	Summary string            // condensed turns of earlier epochs, if any
-	Turns   []runcontext.Turn // the turns of the current epoch, oldest first
-	Seqs    []int64           // the turns' sequence numbers, parallel to Turns
-	Count   int               // turns in all epochs
-}
-
 // Session loads a session; a session never seen before is empty, not an error.
-func (s *Store) Session(ctx context.Context, id string) (Session, error) {
-	sess := Session{ID: id}
+func (s *Store) Session(ctx context.Context, id string) (ctxd.Session, error) {
+	sess := ctxd.Session{ID: id}
 	err := s.db.QueryRowContext(ctx, "SELECT epoch, summary FROM sessions WHERE id = ?", id).Scan(&sess.Epoch, &sess.Summary)
 	if errors.Is(err, sql.ErrNoRows) {
 		return sess, nil
@@ -122,7 +114,7 @@ func (s *Store) Session(ctx context.Context, id string) (Session, error) {
 	}
 	defer rows.Close()
 	for rows.Next() {
-		var t runcontext.Turn
+		var t ctxd.Turn
 		var excerpts string
 		var seq int64
 		if err := rows.Scan(&seq, &t.Query, &excerpts, &t.Answer, &t.Verbatim); err != nil {
@@ -174,7 +166,7 @@ func (s *Store) NewEpoch(ctx context.Context, id string, keep []int64, summary s
 
 // AppendTurn adds a finished turn to the session's current epoch, creating
 // the session if needed. summary is stored as given (JSON).
-func (s *Store) AppendTurn(ctx context.Context, id string, t runcontext.Turn, summary []byte, now time.Time) (int64, error) {
+func (s *Store) AppendTurn(ctx context.Context, id string, t ctxd.Turn, summary []byte, now time.Time) (int64, error) {
 	excerpts, err := json.Marshal(t.Excerpts)
 	if err != nil {
 		return 0, fmt.Errorf("sqlite: append turn: %w", err)
@@ -217,15 +209,8 @@ func (s *Store) DeleteSession(ctx context.Context, id string) error {
 	return nil
 }
 
-// SessionInfo is one line of the session list.
-type SessionInfo struct {
-	ID    string `json:"id"`
-	Epoch int    `json:"epoch"`
-	Turns int    `json:"turns"`
-}
-
 // Sessions lists all sessions by id.
-func (s *Store) Sessions(ctx context.Context) ([]SessionInfo, error) {
+func (s *Store) Sessions(ctx context.Context) ([]ctxd.SessionInfo, error) {
 	rows, err := s.db.QueryContext(ctx, `
 		SELECT s.id, s.epoch, COUNT(t.seq) FROM sessions s
 		LEFT JOIN turns t ON t.session_id = s.id GROUP BY s.id ORDER BY s.id`)
@@ -233,9 +218,9 @@ func (s *Store) Sessions(ctx context.Context) ([]SessionInfo, error) {
 		return nil, fmt.Errorf("sqlite: sessions: %w", err)
 	}
 	defer rows.Close()
-	var out []SessionInfo
+	var out []ctxd.SessionInfo
 	for rows.Next() {
-		var si SessionInfo
+		var si ctxd.SessionInfo
 		if err := rows.Scan(&si.ID, &si.Epoch, &si.Turns); err != nil {
 			return nil, fmt.Errorf("sqlite: sessions: %w", err)
 		}

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ctxd/ctxd/runcontext"
+	"github.com/ctxd/ctxd"
 )
 
 func TestSessionsSurviveReopen(t *testing.T) {
@@ -20,16 +20,16 @@ func TestSessionsSurviveReopen(t *testing.T) {
 		t.Fatalf("unknown session: %+v %v", empty, err)
 	}
 	now := time.Unix(1700000000, 0)
-	turns := []runcontext.Turn{
+	turns := []ctxd.Turn{
 		{Query: "q1", Answer: "a1"},
-		{Query: "q2", Answer: "a\x00 with NUL and ### marks", Excerpts: []runcontext.Excerpt{{Path: "a.go", Text: "x"}}},
+		{Query: "q2", Answer: "a\x00 with NUL and ### marks", Excerpts: []ctxd.Excerpt{{Path: "a.go", Text: "x"}}},
 	}
 	for _, tr := range turns {
 		if _, err := s.AppendTurn(ctx, "s1", tr, []byte(`{"prompt_tokens":3}`), now); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if _, err := s.AppendTurn(ctx, "s2", runcontext.Turn{Query: "other", Answer: ""}, nil, now); err != nil {
+	if _, err := s.AppendTurn(ctx, "s2", ctxd.Turn{Query: "other", Answer: ""}, nil, now); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.Close(); err != nil {
@@ -69,7 +69,7 @@ func TestNewEpochKeepsTheRecord(t *testing.T) {
 	defer s.Close()
 	now := time.Unix(1700000000, 0)
 	for i := range 5 {
-		tr := runcontext.Turn{Query: string(rune('a' + i)), Answer: "x", Verbatim: i == 0}
+		tr := ctxd.Turn{Query: string(rune('a' + i)), Answer: "x", Verbatim: i == 0}
 		if _, err := s.AppendTurn(ctx, "s", tr, nil, now); err != nil {
 			t.Fatal(err)
 		}
@@ -79,7 +79,7 @@ func TestNewEpochKeepsTheRecord(t *testing.T) {
 	if err != nil || epoch != 1 {
 		t.Fatalf("epoch %d, %v", epoch, err)
 	}
-	if _, err := s.AppendTurn(ctx, "s", runcontext.Turn{Query: "f", Answer: "y"}, nil, now); err != nil {
+	if _, err := s.AppendTurn(ctx, "s", ctxd.Turn{Query: "f", Answer: "y"}, nil, now); err != nil {
 		t.Fatal(err)
 	}
 	after, err := s.Session(ctx, "s")

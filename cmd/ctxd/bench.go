@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -81,7 +82,7 @@ func cmdCodexBench(args []string, stdout io.Writer) error {
 		opts := codex.DefaultOptions()
 		opts.MaxTotalBytes = 0
 		opts.Counter, opts.Cache = ct, cache
-		c, err := codex.Load(tree, opts)
+		c, err := codex.Load(context.Background(), tree, opts)
 		if err != nil {
 			return nil, 0, err
 		}

@@ -15,8 +15,7 @@ import (
 	"github.com/schollz/progressbar/v3"
 	"golang.org/x/term"
 
-	"github.com/ctxd/ctxd/codex"
-	"github.com/ctxd/ctxd/daemon"
+	"github.com/ctxd/ctxd"
 )
 
 func cmdCodex(args []string, stdout, stderr io.Writer) error {
@@ -54,7 +53,7 @@ func cmdCodexLoad(args []string, stdout, stderr io.Writer) error {
 	if f, ok := stderr.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
 		tty = true
 	}
-	st, err := clientFor(*socket).LoadCodex(ctx, path, func(p codex.Progress) {
+	st, err := clientFor(*socket).LoadCodex(ctx, path, func(p ctxd.CodexProgress) {
 		if !tty {
 			fmt.Fprintf(stderr, "codex: %d/%d files, %d/%d bytes, %d tokens\n", p.Files, p.TotalFiles, p.Bytes, p.TotalBytes, p.Tokens)
 			return
@@ -84,7 +83,7 @@ func cmdCodexStats(args []string, stdout io.Writer) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	var st daemon.CodexStats
+	var st ctxd.CodexStats
 	if err := clientFor(*socket).GetJSON(context.Background(), "/v1/codex", &st); err != nil {
 		return err
 	}
@@ -97,7 +96,7 @@ func cmdCodexStats(args []string, stdout io.Writer) error {
 	return nil
 }
 
-func printCodexStats(w io.Writer, st *daemon.CodexStats) {
+func printCodexStats(w io.Writer, st *ctxd.CodexStats) {
 	fmt.Fprintf(w, "codex %s (%s)\n", st.Name, st.Root)
 	fmt.Fprintf(w, "  %d files, %d bytes, %d tokens, loaded in %.0f ms\n", st.Files, st.Bytes, st.Tokens, st.LoadMillis)
 	fmt.Fprintf(w, "  mode %s: %s\n", st.Plan.Mode, st.Plan.Reason)

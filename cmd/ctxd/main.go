@@ -21,6 +21,7 @@ import (
 	"github.com/coreos/go-systemd/v22/activation"
 	sddaemon "github.com/coreos/go-systemd/v22/daemon"
 
+	"github.com/ctxd/ctxd"
 	"github.com/ctxd/ctxd/client"
 	"github.com/ctxd/ctxd/config"
 	"github.com/ctxd/ctxd/daemon"
@@ -209,7 +210,7 @@ func cmdAsk(args []string, stdout, stderr io.Writer) error {
 	defer stop()
 	c := clientFor(*socket)
 	streamed := false
-	sum, err := c.Ask(ctx, daemon.AskRequest{Session: *session, Query: query, Sigil: *sigil, Pin: *pin}, func(s string) {
+	sum, err := c.Ask(ctx, ctxd.AskRequest{Session: *session, Query: query, Sigil: *sigil, Pin: *pin}, func(s string) {
 		streamed = true
 		fmt.Fprint(stdout, s)
 	})
@@ -267,7 +268,7 @@ func cmdPrompt(args []string, stdout io.Writer) error {
 	if *asJSON {
 		return cmdGet([]string{"--socket", *socket}, stdout, path)
 	}
-	var lp daemon.LastPrompt
+	var lp ctxd.LastPrompt
 	if err := clientFor(*socket).GetJSON(context.Background(), path, &lp); err != nil {
 		return err
 	}

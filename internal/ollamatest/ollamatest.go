@@ -102,7 +102,7 @@ func Model(tb testing.TB, cfg modelgen.Config) string {
 
 // Client imports the model for cfg into srv under name and returns a
 // client with the given load options, loaded.
-func Client(tb testing.TB, srv *ollama.Server, name string, cfg modelgen.Config, load ollama.LoadOptions) *ollama.Client {
+func Client(tb testing.TB, srv *ollama.Server, name string, cfg modelgen.Config, load ollama.Options) *ollama.Client {
 	tb.Helper()
 	c := ollama.New(srv.URL(), name, load)
 	if err := c.Import(context.Background(), Model(tb, cfg)); err != nil {

@@ -1,0 +1,93 @@
+package ctxd
+
+import (
+	"context"
+	"time"
+)
+
+// GenerateRequest is one prompt for a backend slot.
+type GenerateRequest struct {
+	Prompt    string
+	Slot      int      // the scheduler's slot; a backend that lets clients pick one (llama-server) uses it
+	MaxTokens int      // the answer reserve: prompt + answer always fit the window
+	NumKeep   int      // tokens the backend must never shift out
+	Stop      []string // stop sequences
+}
+
+// Done reasons of a generation.
+const (
+	DoneStop   = "stop"   // the model ended the answer or hit a stop sequence
+	DoneLength = "length" // the answer reached MaxTokens
+	// DoneIncomplete: the backend ended the stream without its final
+	// message (Ollama aborting at its token repeat limit): the text is
+	// what streamed, and the backend's measurements are missing.
+	DoneIncomplete = "incomplete"
+)
+
+// Generation is a finished answer and the backend's own measurements.
+type Generation struct {
+	Text       string
+	DoneReason string // one of the Done* reasons, or the backend's own
+
+	TTFT               time.Duration // from sending the request to the first token
+	PromptEvalCount    int
+	PromptEvalDuration time.Duration
+	EvalCount          int
+	EvalDuration       time.Duration
+}
+
+// Backend generates from a raw prompt, streaming pieces to onToken. An
+// error from onToken ends the generation (the backend stops) and is
+// returned. Cancelling ctx stops the generation at the backend.
+type Backend interface {
+	Generate(ctx context.Context, req GenerateRequest, onToken func(string) error) (Generation, error)
+}
+
+// Tokenizer tokenizes exactly as the backend does. It is safe for
+// concurrent use.
+type Tokenizer interface {
+	// Tokenize tokenizes a whole prompt: with the special tokens a prompt
+	// starts with (BOS where the vocabulary asks for it).
+	Tokenize(prompt string) ([]int, error)
+	// TokenizeText tokenizes a piece of a prompt, without them.
+	TokenizeText(text string) ([]int, error)
+	// CountText counts the tokens of a piece of a prompt.
+	CountText(text string) (int, error)
+}
+
+// Store keeps sessions. It is safe for concurrent use.
+type Store interface {
+	// Session loads a session; one never seen before is empty, not an error.
+	Session(ctx context.Context, id string) (Session, error)
+	// AppendTurn adds a finished turn to the session's current epoch
+	// (creating the session) and returns its sequence number. summary is
+	// stored as given (JSON).
+	AppendTurn(ctx context.Context, id string, t Turn, summary []byte, now time.Time) (int64, error)
+	// NewEpoch starts the session's next epoch with the turns keep
+	// (sequence numbers) and summary; other turns stay in the record.
+	NewEpoch(ctx context.Context, id string, keep []int64, summary string, now time.Time) (int, error)
+	// DeleteSession removes a session; an unknown one is not an error.
+	DeleteSession(ctx context.Context, id string) error
+	// Sessions lists all sessions by id.
+	Sessions(ctx context.Context) ([]SessionInfo, error)
+}
+
+// Retriever finds codex excerpts for a query (RAG).
+type Retriever interface {
+	Search(ctx context.Context, query string, k int) ([]Excerpt, error)
+}
+
+// Environment is the hardware situation in coarse bands, never raw
+// numbers, so it changes only when a band changes: block 3's data.
+type Environment struct {
+	Memory       string `json:"memory" jsonschema:"enum=unknown,enum=low,enum=medium,enum=high" jsonschema_description:"free memory band for the model (VRAM, or host memory without a GPU)"`
+	GPU          string `json:"gpu" jsonschema:"enum=unknown,enum=none,enum=present"`
+	Power        string `json:"power" jsonschema:"enum=unknown,enum=ac,enum=battery,enum=low_power"`
+	Connectivity string `json:"connectivity" jsonschema:"enum=unknown,enum=offline,enum=online"`
+}
+
+// Sensor reads the environment's current bands. It must answer at once
+// (from a recent reading) and be safe for concurrent use.
+type Sensor interface {
+	Environment() Environment
+}

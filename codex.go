@@ -1,0 +1,68 @@
+package ctxd
+
+// CodexStats describes the loaded codex (GET /v1/codex, ctxd codex stats).
+type CodexStats struct {
+	Name       string           `json:"name"`
+	Root       string           `json:"root"`
+	Files      int              `json:"files"`
+	Bytes      int64            `json:"bytes"`
+	Tokens     int64            `json:"tokens"`
+	Plan       CodexPlan        `json:"plan"`
+	Largest    []FileTokens     `json:"largest"`
+	Redactions int              `json:"redactions"`
+	Redacted   []FileRedactions `json:"redacted,omitempty"`
+	Skipped    []Skipped        `json:"skipped"`
+	Reindexed  int              `json:"reindexed"`
+	LoadMillis float64          `json:"load_ms"`
+	Redacting  bool             `json:"redacting"`
+}
+
+// FileTokens is one file's size in tokens.
+type FileTokens struct {
+	Path   string `json:"path"`
+	Tokens int    `json:"tokens"`
+}
+
+// FileRedactions lists what was redacted in one file.
+type FileRedactions struct {
+	Path       string      `json:"path"`
+	Redactions []Redaction `json:"redactions"`
+}
+
+// Redaction is one credential replaced in a file.
+type Redaction struct {
+	Rule string `json:"rule"`
+	Line int    `json:"line"`
+}
+
+// Skipped is a file that was not loaded, and why.
+type Skipped struct {
+	Path   string `json:"path"`
+	Reason string `json:"reason"`
+}
+
+// CodexProgress is reported as a codex loads.
+type CodexProgress struct {
+	Files      int   `json:"files"`
+	TotalFiles int   `json:"total_files"`
+	Bytes      int64 `json:"bytes"`
+	TotalBytes int64 `json:"total_bytes"`
+	Tokens     int64 `json:"tokens"`
+}
+
+// Codex load stream event types.
+const (
+	CodexEventProgress = "progress"
+	CodexEventCodex    = "codex"
+	CodexEventError    = "error"
+)
+
+// CodexEvent is one line of a codex load stream (NDJSON).
+type CodexEvent struct {
+	Type     string         `json:"type"` // CodexEventProgress, CodexEventCodex or CodexEventError
+	Progress *CodexProgress `json:"progress,omitempty"`
+	Codex    *CodexStats    `json:"codex,omitempty"`
+	Error    string         `json:"error,omitempty"`
+	Status   int            `json:"status,omitempty"`
+	Kind     Kind           `json:"kind,omitempty"`
+}

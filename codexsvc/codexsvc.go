@@ -1,0 +1,267 @@
+// Package codexsvc keeps the daemon's current codex: it loads a tree
+// (package codex), plans it whole (CAG) or retrieved (RAG) against the
+// governor's budget, indexes it for retrieval (package sqlite), publishes
+// it to the request path, and reloads it when its files change.
+//
+// Loads are serialized and cancellable; reads of the current codex never
+// wait for a load. It does not render prompts or talk to a backend: the
+// stable blocks it plans with come from the daemon, and their tokens are
+// counted once, in a tokencount.Counter shared with the request path.
+package codexsvc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ctxd/ctxd"
+	"github.com/ctxd/ctxd/codex"
+	"github.com/ctxd/ctxd/config"
+	"github.com/ctxd/ctxd/governor"
+	"github.com/ctxd/ctxd/runcontext"
+	"github.com/ctxd/ctxd/sqlite"
+	"github.com/ctxd/ctxd/tokencount"
+)
+
+// Sink receives each newly loaded codex: the request path.
+type Sink interface {
+	SetCodex(block runcontext.Codex, plan ctxd.CodexPlan, r ctxd.Retriever)
+}
+
+// Config is what the service needs.
+type Config struct {
+	Codex       config.Codex    // the daemon's [codex] settings
+	StateDir    string          // holds codex-cache.gob and codex-index.db
+	Limits      governor.Limits // the window the codex is planned against
+	Tokenizer   ctxd.Tokenizer  // counts each file's tokens
+	TokenizerID string          // names the vocabulary, for the count cache
+	Counter     *tokencount.Counter
+	// Stable renders the stable blocks around a codex block as a request
+	// of the default sigil would: what the CAG/RAG plan weighs.
+	Stable func(runcontext.Codex) runcontext.Rendered
+	Sink   Sink
+	Logger *slog.Logger
+}
+
+// Service is the current codex. Its methods are safe for concurrent use.
+type Service struct {
+	cfg Config
+	log *slog.Logger
+
+	ctx    context.Context // ends at Close: watchers and their reloads stop
+	cancel context.CancelFunc
+
+	current atomic.Pointer[loaded] // nil until a load succeeded
+
+	loadMu sync.Mutex // serializes loads; guards cache, index, closed
+	cache  *codex.Cache
+	index  *sqlite.Index
+	closed bool
+
+	watchMu     sync.Mutex // guards watchCancel
+	watchCancel context.CancelFunc
+	watchers    sync.WaitGroup
+}
+
+// loaded is one load's outcome, swapped whole.
+type loaded struct {
+	path      string
+	retriever ctxd.Retriever // nil in CAG mode
+	stats     ctxd.CodexStats
+}
+
+// New returns a service with no codex loaded.
+func New(cfg Config) *Service {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	s := &Service{cfg: cfg, log: cfg.Logger.With("component", "codex")}
+	s.ctx, s.cancel = context.WithCancel(context.Background())
+	return s
+}
+
+// ErrClosed is returned by Load after Close.
+var ErrClosed = errors.New("codexsvc: closed")
+
+// Stats describes the current codex; false if none is loaded. It never
+// waits for a load.
+func (s *Service) Stats() (ctxd.CodexStats, bool) {
+	l := s.current.Load()
+	if l == nil {
+		return ctxd.CodexStats{}, false
+	}
+	return l.stats, true
+}
+
+// Search is the search_codex tool: full-text search of the current codex.
+// A codex loaded whole has no index: that is a KindConflict.
+func (s *Service) Search(ctx context.Context, query string, k int) ([]ctxd.Excerpt, error) {
+	l := s.current.Load()
+	if l == nil || l.retriever == nil {
+		return nil, ctxd.Errorf(ctxd.KindConflict, "the codex is not indexed for search: it is loaded whole (CAG mode) or not at all")
+	}
+	ex, err := l.retriever.Search(ctx, query, k)
+	if err != nil {
+		return nil, ctxd.Errorf(ctxd.KindInternal, "codex search: %w", err)
+	}
+	return ex, nil
+}
+
+// Load loads the tree at path, plans and indexes it, makes it the current
+// codex and, if the configuration says so, watches it (instead of the one
+// before). Loads run one at a time. If ctx ends first, the load stops and
+// the current codex stays.
+func (s *Service) Load(ctx context.Context, path string, progress func(ctxd.CodexProgress)) (ctxd.CodexStats, error) {
+	l, err := s.load(ctx, path, progress)
+	if err != nil {
+		return ctxd.CodexStats{}, err
+	}
+	if s.cfg.Codex.Watch {
+		s.watch(path)
+	}
+	return l.stats, nil
+}
+
+func (s *Service) load(ctx context.Context, path string, progress func(ctxd.CodexProgress)) (*loaded, error) {
+	s.loadMu.Lock()
+	defer s.loadMu.Unlock()
+	if s.closed {
+		return nil, ErrClosed
+	}
+	start := time.Now()
+	settings, _, err := codex.LoadSettings(path)
+	if err != nil {
+		return nil, ctxd.Errorf(ctxd.KindInvalid, "%w", err)
+	}
+	cc := s.cfg.Codex
+	opts := codex.Options{
+		MaxFileBytes: cc.MaxFileBytes, MaxTotalBytes: cc.MaxTotalBytes,
+		Include: cc.Include, Exclude: cc.Exclude, NoRedact: !cc.Redact,
+		Progress: progress, Counter: s.cfg.Tokenizer,
+	}.Merge(settings.Codex)
+	if s.cache == nil {
+		if s.cache, err = codex.OpenCache(filepath.Join(s.cfg.StateDir, "codex-cache.gob"), s.cfg.TokenizerID); err != nil {
+			return nil, ctxd.Errorf(ctxd.KindInternal, "%w", err)
+		}
+	}
+	opts.Cache = s.cache
+	c, err := codex.Load(ctx, path, opts)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctxd.Errorf(ctxd.KindCanceled, "codex load of %s cancelled: %w", path, err)
+		}
+		return nil, ctxd.Errorf(ctxd.KindInvalid, "%w", err)
+	}
+	if err := s.cache.Save(); err != nil {
+		s.log.Warn("codex cache not saved", "err", err)
+	}
+	ratio := cc.CAGRatio
+	if settings.Codex.CAGRatio > 0 {
+		ratio = min(ratio, settings.Codex.CAGRatio) // a codex may only tighten
+	}
+	block, plan, err := s.plan(c, ratio)
+	if err != nil {
+		return nil, err
+	}
+	l := &loaded{path: path}
+	reindexed := 0
+	if plan.Mode == runcontext.ModeRAG {
+		if s.index == nil {
+			if s.index, err = sqlite.OpenIndex(ctx, filepath.Join(s.cfg.StateDir, "codex-index.db")); err != nil {
+				return nil, ctxd.Errorf(ctxd.KindInternal, "%w", err)
+			}
+		}
+		if reindexed, err = s.index.Sync(ctx, c); err != nil {
+			return nil, ctxd.Errorf(ctxd.KindInternal, "%w", err)
+		}
+		l.retriever = s.index
+	}
+	l.stats = statsOf(c, plan, reindexed, time.Since(start), !opts.NoRedact)
+	old := s.current.Swap(l)
+	s.cfg.Sink.SetCodex(block, plan, l.retriever)
+	for _, sk := range c.Skipped {
+		s.log.Debug("codex file skipped", "path", sk.Path, "reason", sk.Reason)
+	}
+	s.log.Info("codex loaded", "name", c.Name, "files", len(c.Files), "bytes", c.Bytes(), "tokens", c.Tokens,
+		"skipped", len(c.Skipped), "redactions", c.Redactions(), "mode", plan.Mode, "reindexed", reindexed,
+		"ms", l.stats.LoadMillis, "reason", plan.Reason)
+	if old != nil {
+		s.log.Info("codex replaced; a changed codex block makes the backend rebuild its cached prefix from there", "mode", plan.Mode, "files", l.stats.Files)
+	}
+	return l, nil
+}
+
+// plan decides CAG or RAG and returns the block requests will render,
+// prerendered. The stable blocks with the whole codex are rendered and
+// counted once, through the shared counter, so the first request that
+// renders them finds their tokens counted.
+func (s *Service) plan(c *codex.Codex, ratio float64) (runcontext.Codex, ctxd.CodexPlan, error) {
+	limits := s.cfg.Limits
+	if len(c.Files) == 0 {
+		return runcontext.Codex{Mode: runcontext.ModeNone}, ctxd.CodexPlan{Mode: runcontext.ModeNone, Reason: "the codex has no usable files"}, nil
+	}
+	if c.Tokens <= int64(limits.PromptBudget()) {
+		cag := c.Block(runcontext.ModeCAG)
+		cag.Prerender()
+		n, err := s.cfg.Counter.Stable(s.cfg.Stable(cag))
+		if err != nil {
+			return cag, ctxd.CodexPlan{}, ctxd.Errorf(ctxd.KindInternal, "codex: count the stable blocks: %w", err)
+		}
+		if plan := limits.PlanCodex(n, c.Tokens, ratio); plan.Mode == runcontext.ModeCAG {
+			return cag, plan, nil
+		} else {
+			return s.ragBlock(c), plan, nil
+		}
+	}
+	return s.ragBlock(c), limits.PlanCodex(-1, c.Tokens, ratio), nil
+}
+
+// ragBlock is the map of a codex too large to load whole. It may take a
+// tenth of the prompt budget (at a conservative two characters a token).
+func (s *Service) ragBlock(c *codex.Codex) runcontext.Codex {
+	b := c.BlockWithMap(runcontext.ModeRAG, s.cfg.Limits.PromptBudget()/10*2)
+	b.Prerender()
+	return b
+}
+
+func statsOf(c *codex.Codex, plan ctxd.CodexPlan, reindexed int, took time.Duration, redacting bool) ctxd.CodexStats {
+	st := ctxd.CodexStats{
+		Name: c.Name, Root: c.Root, Files: len(c.Files), Bytes: c.Bytes(), Tokens: c.Tokens, Plan: plan,
+		Redactions: c.Redactions(), Skipped: c.Skipped, Reindexed: reindexed,
+		LoadMillis: float64(took.Microseconds()) / 1000, Redacting: redacting,
+	}
+	if st.Skipped == nil {
+		st.Skipped = []ctxd.Skipped{}
+	}
+	for _, f := range c.Files {
+		st.Largest = append(st.Largest, ctxd.FileTokens{Path: f.Path, Tokens: f.Tokens})
+		if len(f.Redactions) > 0 {
+			st.Redacted = append(st.Redacted, ctxd.FileRedactions{Path: f.Path, Redactions: f.Redactions})
+		}
+	}
+	slices.SortStableFunc(st.Largest, func(a, b ctxd.FileTokens) int { return b.Tokens - a.Tokens })
+	st.Largest = st.Largest[:min(10, len(st.Largest))]
+	return st
+}
+
+// Close stops watching, waits for the watchers (and any reload they run)
+// to end, then closes the index. Loads after Close fail with ErrClosed.
+func (s *Service) Close() error {
+	s.cancel()
+	s.watchers.Wait()
+	s.loadMu.Lock()
+	defer s.loadMu.Unlock()
+	s.closed = true
+	if s.index != nil {
+		if err := s.index.Close(); err != nil {
+			return fmt.Errorf("codexsvc: close index: %w", err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,102 @@
+package codexsvc
+
+import (
+	"context"
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/fsnotify/fsnotify"
+)
+
+// debounce is how long the watcher waits after the last change before it
+// reloads: an editor's save or a git checkout is one reload, not hundreds.
+const debounce = 750 * time.Millisecond
+
+// watch starts watching path for changes (stopping any earlier watch)
+// until Close. It returns once the watches are in place.
+func (s *Service) watch(path string) {
+	s.watchMu.Lock()
+	defer s.watchMu.Unlock()
+	if s.ctx.Err() != nil {
+		return
+	}
+	if s.watchCancel != nil {
+		s.watchCancel()
+	}
+	ctx, cancel := context.WithCancel(s.ctx)
+	s.watchCancel = cancel
+	s.watchers.Add(1)
+	watching := make(chan struct{})
+	go func() {
+		defer s.watchers.Done()
+		s.watchTree(ctx, path, watching)
+	}()
+	<-watching
+}
+
+// watchTree reloads the codex when files under root change, in debounced
+// batches, until ctx ends.
+func (s *Service) watchTree(ctx context.Context, root string, watching chan<- struct{}) {
+	w, err := fsnotify.NewWatcher()
+	if err != nil {
+		close(watching)
+		s.log.Warn("codex changes will not be watched", "err", err)
+		return
+	}
+	defer w.Close()
+	addTree := func(dir string) {
+		_ = filepath.WalkDir(dir, func(p string, e fs.DirEntry, err error) error {
+			if err != nil || !e.IsDir() {
+				return nil
+			}
+			if e.Name() == ".git" {
+				return filepath.SkipDir
+			}
+			if err := w.Add(p); err != nil {
+				s.log.Warn("cannot watch codex directory", "dir", p, "err", err)
+				return filepath.SkipAll
+			}
+			return nil
+		})
+	}
+	dir := root
+	if info, err := os.Stat(root); err == nil && !info.IsDir() {
+		dir = filepath.Dir(root)
+	}
+	addTree(dir)
+	close(watching)
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	pending := 0
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case ev, ok := <-w.Events:
+			if !ok {
+				return
+			}
+			if ev.Has(fsnotify.Create) {
+				if info, err := os.Stat(ev.Name); err == nil && info.IsDir() {
+					addTree(ev.Name)
+				}
+			}
+			pending++
+			timer.Reset(debounce)
+		case err, ok := <-w.Errors:
+			if !ok {
+				return
+			}
+			s.log.Warn("codex watcher", "err", err)
+		case <-timer.C:
+			s.log.Info("codex files changed; reloading", "events", pending)
+			pending = 0
+			if _, err := s.load(ctx, root, nil); err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, ErrClosed) {
+				s.log.Error("codex reload failed; keeping the previous codex", "err", err)
+			}
+		}
+	}
+}

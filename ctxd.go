@@ -1,0 +1,123 @@
+// Package ctxd is the domain of the ctxd daemon: the types every side
+// shares — the request an agent sends, the events and summary it gets back,
+// sessions and turns, codex statistics and progress, error kinds with the
+// HTTP status each maps to — and the small interfaces the core consumes
+// (store, backend, tokenizer, environment).
+//
+// It depends on the standard library only, so the client and every front
+// door can import it without linking llama.cpp, SQLite or NVML. It holds no
+// behaviour beyond what the types need: the work is done in the packages
+// named for it (runcontext, governor, scheduler, orchestrator, the adapters).
+package ctxd
+
+import "regexp"
+
+// AskRequest is one query of one session: the body of POST /v1/ask.
+type AskRequest struct {
+	Session string `json:"session"`
+	Query   string `json:"query"`
+	Sigil   string `json:"sigil,omitempty"`
+	Pin     bool   `json:"pin,omitempty"` // keep this turn verbatim: never compacted or condensed
+}
+
+// SessionIDPattern is what a session id must look like.
+var SessionIDPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
+
+// Event types of an answer stream.
+const (
+	EventToken   = "token"
+	EventSummary = "summary"
+	EventError   = "error"
+)
+
+// Event is one line of an answer stream (NDJSON).
+type Event struct {
+	Type    string   `json:"type"` // EventToken, EventSummary or EventError
+	Text    string   `json:"text,omitempty"`
+	Summary *Summary `json:"summary,omitempty"`
+	Error   string   `json:"error,omitempty"`
+	Status  int      `json:"status,omitempty"` // the HTTP status the error would have had before the stream
+	Kind    Kind     `json:"kind,omitempty"`
+}
+
+// Summary ends every answer: what was sent, what the backend should have
+// reused, what it did, how long the request waited, and what the governor
+// measured.
+type Summary struct {
+	Session         string       `json:"session"`
+	Turn            int          `json:"turn"`
+	Mode            string       `json:"mode"`
+	PromptTokens    int          `json:"prompt_tokens"`
+	CachedTokens    int          `json:"cached_tokens"`    // prefix the backend slot is expected to hold
+	EvaluatedTokens int          `json:"evaluated_tokens"` // prompt tokens the backend must evaluate
+	ReusePercent    float64      `json:"reuse_percent"`
+	AnswerTokens    int          `json:"answer_tokens"`
+	TTFTMillis      float64      `json:"ttft_ms"` // from sending to the backend to its first token
+	PromptEvalMs    float64      `json:"backend_prompt_eval_ms"`
+	BackendPromptN  int          `json:"backend_prompt_eval_count"`
+	TotalMillis     float64      `json:"total_ms"`
+	QueueWaitMs     float64      `json:"queue_wait_ms"` // waiting for the session's earlier request and for a slot
+	QueueAhead      int          `json:"queue_ahead"`   // requests ahead of this one when it joined the slot queue
+	Slot            int          `json:"slot"`          // the backend slot that served it
+	DoneReason      string       `json:"done_reason"`
+	DoneNote        string       `json:"done_note,omitempty"` // why an answer is incomplete
+	PrefixBreak     *PrefixBreak `json:"prefix_break,omitempty"`
+	PrefixNote      string       `json:"prefix_note,omitempty"`
+	Codex           CodexPlan    `json:"codex"`
+	Excerpts        int          `json:"excerpts"` // codex excerpts retrieved for this query (RAG)
+	Epoch           int          `json:"epoch"`
+	Governor        []Action     `json:"governor,omitempty"` // what the governor did to make it fit
+	Budget          Budget       `json:"budget"`
+}
+
+// PrefixBreak says where a prompt stopped extending the session's previous
+// prompt plus its answer.
+type PrefixBreak struct {
+	Block  string `json:"block"`  // first block whose bytes changed
+	Reason string `json:"reason"` // human-readable cause
+}
+
+// CodexPlan says how the codex enters the prompt, and why.
+type CodexPlan struct {
+	Mode         string  `json:"mode"`          // "cag", "rag" or "none"
+	StableTokens int     `json:"stable_tokens"` // identity + codex + environment + sigil + karma, whole; -1 when not rendered
+	Threshold    int     `json:"threshold_tokens"`
+	Ratio        float64 `json:"cag_ratio"`
+	Reason       string  `json:"reason"`
+}
+
+// BlockUsage is one block's share of the prompt.
+type BlockUsage struct {
+	Block  string `json:"block"`
+	Chars  int    `json:"chars"`
+	Tokens int    `json:"tokens"` // counted block by block, so the sum can differ from the prompt's count by a token or two
+}
+
+// Budget is what the governor measured for one request.
+type Budget struct {
+	Chars         int          `json:"chars"`
+	MaxChars      int          `json:"max_chars,omitempty"`
+	PromptTokens  int          `json:"prompt_tokens"`
+	AnswerReserve int          `json:"answer_reserve"`
+	NumCtx        int          `json:"num_ctx"`
+	KVBytes       int64        `json:"kv_bytes"`        // KV cache the prompt plus the answer reserve occupy
+	KVBudgetBytes int64        `json:"kv_budget_bytes"` // KV cache allocated for num_ctx at load
+	Blocks        []BlockUsage `json:"blocks"`
+}
+
+// Governor action kinds.
+const (
+	ActionCompact  = "compact"  // history past max_depth cut in one step (a new epoch)
+	ActionCondense = "condense" // prunable turns summarized by the backend
+	ActionPrune    = "prune"    // turns left out of the summarizing prompt
+	ActionExcerpts = "excerpts" // lowest-ranked codex excerpts left out
+)
+
+// Action is one thing the governor did to make a request fit.
+type Action struct {
+	Kind          string `json:"kind"` // one of the Action* kinds
+	Reason        string `json:"reason"`
+	TurnsDropped  int    `json:"turns_dropped"`
+	TokensDropped int    `json:"tokens_dropped"`
+	Epoch         int    `json:"epoch"` // the epoch the session is in afterwards
+}

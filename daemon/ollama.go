@@ -1,0 +1,151 @@
+package daemon
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+
+	"github.com/ctxd/ctxd"
+	"github.com/ctxd/ctxd/governor"
+	"github.com/ctxd/ctxd/llamatok"
+	"github.com/ctxd/ctxd/ollama"
+)
+
+// BackendInfo describes the backend once it is ready.
+type BackendInfo struct {
+	Mode         string `json:"mode"`
+	URL          string `json:"url"`
+	Version      string `json:"version"`
+	Model        string `json:"model"`
+	Architecture string `json:"architecture"`
+	TrainedCtx   int    `json:"trained_context_length"`
+	NumCtx       int    `json:"num_ctx"`
+	Slots        int    `json:"slots"`
+	Restarts     int    `json:"restarts,omitempty"`
+	KVCacheType  string `json:"kv_cache_type"`
+}
+
+// openOllama is the Opener for Ollama: in managed mode it starts a private
+// `ollama serve` (supervised, restarted if it crashes) and imports the
+// configured GGUF; in external mode it connects to the configured URL.
+// Then it plans the window, loads the model and opens its tokenizer.
+func (d *Daemon) openOllama(ctx context.Context, onRestart func()) (_ *Model, err error) {
+	b := d.cfg.Backend
+	m := &Model{Info: BackendInfo{Mode: b.Mode, Model: b.Model, Slots: b.Slots}}
+	var closers []func() error
+	m.Close = func() error {
+		for i := len(closers) - 1; i >= 0; i-- {
+			closers[i]()
+		}
+		return nil
+	}
+	defer func() {
+		if err != nil {
+			m.Close()
+		}
+	}()
+	var base *url.URL
+	if b.Mode == "managed" {
+		dir := filepath.Join(d.cfg.Daemon.StateDir, "ollama")
+		s, err := ollama.Start(ctx, ollama.ServeConfig{
+			Binary: b.Binary, Addr: b.Listen, NumParallel: b.Slots,
+			ModelsDir: filepath.Join(dir, "models"), HomeDir: filepath.Join(dir, "home"),
+			LogPath: filepath.Join(dir, "ollama.log"),
+			Env:     append(d.opts.BackendEnv, kvCacheEnv(d.cfg.Limits.KVCacheType)...),
+			Logger:  d.log, OnRestart: onRestart,
+		})
+		if err != nil {
+			return nil, err
+		}
+		closers = append(closers, func() error {
+			err := s.Close()
+			d.log.Info("managed ollama stopped")
+			return err
+		})
+		m.Restarts = s.Restarts
+		base = s.URL()
+	} else if base, err = url.Parse(b.URL); err != nil {
+		return nil, ctxd.Errorf(ctxd.KindInvalid, "daemon: backend.url: %w", err)
+	}
+	m.Info.URL = base.String()
+
+	probe := ollama.New(base, b.Model, ollama.Options{})
+	if m.Info.Version, err = probe.Version(ctx); err != nil {
+		return nil, err
+	}
+	if b.Mode == "managed" && b.GGUF != "" {
+		d.log.Info("importing model", "model", b.Model, "gguf", b.GGUF)
+		if err := probe.Import(ctx, b.GGUF); err != nil {
+			return nil, err
+		}
+	}
+	facts, err := probe.Facts(ctx)
+	if err != nil {
+		return nil, err
+	}
+	m.Info.Architecture, m.Info.TrainedCtx = facts.Architecture, facts.ContextLength
+	if m.Facts, m.Window, err = d.planWindow(facts); err != nil {
+		return nil, err
+	}
+	m.Info.NumCtx, m.Info.KVCacheType = m.Window.NumCtx, string(m.Window.CacheType)
+	keepAlive := b.KeepAlive.Duration
+	client := ollama.New(base, b.Model, ollama.Options{
+		NumCtx: m.Window.NumCtx, NumBatch: b.NumBatch, NumThread: b.NumThread, KeepAlive: &keepAlive,
+		Temperature: b.Temperature, Seed: b.Seed,
+	})
+	tok, err := llamatok.Open(facts.GGUFPath)
+	if err != nil {
+		return nil, fmt.Errorf("daemon: tokenizer for %s: %w", b.Model, err)
+	}
+	closers = append(closers, tok.Close)
+	d.log.Info("loading model", "model", b.Model, "num_ctx", m.Window.NumCtx, "slots", m.Window.Slots, "num_batch", b.NumBatch,
+		"kv_cache", m.Window.CacheType, "kv_bytes", m.Window.KVBytes, "plan", m.Window.Reason)
+	if err := client.Load(ctx); err != nil {
+		return nil, err
+	}
+	m.Backend, m.Tokenizer, m.TokenizerID = client, tok, filepath.Base(facts.GGUFPath)
+	return m, nil
+}
+
+// planWindow reads the model's facts and the memory there is, and chooses
+// num_ctx for this load. A window that cannot fit is a configuration
+// error: the daemon stops with the numbers.
+func (d *Daemon) planWindow(facts ollama.Facts) (governor.ModelFacts, governor.WindowPlan, error) {
+	mf, err := governor.FactsFromModelInfo(facts.Info)
+	if err != nil {
+		return mf, governor.WindowPlan{}, err
+	}
+	if info, err := os.Stat(facts.GGUFPath); err == nil {
+		mf.WeightsBytes = info.Size()
+	}
+	reading := d.probe.Read()
+	cacheType, _ := governor.ParseCacheType(d.cfg.Limits.KVCacheType) // validated with the config
+	if cacheType != governor.CacheF16 && reading.GPUs == 0 {
+		d.log.Warn("a quantized KV cache needs flash attention, which Ollama enables on GPUs only; budgeting f16", "configured", cacheType)
+		cacheType = governor.CacheF16
+	}
+	b := d.cfg.Backend
+	plan, err := governor.PlanWindow(governor.PlanRequest{
+		Facts: mf, CacheType: cacheType, Slots: b.Slots,
+		Memory:    governor.Memory{Source: reading.Source, Total: reading.TotalBytes, Free: reading.FreeBytes},
+		Headroom:  int64(d.cfg.Limits.MemoryHeadroomMB) << 20,
+		Requested: b.NumCtx, Max: b.MaxNumCtx, Min: 2*d.cfg.Limits.AnswerReserve + 256,
+	})
+	if err != nil {
+		return mf, plan, ctxd.Errorf(ctxd.KindInvalid, "daemon: backend.num_ctx: %w", err)
+	}
+	d.log.Info("window planned", "num_ctx", plan.NumCtx, "slots", plan.Slots, "kv_cache", plan.CacheType, "kv_bytes", plan.KVBytes,
+		"weights_bytes", plan.WeightsBytes, "memory_source", reading.Source, "free_bytes", reading.FreeBytes, "reason", plan.Reason)
+	return mf, plan, nil
+}
+
+// kvCacheEnv is the managed server's environment for a KV cache type:
+// Ollama quantizes the cache only with flash attention on.
+func kvCacheEnv(cacheType string) []string {
+	if cacheType == "" || cacheType == string(governor.CacheF16) {
+		return nil
+	}
+	return []string{"OLLAMA_FLASH_ATTENTION=1", "OLLAMA_KV_CACHE_TYPE=" + cacheType}
+}

@@ -1,0 +1,285 @@
+package scheduler
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+)
+
+// Scheduler owns a backend's slots. It is safe for concurrent use.
+//
+// A request first takes its session (Session), so a session runs one
+// request at a time and turn n+1 renders after turn n is recorded; then it
+// takes a slot (Acquire). Both waits are first come, first served and end
+// at once when the request's context does.
+type Scheduler struct {
+	now func() time.Time
+
+	mu       sync.Mutex // guards the fields below; never held while waiting
+	slots    []slot
+	queue    []*waiter // requests waiting for a slot, oldest first
+	sessions map[string]*sessionQueue
+	epoch    uint64 // bumped by Forget: leases of an older epoch record nothing
+}
+
+// slot is what the scheduler knows of one backend slot.
+type slot struct {
+	held    []int  // tokens the slot is known to hold (a prefix of what it holds)
+	busy    bool   // a lease holds it
+	session string // the session using it, or the one it served last
+}
+
+// waiter is a request waiting for a slot.
+type waiter struct {
+	session string
+	prompt  []int
+	since   time.Time
+	ahead   int
+	granted chan struct{} // closed when slot is set
+	slot    int
+}
+
+// sessionQueue serializes the requests of one session.
+type sessionQueue struct {
+	busy    bool
+	waiters []chan struct{} // closed to hand the session over, oldest first
+}
+
+// New returns a scheduler for n slots (at least one), all empty. now is
+// the clock for wait times; nil means time.Now.
+func New(n int, now func() time.Time) *Scheduler {
+	if now == nil {
+		now = time.Now
+	}
+	return &Scheduler{now: now, slots: make([]slot, max(1, n)), sessions: map[string]*sessionQueue{}}
+}
+
+// Slots is how many slots the scheduler owns.
+func (s *Scheduler) Slots() int { return len(s.slots) }
+
+// Session waits until no other request of session id runs, then holds the
+// session until release is called. Requests of one session are served in
+// the order they arrived. It returns how long it waited, or ctx's error
+// (with nothing held) if ctx ended first.
+func (s *Scheduler) Session(ctx context.Context, id string) (release func(), waited time.Duration, err error) {
+	start := s.now()
+	s.mu.Lock()
+	q := s.sessions[id]
+	if q == nil {
+		q = &sessionQueue{}
+		s.sessions[id] = q
+	}
+	if !q.busy {
+		q.busy = true
+		s.mu.Unlock()
+		return s.sessionRelease(id), 0, nil
+	}
+	turn := make(chan struct{})
+	q.waiters = append(q.waiters, turn)
+	s.mu.Unlock()
+
+	select {
+	case <-turn:
+		return s.sessionRelease(id), s.now().Sub(start), nil
+	case <-ctx.Done():
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	select {
+	case <-turn: // handed over just as ctx ended: pass it on
+		s.handOverLocked(id)
+	default:
+		q.waiters = slices.DeleteFunc(q.waiters, func(c chan struct{}) bool { return c == turn })
+	}
+	return nil, s.now().Sub(start), ctx.Err()
+}
+
+func (s *Scheduler) sessionRelease(id string) func() {
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			s.handOverLocked(id)
+		})
+	}
+}
+
+// handOverLocked gives session id to its next waiter, or frees it.
+func (s *Scheduler) handOverLocked(id string) {
+	q := s.sessions[id]
+	if len(q.waiters) == 0 {
+		delete(s.sessions, id)
+		return
+	}
+	next := q.waiters[0]
+	q.waiters = q.waiters[1:]
+	close(next)
+}
+
+// Lease is a slot held by one request. Call Record with what the slot
+// holds afterwards, if that changed, then Release.
+type Lease struct {
+	Slot   int           // the slot's index
+	Cached int           // leading tokens of the prompt the slot holds
+	Ahead  int           // requests that were waiting ahead of this one
+	Waited time.Duration // time spent waiting for the slot
+
+	s        *Scheduler
+	epoch    uint64
+	released bool
+}
+
+// Acquire waits for a free slot and holds it. Requests are served first
+// come, first served (a session has at most one request waiting, so this
+// is round-robin across sessions: none starves). The request takes the
+// free slot that holds the longest prefix of prompt, the lowest-numbered
+// on a tie (the rule Ollama's runner applies itself). If ctx ends first it
+// returns ctx's error and the request leaves the queue at once.
+func (s *Scheduler) Acquire(ctx context.Context, session string, prompt []int) (*Lease, error) {
+	w := &waiter{session: session, prompt: prompt, since: s.now(), granted: make(chan struct{})}
+	s.mu.Lock()
+	w.ahead = len(s.queue)
+	s.queue = append(s.queue, w)
+	s.dispatchLocked()
+	s.mu.Unlock()
+
+	select {
+	case <-w.granted:
+	case <-ctx.Done():
+		s.mu.Lock()
+		select {
+		case <-w.granted: // granted just as ctx ended: give the slot back unused
+			s.slots[w.slot].busy = false
+			s.dispatchLocked()
+		default:
+			s.queue = slices.DeleteFunc(s.queue, func(x *waiter) bool { return x == w })
+		}
+		s.mu.Unlock()
+		return nil, ctx.Err()
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return &Lease{
+		Slot: w.slot, Cached: LCP(s.slots[w.slot].held, prompt), Ahead: w.ahead,
+		Waited: s.now().Sub(w.since), s: s, epoch: s.epoch,
+	}, nil
+}
+
+// dispatchLocked hands free slots to the oldest waiters.
+func (s *Scheduler) dispatchLocked() {
+	for len(s.queue) > 0 {
+		best, bestLCP := -1, -1
+		w := s.queue[0]
+		for i := range s.slots {
+			if s.slots[i].busy {
+				continue
+			}
+			if n := LCP(s.slots[i].held, w.prompt); n > bestLCP {
+				best, bestLCP = i, n
+			}
+		}
+		if best < 0 {
+			return
+		}
+		s.queue = s.queue[1:]
+		s.slots[best].busy, s.slots[best].session = true, w.session
+		w.slot = best
+		close(w.granted)
+	}
+}
+
+// Record notes that the lease's slot now holds tokens (the caller must not
+// modify them afterwards). After a Forget it records nothing: whatever the
+// request left behind was lost with the backend.
+func (l *Lease) Record(tokens []int) {
+	l.s.mu.Lock()
+	defer l.s.mu.Unlock()
+	if !l.released && l.epoch == l.s.epoch {
+		l.s.slots[l.Slot].held = slices.Clip(tokens)
+	}
+}
+
+// Release frees the slot for the next waiter. Calling it again does nothing.
+func (l *Lease) Release() {
+	l.s.mu.Lock()
+	defer l.s.mu.Unlock()
+	if l.released {
+		return
+	}
+	l.released = true
+	l.s.slots[l.Slot].busy = false
+	l.s.dispatchLocked()
+}
+
+// Forget drops what is known of every slot: the backend restarted and its
+// KV cache is gone.
+func (s *Scheduler) Forget() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.epoch++
+	for i := range s.slots {
+		s.slots[i].held = nil
+	}
+}
+
+// Status is the scheduler's state, for ctxd status.
+type Status struct {
+	Slots      []SlotStatus `json:"slots"`
+	Busy       int          `json:"busy"`
+	Waiting    []Waiting    `json:"waiting"`             // requests waiting for a slot, oldest first
+	InSessions int          `json:"waiting_for_session"` // requests waiting for their session's earlier request
+}
+
+// SlotStatus is one slot.
+type SlotStatus struct {
+	Slot       int    `json:"slot"`
+	Busy       bool   `json:"busy"`
+	Session    string `json:"session,omitempty"` // serving now, or served last
+	HeldTokens int    `json:"held_tokens"`       // tokens ctxd expects the slot to hold
+}
+
+// Waiting is one request in the slot queue.
+type Waiting struct {
+	Session   string  `json:"session"`
+	WaitingMs float64 `json:"waiting_ms"`
+}
+
+// Status reports the slots and the queue. It never waits on a request.
+func (s *Scheduler) Status() Status {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.now()
+	st := Status{Waiting: []Waiting{}}
+	for i, sl := range s.slots {
+		st.Slots = append(st.Slots, SlotStatus{Slot: i, Busy: sl.busy, Session: sl.session, HeldTokens: len(sl.held)})
+		if sl.busy {
+			st.Busy++
+		}
+	}
+	for _, w := range s.queue {
+		st.Waiting = append(st.Waiting, Waiting{Session: w.session, WaitingMs: float64(now.Sub(w.since).Microseconds()) / 1000})
+	}
+	for _, q := range s.sessions {
+		st.InSessions += len(q.waiters)
+	}
+	return st
+}
+
+// String describes a lease for logs.
+func (l *Lease) String() string {
+	return fmt.Sprintf("slot %d (%d cached, %d ahead, waited %s)", l.Slot, l.Cached, l.Ahead, l.Waited)
+}
+
+// LCP is the length of the longest common prefix of a and b.
+func LCP[T comparable](a, b []T) int {
+	n := min(len(a), len(b))
+	for i := range n {
+		if a[i] != b[i] {
+			return i
+		}
+	}
+	return n
+}

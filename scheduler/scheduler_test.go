@@ -1,0 +1,256 @@
+package scheduler
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+)
+
+// waitUntil polls the scheduler's status until cond holds, failing the test
+// if it does not within a generous bound (a liveness check, not a timing).
+func waitUntil(t *testing.T, s *Scheduler, cond func(Status) bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond(s.Status()) {
+		if time.Now().After(deadline) {
+			t.Fatalf("condition not reached; status %+v", s.Status())
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// TestEightSessionsTwoSlots runs 8 sessions of 5 requests each on 2 slots,
+// releasing one running request at a time once every other session is
+// waiting: at most 2 run at once, all finish, and the grants go round-robin
+// across sessions.
+func TestEightSessionsTwoSlots(t *testing.T) {
+	t.Parallel()
+	const sessions, turns, slots = 8, 5, 2
+	s := New(slots, nil)
+	type running struct {
+		session int
+		done    chan struct{}
+	}
+	granted := make(chan running)
+	var wg sync.WaitGroup
+	for i := range sessions {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for turn := range turns {
+				id := fmt.Sprintf("s%d", i)
+				release, _, err := s.Session(t.Context(), id)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				l, err := s.Acquire(t.Context(), id, []int{1, 2, i, turn})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				r := running{i, make(chan struct{})}
+				granted <- r
+				<-r.done
+				l.Record([]int{1, 2, i, turn})
+				l.Release()
+				release()
+			}
+		}()
+	}
+
+	var order []int
+	var inFlight []running
+	for len(order) < sessions*turns {
+		// Collect grants until both slots are busy (or nobody is left).
+		left := sessions*turns - len(order)
+		for len(inFlight) < min(slots, left) {
+			r := <-granted
+			order = append(order, r.session)
+			inFlight = append(inFlight, r)
+		}
+		st := s.Status()
+		if st.Busy > slots {
+			t.Fatalf("%d slots busy, only %d exist", st.Busy, slots)
+		}
+		// Let every session that is not running queue up before releasing
+		// the oldest running request, so the order is deterministic.
+		wantWaiting := min(sessions-slots, left-len(inFlight))
+		waitUntil(t, s, func(st Status) bool { return len(st.Waiting) >= wantWaiting })
+		close(inFlight[0].done)
+		inFlight = inFlight[1:]
+	}
+	for _, r := range inFlight {
+		close(r.done)
+	}
+	wg.Wait()
+
+	// Round-robin: within each window of 8 consecutive grants every session
+	// appears once.
+	for i := 0; i+sessions <= len(order); i += sessions {
+		seen := map[int]bool{}
+		for _, sess := range order[i : i+sessions] {
+			seen[sess] = true
+		}
+		if len(seen) != sessions {
+			t.Errorf("grants %d–%d %v do not serve every session once (order %v)", i, i+sessions-1, order[i:i+sessions], order)
+		}
+	}
+	if len(order) != sessions*turns {
+		t.Errorf("%d grants, want %d", len(order), sessions*turns)
+	}
+}
+
+func TestCancelledWaiterLeavesTheQueueAtOnce(t *testing.T) {
+	t.Parallel()
+	s := New(1, nil)
+	busy, err := s.Acquire(t.Context(), "a", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	got := make(chan error, 1)
+	go func() {
+		_, err := s.Acquire(ctx, "b", nil)
+		got <- err
+	}()
+	waitUntil(t, s, func(st Status) bool { return len(st.Waiting) == 1 })
+	cancel()
+	if err := <-got; !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled Acquire returned %v", err)
+	}
+	if st := s.Status(); len(st.Waiting) != 0 || st.Busy != 1 {
+		t.Fatalf("after cancel: %+v", st)
+	}
+	// The next waiter gets the slot when it frees; the cancelled one never does.
+	next := make(chan *Lease, 1)
+	go func() {
+		l, err := s.Acquire(t.Context(), "c", nil)
+		if err != nil {
+			t.Error(err)
+		}
+		next <- l
+	}()
+	waitUntil(t, s, func(st Status) bool { return len(st.Waiting) == 1 })
+	busy.Release()
+	if l := <-next; l == nil || l.Slot != 0 || l.Ahead != 0 {
+		t.Fatalf("next lease %+v", l)
+	}
+}
+
+func TestSlotChoiceFollowsThePrefix(t *testing.T) {
+	t.Parallel()
+	s := New(2, nil)
+	ctx := t.Context()
+	a, _ := s.Acquire(ctx, "a", []int{1, 2, 3})
+	b, _ := s.Acquire(ctx, "b", []int{7, 8})
+	if a.Slot != 0 || b.Slot != 1 {
+		t.Fatalf("empty slots in order: a on %d, b on %d", a.Slot, b.Slot)
+	}
+	a.Record([]int{1, 2, 3})
+	b.Record([]int{7, 8})
+	a.Release()
+	b.Release()
+	cases := []struct {
+		prompt       []int
+		slot, cached int
+	}{
+		{[]int{7, 8, 9}, 1, 2},
+		{[]int{1, 2, 3, 4}, 0, 3},
+		{[]int{5}, 0, 0}, // a tie goes to the lowest slot
+	}
+	for _, c := range cases {
+		l, err := s.Acquire(ctx, "x", c.prompt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if l.Slot != c.slot || l.Cached != c.cached {
+			t.Errorf("prompt %v: slot %d with %d cached, want slot %d with %d", c.prompt, l.Slot, l.Cached, c.slot, c.cached)
+		}
+		l.Release()
+	}
+}
+
+func TestSessionRunsOneRequestAtATime(t *testing.T) {
+	t.Parallel()
+	s := New(4, nil)
+	first, _, err := s.Session(t.Context(), "s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Another session is not held up.
+	other, _, err := s.Session(t.Context(), "t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	other()
+
+	order := make(chan int, 2)
+	for i := 1; i <= 2; i++ {
+		go func() {
+			release, _, err := s.Session(t.Context(), "s")
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			order <- i
+			release()
+		}()
+		waitUntil(t, s, func(st Status) bool { return st.InSessions == i })
+	}
+	// A cancelled waiter gives up its place without taking the session.
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	if _, _, err := s.Session(ctx, "s"); !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled wait: %v", err)
+	}
+	select {
+	case i := <-order:
+		t.Fatalf("request %d ran while the session was held", i)
+	default:
+	}
+	first()
+	if a, b := <-order, <-order; a != 1 || b != 2 {
+		t.Errorf("served %d then %d, want arrival order", a, b)
+	}
+	waitUntil(t, s, func(st Status) bool { return st.InSessions == 0 })
+}
+
+func TestForgetDropsWhatALeaseWouldRecord(t *testing.T) {
+	t.Parallel()
+	s := New(1, nil)
+	l, _ := s.Acquire(t.Context(), "a", []int{1, 2})
+	l.Record([]int{1, 2})
+	s.Forget() // the backend restarted during the request
+	l.Record([]int{1, 2, 3})
+	l.Release()
+	l.Release() // twice is harmless
+	if st := s.Status(); st.Slots[0].HeldTokens != 0 || st.Busy != 0 {
+		t.Errorf("after Forget: %+v", st)
+	}
+	l2, _ := s.Acquire(t.Context(), "a", []int{1, 2})
+	if l2.Cached != 0 {
+		t.Errorf("expected %d cached tokens after Forget", l2.Cached)
+	}
+}
+
+func TestLCP(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		a, b []int
+		want int
+	}{
+		{nil, nil, 0},
+		{[]int{1, 2, 3}, []int{1, 2, 3, 4}, 3},
+		{[]int{1, 2, 3}, []int{1, 9, 3}, 1},
+		{[]int{5}, []int{6}, 0},
+	}
+	for _, c := range cases {
+		if got := LCP(c.a, c.b); got != c.want {
+			t.Errorf("LCP(%v, %v) = %d, want %d", c.a, c.b, got, c.want)
+		}
+	}
+}

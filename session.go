@@ -1,0 +1,55 @@
+package ctxd
+
+// Session is a conversation as stored.
+type Session struct {
+	ID      string
+	Epoch   int
+	Summary string  // condensed turns of earlier epochs, if any
+	Turns   []Turn  // the turns of the current epoch, oldest first
+	Seqs    []int64 // the turns' sequence numbers, parallel to Turns
+	Count   int     // turns in all epochs
+}
+
+// Turn is one finished exchange.
+type Turn struct {
+	Query    string    `json:"query"`
+	Excerpts []Excerpt `json:"excerpts,omitempty"`
+	Answer   string    `json:"answer"`
+	Verbatim bool      `json:"verbatim,omitempty" jsonschema_description:"pinned: never pruned or rewritten"`
+}
+
+// Excerpt is a piece of the codex retrieved for one query.
+type Excerpt struct {
+	Path  string `json:"path"`
+	Lines string `json:"lines,omitempty" jsonschema:"pattern=^[0-9]+-[0-9]+$"`
+	Text  string `json:"text"`
+}
+
+// SessionInfo is one line of the session list.
+type SessionInfo struct {
+	ID    string `json:"id"`
+	Epoch int    `json:"epoch"`
+	Turns int    `json:"turns"`
+}
+
+// SessionTurns is GET /v1/sessions/{id}: the current epoch's turns.
+type SessionTurns struct {
+	Session string `json:"session"`
+	Epoch   int    `json:"epoch"`
+	Turns   []Turn `json:"turns"`
+}
+
+// PromptBlock is where one block sits in a rendered prompt, in bytes.
+type PromptBlock struct {
+	Name   string `json:"name"`
+	Offset int    `json:"offset"`
+	Bytes  int    `json:"bytes"`
+}
+
+// LastPrompt is GET /v1/sessions/{id}/prompt: the exact text the session's
+// last request sent to the backend, and where each block starts in it.
+type LastPrompt struct {
+	Session string        `json:"session"`
+	Prompt  string        `json:"prompt"`
+	Blocks  []PromptBlock `json:"blocks"`
+}
