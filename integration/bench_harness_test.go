@@ -14,6 +14,7 @@ import (
 // TestBenchHarnessSmoke runs the harness end to end, small, and checks the
 // report it writes is complete; it asserts no times.
 func TestBenchHarnessSmoke(t *testing.T) {
+	needOllama(t)
 	cfg := bench.DefaultConfig()
 	cfg.OllamaBin = ollamatest.Binary(t)
 	cfg.Model = testModel()

@@ -23,6 +23,7 @@ func benchModel() modelgen.Config {
 // the backend reuses the cached prefix), through the daemon's socket.
 // Each repetition starts a fresh daemon and managed Ollama.
 func BenchmarkColdWarmTTFT(b *testing.B) {
+	needOllama(b)
 	const reps = 3
 	var cold, warm, coldEval, warmEval, warmTokens []float64
 	var promptTokens int

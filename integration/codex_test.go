@@ -22,6 +22,7 @@ import (
 // the backend's prompt_eval_count on a SentencePiece and a byte-level BPE
 // vocabulary, with text that tokenizers disagree on.
 func TestTokenCountsMatchBackend(t *testing.T) {
+	needOllama(t)
 	srv := ollamatest.Start(t)
 	prompts := []string{
 		"Once upon a time",
@@ -62,6 +63,7 @@ func TestTokenCountsMatchBackend(t *testing.T) {
 }
 
 func TestRAGModeOnRealBackend(t *testing.T) {
+	needOllama(t)
 	dir := codexDir(t, 40000)
 	if err := os.WriteFile(filepath.Join(dir, "secrets.env"), []byte("STRIPE_KEY=\"sk_live_4eC39HqLyjWDarjtT1zdp7dc\"\n"), 0o644); err != nil {
 		t.Fatal(err)
@@ -109,6 +111,7 @@ func TestRAGModeOnRealBackend(t *testing.T) {
 }
 
 func TestCodexLoadThroughTheAPI(t *testing.T) {
+	needOllama(t)
 	cfg := baseConfig(t, t.TempDir(), codexDir(t, 2000))
 	cfg.Codex.Watch = false
 	d := start(t, cfg, true)
@@ -150,6 +153,7 @@ func TestCodexLoadThroughTheAPI(t *testing.T) {
 }
 
 func TestCodexReloadsWhenFilesChange(t *testing.T) {
+	needOllama(t)
 	dir := codexDir(t, 2000)
 	cfg := baseConfig(t, t.TempDir(), dir)
 	d := start(t, cfg, true)

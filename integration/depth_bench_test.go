@@ -10,6 +10,7 @@ import (
 // a rolling window (drop one turn per request once past 20). It reports the
 // prefix breaks and the prompt tokens the backend had to evaluate.
 func BenchmarkDepthPolicies(b *testing.B) {
+	needOllama(b)
 	const turns, depth = 200, 20
 	type result struct {
 		breaks, evaluated int

@@ -39,6 +39,7 @@ func ask(t *testing.T, c *client.Client, session, query string) (*ctxd.Summary, 
 // TestSessionReusesPrefixAndSurvivesRestart runs a 3-turn session through
 // the socket on the real Ollama, then restarts the daemon and continues.
 func TestSessionReusesPrefixAndSurvivesRestart(t *testing.T) {
+	needOllama(t)
 	state := t.TempDir()
 	cfg := baseConfig(t, state, codexDir(t, 4500))
 	d := start(t, cfg, true)
@@ -135,6 +136,7 @@ func raw(t *testing.T, socket, method, path, contentType string, body []byte) (i
 }
 
 func TestBadInputGetsClearErrors(t *testing.T) {
+	needOllama(t)
 	cfg := baseConfig(t, t.TempDir(), codexDir(t, 2000))
 	cfg.Daemon.MaxBodyBytes = 64 << 10
 	cfg.Limits.MaxChars = 40000
@@ -197,6 +199,7 @@ func TestBadInputGetsClearErrors(t *testing.T) {
 }
 
 func TestSocketHygiene(t *testing.T) {
+	needOllama(t)
 	cfg := baseConfig(t, t.TempDir(), "")
 	start(t, cfg, false)
 	if _, err := daemon.Listen(cfg.Daemon.Socket); !errors.Is(err, daemon.ErrInUse) {
@@ -234,6 +237,7 @@ func TestSocketHygiene(t *testing.T) {
 }
 
 func TestBackendDownOrModelMissing(t *testing.T) {
+	needOllama(t)
 	// External backend that is not there.
 	cfg := baseConfig(t, t.TempDir(), "")
 	cfg.Backend.Mode = "external"

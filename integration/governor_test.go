@@ -36,6 +36,7 @@ func kvSelfSize(t *testing.T, stateDir string) float64 {
 }
 
 func TestKVEstimateMatchesBackend(t *testing.T) {
+	needOllama(t)
 	models := []modelgen.Config{
 		testModel(),
 		{Name: "kv-b", Vocab: modelgen.VocabBPE, VocabSize: 1024, Embedding: 128, Layers: 3, Heads: 8, KVHeads: 2,
@@ -69,6 +70,7 @@ func TestKVEstimateMatchesBackend(t *testing.T) {
 }
 
 func TestOverflowIsCondensedNeverCut(t *testing.T) {
+	needOllama(t)
 	cfg := baseConfig(t, t.TempDir(), codexDir(t, 1500))
 	cfg.Backend.NumCtx = 1280
 	cfg.Limits.MaxDepth = 0 // no depth limit: only the window forces the governor's hand
@@ -106,6 +108,7 @@ func TestOverflowIsCondensedNeverCut(t *testing.T) {
 }
 
 func TestDepthCompactionOnRealBackend(t *testing.T) {
+	needOllama(t)
 	cfg := baseConfig(t, t.TempDir(), codexDir(t, 3000))
 	cfg.Limits.MaxDepth = 4
 	d := start(t, cfg, true)

@@ -17,6 +17,15 @@ import (
 	"github.com/ctxd/ctxd/modelgen"
 )
 
+// needOllama skips the whole test, not only its subtests, when the Ollama
+// binary is missing (and fails it when CTXD_REQUIRE_OLLAMA is set): a test
+// whose subtests all skip would otherwise report PASS. The tests here run
+// one at a time: each drives a real model server on a 2-core CPU.
+func needOllama(tb testing.TB) {
+	tb.Helper()
+	ollamatest.Binary(tb)
+}
+
 // testModel is small enough to load and evaluate quickly on two cores.
 func testModel() modelgen.Config {
 	c := modelgen.DefaultConfig()
@@ -87,12 +96,18 @@ func baseConfig(t testing.TB, stateDir, codex string) config.Config {
 // until it listens).
 func start(t testing.TB, cfg config.Config, wait bool) *running {
 	t.Helper()
+	return startEnv(t, cfg, wait)
+}
+
+// startEnv is start with extra environment (KEY=VALUE) for a managed backend.
+func startEnv(t testing.TB, cfg config.Config, wait bool, env ...string) *running {
+	t.Helper()
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(cfg.Daemon.LogLevel)); err != nil {
 		t.Fatal(err)
 	}
 	logger := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: level}))
-	d, err := daemon.New(cfg, daemon.Options{Logger: logger, Version: "test", BackendEnv: []string{"PATH=" + os.Getenv("PATH")}})
+	d, err := daemon.New(cfg, daemon.Options{Logger: logger, Version: "test", BackendEnv: append([]string{"PATH=" + os.Getenv("PATH")}, env...)})
 	if err != nil {
 		t.Fatal(err)
 	}

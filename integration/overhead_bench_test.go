@@ -13,6 +13,7 @@ import (
 // small test model: the client's time to first token minus ctxd's own
 // measurement of the backend's, over warm turns of one session.
 func BenchmarkSidecarOverhead(b *testing.B) {
+	needOllama(b)
 	cfg := baseConfig(b, b.TempDir(), codexDir(b, 4000))
 	cfg.Daemon.LogLevel = "warn"
 	cfg.Limits.AnswerReserve = 8

@@ -2,9 +2,11 @@ package ollama
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -46,6 +48,7 @@ type Options struct {
 // Client talks to one Ollama server about one model.
 type Client struct {
 	api   *api.Client
+	http  *http.Client
 	base  *url.URL
 	model string
 	opts  Options
@@ -59,7 +62,7 @@ func New(base *url.URL, model string, opts Options) *Client {
 		DialContext:         (&net.Dialer{Timeout: 5 * time.Second}).DialContext,
 		MaxIdleConnsPerHost: 4,
 	}}
-	return &Client{api: api.NewClient(base, hc), base: base, model: model, opts: opts}
+	return &Client{api: api.NewClient(base, hc), http: hc, base: base, model: model, opts: opts}
 }
 
 // Model is the model name the client uses.
@@ -122,7 +125,7 @@ func (c *Client) Generate(ctx context.Context, req ctxd.GenerateRequest, onToken
 		Model: c.model, Prompt: req.Prompt, Raw: true,
 		KeepAlive: c.keepAlive(), Options: c.options(req),
 	}
-	err := c.api.Generate(ctx, greq, func(r api.GenerateResponse) error {
+	clean, err := c.generate(ctx, greq, func(r api.GenerateResponse) error {
 		if r.Response != "" {
 			if first {
 				gen.TTFT = time.Since(start)
@@ -154,16 +157,68 @@ func (c *Client) Generate(ctx context.Context, req ctxd.GenerateRequest, onToken
 	if err != nil {
 		return gen, c.wrap("generate", err)
 	}
-	if !done {
-		// Ollama's client library ends quietly on a stream that stops
-		// without its final message; Ollama does that when it aborts a
-		// generation (one token repeated 30 times, in v0.6.5).
+	if !done && clean {
+		// The stream ended cleanly without its final message: Ollama does
+		// that when it aborts a generation (one token repeated 30 times,
+		// in v0.6.5).
 		gen.DoneReason = ctxd.DoneIncomplete
 		if first {
 			gen.TTFT = time.Since(start)
 		}
 	}
 	return gen, nil
+}
+
+// generate posts a generate request and hands each line of the answer
+// stream to fn. Unlike the api package's client, it tells a stream that
+// ended cleanly without its final message (clean) from one that broke: a
+// read error, a cancelled context, a dropped connection are errors.
+func (c *Client) generate(ctx context.Context, req *api.GenerateRequest, fn func(api.GenerateResponse) error) (clean bool, err error) {
+	body, err := json.Marshal(req)
+	if err != nil {
+		return false, err
+	}
+	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, c.base.JoinPath("/api/generate").String(), bytes.NewReader(body))
+	if err != nil {
+		return false, err
+	}
+	hreq.Header.Set("Content-Type", "application/json")
+	hreq.Header.Set("Accept", "application/x-ndjson")
+	resp, err := c.http.Do(hreq)
+	if err != nil {
+		return false, err
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 0, 64<<10), 16<<20)
+	for sc.Scan() {
+		var line struct {
+			api.GenerateResponse
+			Error string `json:"error,omitempty"`
+		}
+		if err := json.Unmarshal(sc.Bytes(), &line); err != nil {
+			return false, fmt.Errorf("unmarshal %q: %w", sc.Text(), err)
+		}
+		if line.Error != "" {
+			if resp.StatusCode >= http.StatusBadRequest {
+				return false, api.StatusError{StatusCode: resp.StatusCode, Status: resp.Status, ErrorMessage: line.Error}
+			}
+			return false, errors.New(line.Error)
+		}
+		if resp.StatusCode >= http.StatusBadRequest {
+			return false, api.StatusError{StatusCode: resp.StatusCode, Status: resp.Status}
+		}
+		if err := fn(line.GenerateResponse); err != nil {
+			return false, err
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return false, err
+	}
+	if err := ctx.Err(); err != nil {
+		return false, err // the body ended because the request was cancelled
+	}
+	return true, nil
 }
 
 // Load loads the model with the fixed options and keeps it loaded. Ollama

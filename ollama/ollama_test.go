@@ -174,3 +174,47 @@ func TestStreamWithoutFinalMessageIsIncomplete(t *testing.T) {
 		t.Errorf("got done reason %q, text %q, ttft %v; want %q and the streamed text", res.DoneReason, res.Text, res.TTFT, ctxd.DoneIncomplete)
 	}
 }
+
+// TestBrokenOrCancelledStreamIsAnError: a stream that breaks (the server
+// dies mid-answer) or whose request is cancelled is an error, never an
+// incomplete answer to record.
+func TestBrokenOrCancelledStreamIsAnError(t *testing.T) {
+	release := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/x-ndjson")
+		fmt.Fprintln(w, `{"model":"m","response":"partial","done":false}`)
+		w.(http.Flusher).Flush()
+		select { // hold the stream open until the client cancels
+		case <-release:
+		case <-r.Context().Done():
+		}
+	}))
+	defer srv.Close()
+	defer close(release)
+	u, _ := url.Parse(srv.URL)
+	c := ollama.New(u, "m", ollama.Options{})
+
+	ctx, cancel := context.WithCancel(context.Background())
+	res, err := c.Generate(ctx, ctxd.GenerateRequest{Prompt: "p"}, func(string) error { cancel(); return nil })
+	if !errors.Is(err, context.Canceled) || res.Text != "partial" {
+		t.Errorf("cancelled stream: %q, %v; want the partial text and context.Canceled", res.Text, err)
+	}
+
+	broken := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		conn, buf, err := w.(http.Hijacker).Hijack()
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		line := `{"model":"m","response":"partial","done":false}` + "\n"
+		fmt.Fprintf(buf, "HTTP/1.1 200 OK\r\nContent-Type: application/x-ndjson\r\nTransfer-Encoding: chunked\r\n\r\n%x\r\n%s\r\n", len(line), line)
+		buf.Flush()
+		conn.Close() // no final chunk: the connection drops mid-stream
+	}))
+	defer broken.Close()
+	bu, _ := url.Parse(broken.URL)
+	res, err = ollama.New(bu, "m", ollama.Options{}).Generate(context.Background(), ctxd.GenerateRequest{Prompt: "p"}, nil)
+	if err == nil || res.DoneReason == ctxd.DoneIncomplete {
+		t.Errorf("broken stream: done %q, err %v; want an error", res.DoneReason, err)
+	}
+}

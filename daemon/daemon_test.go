@@ -1,0 +1,569 @@
+package daemon
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ctxd/ctxd"
+	"github.com/ctxd/ctxd/client"
+	"github.com/ctxd/ctxd/config"
+	"github.com/ctxd/ctxd/governor"
+	"github.com/ctxd/ctxd/internal/fake"
+	"github.com/ctxd/ctxd/sqlite"
+)
+
+// fixture is a daemon on fakes: a scripted backend, an in-memory store
+// (unless the test asks for SQLite) and a settable environment.
+type fixture struct {
+	cfg     config.Config
+	backend *fake.Backend
+	store   ctxd.Store
+	sensor  *fake.Sensor
+	client  *client.Client
+	cancel  context.CancelFunc
+	done    chan error // Run's result
+}
+
+type fixtureOptions struct {
+	slots  int
+	numCtx int
+	sqlite bool                 // keep sessions in SQLite in the state dir
+	open   Opener               // replaces the fake opener
+	tok    ctxd.Tokenizer       // replaces the byte tokenizer
+	config func(*config.Config) // adjusts the configuration
+	noWait bool                 // do not wait until ready
+}
+
+// shortDir is a directory for a socket: t.TempDir paths can be longer than
+// a Unix socket path may be.
+func shortDir(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "ctxd-d-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	return dir
+}
+
+// smallCodex writes a codex of two small files.
+func smallCodex(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	files := map[string]string{
+		"main.go":   "package main\n\n// Serve answers requests.\nfunc Serve() error { return nil }\n",
+		"README.md": "# Demo\nA codex for the daemon's tests.\n",
+	}
+	for name, body := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+func newFixture(t *testing.T, o fixtureOptions) *fixture {
+	t.Helper()
+	if o.slots == 0 {
+		o.slots = 1
+	}
+	if o.numCtx == 0 {
+		o.numCtx = 100000
+	}
+	f := &fixture{backend: fake.NewBackend(), sensor: fake.NewSensor(), done: make(chan error, 1)}
+	cfg := config.Default(config.Env{UID: os.Getuid(), Home: t.TempDir()})
+	cfg.Daemon.Socket = filepath.Join(shortDir(t), "ctxd.sock")
+	cfg.Daemon.StateDir = t.TempDir()
+	cfg.Daemon.ShutdownGrace = config.Duration{Duration: 5 * time.Second}
+	cfg.Codex.Path = smallCodex(t)
+	cfg.Codex.Watch = false
+	cfg.Limits.AnswerReserve = 64
+	cfg.Sigils = map[string]config.Sigil{"default": {Scopes: []string{"ask"}}, "coder": {Scopes: []string{"ask", "search_codex"}}}
+	if o.config != nil {
+		o.config(&cfg)
+	}
+	f.cfg = cfg
+	tok := o.tok
+	if tok == nil {
+		tok = fake.Tokenizer{}
+	}
+	open := o.open
+	if open == nil {
+		open = func(context.Context, func()) (*Model, error) {
+			return &Model{
+				Backend: f.backend, Tokenizer: tok, TokenizerID: "fake",
+				Info:   BackendInfo{Mode: "fake", URL: "fake://", Model: "fake", NumCtx: o.numCtx, Slots: o.slots},
+				Window: governor.WindowPlan{NumCtx: o.numCtx, Slots: o.slots, CacheType: governor.CacheF16},
+				Close:  func() error { return nil },
+			}, nil
+		}
+	}
+	opts := Options{Open: open, Sensor: f.sensor, Version: "test", Logger: testLogger(t)}
+	if !o.sqlite {
+		f.store = fake.NewStore()
+		opts.Store = f.store
+	}
+	d, err := New(cfg, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := Listen(cfg.Daemon.Socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	f.cancel = cancel
+	ready := make(chan struct{})
+	go func() { f.done <- d.Run(ctx, ln, func() { close(ready) }) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case <-f.done:
+		case <-time.After(30 * time.Second):
+			t.Error("daemon did not stop within 30s")
+		}
+		ln.Close()
+	})
+	f.client = client.New(cfg.Daemon.Socket)
+	if !o.noWait {
+		select {
+		case <-ready:
+		case err := <-f.done:
+			t.Fatalf("daemon stopped before ready: %v", err)
+		case <-time.After(30 * time.Second):
+			t.Fatal("daemon not ready within 30s")
+		}
+	}
+	return f
+}
+
+// testLogger sends the daemon's log to the test log, shown on failure.
+func testLogger(t *testing.T) *slog.Logger {
+	return slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
+
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
+
+// do sends a request over the socket and returns status and body.
+func (f *fixture) do(t *testing.T, method, path, contentType, body string) (int, string) {
+	t.Helper()
+	hc := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "unix", f.cfg.Daemon.Socket)
+	}}}
+	req, err := http.NewRequest(method, "http://ctxd"+path, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if contentType != "" {
+		req.Header.Set("Content-Type", contentType)
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+func (f *fixture) ask(t *testing.T, session, query string) *ctxd.Summary {
+	t.Helper()
+	sum, err := f.client.Ask(t.Context(), ctxd.AskRequest{Session: session, Query: query}, nil)
+	if err != nil {
+		t.Fatalf("ask %q in %s: %v", query, session, err)
+	}
+	return sum
+}
+
+// TestEveryRoute exercises every route and error status with no backend.
+func TestEveryRoute(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, fixtureOptions{numCtx: 20000, config: func(c *config.Config) {
+		c.Daemon.MaxBodyBytes = 64 << 10
+		c.Limits.MaxChars = 40000
+	}})
+	f.ask(t, "kept", "What does Serve do?")
+	other := smallCodex(t)
+	big := `{"session":"s","query":"` + strings.Repeat("x", 70<<10) + `"}`
+	cases := []struct {
+		name, method, path, ctype, body string
+		status                          int
+		mention                         string
+	}{
+		{"health", "GET", "/v1/health", "", "", 200, "ready"},
+		{"status", "GET", "/v1/status", "", "", 200, `"scheduler"`},
+		{"schema", "GET", "/v1/schema", "", "", 200, `"RunContext"`},
+		{"ask", "POST", "/v1/ask", "application/json", `{"session":"a","query":"hi"}`, 200, `"type":"summary"`},
+		{"malformed JSON", "POST", "/v1/ask", "application/json", `{"session": "s", "query": `, 400, "malformed JSON"},
+		{"missing query", "POST", "/v1/ask", "application/json", `{"session": "s"}`, 400, "query"},
+		{"blank query", "POST", "/v1/ask", "application/json", `{"session": "s", "query": "  "}`, 400, "query"},
+		{"missing session", "POST", "/v1/ask", "application/json", `{"query": "hi"}`, 400, "session"},
+		{"bad session format", "POST", "/v1/ask", "application/json", `{"session": "../../etc", "query": "hi"}`, 400, "session"},
+		{"unknown field", "POST", "/v1/ask", "application/json", `{"session": "s", "query": "hi", "temperature": 2}`, 400, "temperature"},
+		{"two values", "POST", "/v1/ask", "application/json", `{"session": "s", "query": "hi"} {}`, 400, "more than one"},
+		{"empty body", "POST", "/v1/ask", "application/json", ``, 400, "empty body"},
+		{"wrong content type", "POST", "/v1/ask", "text/plain", `{"session": "s", "query": "hi"}`, 415, "application/json"},
+		{"oversized body", "POST", "/v1/ask", "application/json", big, 413, "max_body_bytes"},
+		{"over the window", "POST", "/v1/ask", "application/json", `{"session":"w","query":"` + strings.Repeat("word ", 5000) + `"}`, 422, "reserved for the answer"},
+		{"over the char cap", "POST", "/v1/ask", "application/json", `{"session":"c","query":"` + strings.Repeat("y", 45000) + `"}`, 422, "over the cap of 40000"},
+		{"unknown sigil", "POST", "/v1/ask", "application/json", `{"session": "s", "query": "hi", "sigil": "root"}`, 403, "root"},
+		{"unknown route", "GET", "/v2/ask", "", ``, 404, "no route"},
+		{"wrong method", "GET", "/v1/ask", "", ``, 405, "use POST"},
+		{"wrong method on prompt", "POST", "/v1/sessions/kept/prompt", "", ``, 405, "use GET"},
+		{"sessions", "GET", "/v1/sessions", "", "", 200, `"kept"`},
+		{"session", "GET", "/v1/sessions/kept", "", "", 200, "What does Serve do?"},
+		{"bad session id in path", "GET", "/v1/sessions/a%20b", "", ``, 400, "session"},
+		{"prompt", "GET", "/v1/sessions/kept/prompt", "", "", 200, "### IDENTITY"},
+		{"prompt of a bad session id", "GET", "/v1/sessions/a%20b/prompt", "", ``, 400, "session"},
+		{"prompt of a session that sent none", "GET", "/v1/sessions/never/prompt", "", ``, 404, "sent no prompt"},
+		{"codex stats", "GET", "/v1/codex", "", "", 200, `"mode": "cag"`},
+		{"codex load", "POST", "/v1/codex/load", "application/json", `{"path":"` + other + `"}`, 200, `"type":"codex"`},
+		{"codex load of a relative path", "POST", "/v1/codex/load", "application/json", `{"path":"relative/dir"}`, 400, "absolute"},
+		{"codex load of a missing path", "POST", "/v1/codex/load", "application/json", `{"path":"/no/such/dir"}`, 400, "no such file"},
+		{"codex load without a path", "POST", "/v1/codex/load", "application/json", `{}`, 400, "path: required"},
+		{"codex load of a bad body", "POST", "/v1/codex/load", "application/json", `{"path": 5}`, 400, "malformed"},
+		{"codex search without the scope", "GET", "/v1/codex/search?q=x", "", "", 403, "search_codex"},
+		{"codex search without q", "GET", "/v1/codex/search?sigil=coder", "", "", 400, "q: required"},
+		{"codex search with a bad k", "GET", "/v1/codex/search?sigil=coder&q=x&k=99", "", "", 400, "from 1 to 50"},
+		{"codex search of a whole codex", "GET", "/v1/codex/search?sigil=coder&q=x", "", "", 409, "CAG"},
+		{"wrong method on codex", "DELETE", "/v1/codex", "", "", 405, "use GET"},
+		{"delete session", "DELETE", "/v1/sessions/a", "", "", 204, ""},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			status, body := f.do(t, c.method, c.path, c.ctype, c.body)
+			if status != c.status {
+				t.Fatalf("status %d, want %d; body %.300s", status, c.status, body)
+			}
+			if !strings.Contains(body, c.mention) {
+				t.Errorf("body %.300s does not mention %q", body, c.mention)
+			}
+			if status >= 400 {
+				var e errorBody
+				if err := json.Unmarshal([]byte(body), &e); err != nil || e.Error == "" || e.Kind == "" {
+					t.Errorf("body %q is not a JSON error with a kind", body)
+				}
+			}
+		})
+	}
+	// A backend that fails: 502 before the stream starts.
+	f.backend.FailNext(ctxd.Errorf(ctxd.KindBackend, "fake: the model crashed"))
+	if status, body := f.do(t, "POST", "/v1/ask", "application/json", `{"session":"b","query":"hi"}`); status != 502 || !strings.Contains(body, "crashed") {
+		t.Errorf("backend failure: %d %s", status, body)
+	}
+	// Still up and answering after all that.
+	if sum := f.ask(t, "after-errors", "still there?"); sum.Turn != 1 {
+		t.Errorf("session after errors: %+v", sum)
+	}
+}
+
+// TestNotReadyYet: while the backend cannot be reached the daemon answers
+// every route, says why, and keeps trying.
+func TestNotReadyYet(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, fixtureOptions{noWait: true, open: func(context.Context, func()) (*Model, error) {
+		return nil, ctxd.Errorf(ctxd.KindUnavailable, "fake: ollama is not reachable at fake://")
+	}})
+	waitFor(t, func() bool {
+		status, body := f.do(t, "GET", "/v1/health", "", "")
+		return status == 503 && strings.Contains(body, "not reachable")
+	})
+	cases := []struct {
+		method, path, body string
+		status             int
+	}{
+		{"POST", "/v1/ask", `{"session":"s","query":"hi"}`, 503},
+		{"GET", "/v1/status", "", 200},
+		{"GET", "/v1/sessions", "", 200},
+		{"GET", "/v1/sessions/s", "", 200},
+		{"GET", "/v1/codex", "", 503},
+		{"POST", "/v1/codex/load", `{"path":"/tmp"}`, 503},
+		{"GET", "/v1/sessions/s/prompt", "", 404},
+	}
+	for _, c := range cases {
+		if status, body := f.do(t, c.method, c.path, "application/json", c.body); status != c.status {
+			t.Errorf("%s %s while not ready: %d %s, want %d", c.method, c.path, status, body, c.status)
+		}
+	}
+}
+
+// TestConfigurationThatCannotWorkStopsTheDaemon: an explicit num_ctx that
+// does not fit the memory is not retried for ever.
+func TestConfigurationThatCannotWorkStopsTheDaemon(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, fixtureOptions{noWait: true, open: func(context.Context, func()) (*Model, error) {
+		return nil, ctxd.Errorf(ctxd.KindInvalid, "daemon: backend.num_ctx: num_ctx 99999 needs 9 GiB of KV cache; 1 GiB is free")
+	}})
+	select {
+	case err := <-f.done:
+		if err == nil || !strings.Contains(err.Error(), "num_ctx 99999") {
+			t.Errorf("Run returned %v", err)
+		}
+		f.done <- err // for the cleanup
+	case <-time.After(10 * time.Second):
+		t.Fatal("the daemon kept running with a configuration that cannot work")
+	}
+}
+
+// TestEightSessionsOnTwoSlots: 8 agents at once on a backend with 2 slots:
+// at most 2 generate at once, status and health answer while both slots
+// are busy, all 8 finish, and no request waits behind more than the 7
+// other sessions.
+func TestEightSessionsOnTwoSlots(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, fixtureOptions{slots: 2})
+	f.backend.Hold()
+	const agents, turns = 8, 3
+	var wg sync.WaitGroup
+	sums := make(chan *ctxd.Summary, agents*turns)
+	for i := range agents {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for turn := range turns {
+				sum, err := f.client.Ask(context.Background(), ctxd.AskRequest{Session: fmt.Sprint("agent-", i), Query: fmt.Sprint("question ", turn)}, nil)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				sums <- sum
+			}
+		}()
+	}
+	// Both slots busy, six agents queued: status and health still answer.
+	waitFor(t, func() bool {
+		var st Status
+		return f.client.GetJSON(context.Background(), "/v1/status", &st) == nil &&
+			st.Scheduler != nil && st.Scheduler.Busy == 2 && len(st.Scheduler.Waiting) == agents-2
+	})
+	if status, _ := f.do(t, "GET", "/v1/health", "", ""); status != 200 {
+		t.Errorf("health while both slots are busy: %d", status)
+	}
+	if status, _ := f.do(t, "GET", "/v1/sessions", "", ""); status != 200 {
+		t.Errorf("sessions while both slots are busy: %d", status)
+	}
+	f.backend.Release()
+	wg.Wait()
+	close(sums)
+	if m := f.backend.MaxRunning(); m > 2 {
+		t.Errorf("%d generations at once on 2 slots", m)
+	}
+	n := 0
+	for sum := range sums {
+		n++
+		if sum.QueueAhead > agents-1 {
+			t.Errorf("%s turn %d waited behind %d requests; only %d other sessions exist", sum.Session, sum.Turn, sum.QueueAhead, agents-1)
+		}
+	}
+	if n != agents*turns {
+		t.Errorf("%d answers, want %d", n, agents*turns)
+	}
+	list, _ := f.store.Sessions(context.Background())
+	for _, s := range list {
+		if s.Turns != turns {
+			t.Errorf("session %s recorded %d turns, want %d", s.ID, s.Turns, turns)
+		}
+	}
+}
+
+// gatedTokenizer blocks codex file counts until released: a codex load
+// that takes as long as the test wants.
+type gatedTokenizer struct {
+	fake.Tokenizer
+	gate chan struct{}
+}
+
+func (g *gatedTokenizer) CountText(s string) (int, error) {
+	<-g.gate
+	return len(s), nil
+}
+
+// TestReadsNeverWaitForALoadOrAGeneration reproduces the old freeze: an
+// answer in progress and a codex reload queued behind it made status and
+// health wait. Now neither waits for either.
+func TestReadsNeverWaitForALoadOrAGeneration(t *testing.T) {
+	t.Parallel()
+	tok := &gatedTokenizer{gate: make(chan struct{})}
+	close(tok.gate) // the start-up load runs through
+	f := newFixture(t, fixtureOptions{tok: tok})
+	tok.gate = make(chan struct{})
+	f.backend.Hold()
+	asked := make(chan error, 1)
+	go func() {
+		_, err := f.client.Ask(context.Background(), ctxd.AskRequest{Session: "s", Query: "held"}, nil)
+		asked <- err
+	}()
+	<-f.backend.Started()
+	other := smallCodex(t)
+	if err := os.WriteFile(filepath.Join(other, "new.go"), []byte("package main\n\n// New content: counted, so the load waits.\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	loaded := make(chan error, 1)
+	go func() {
+		_, err := f.client.LoadCodex(context.Background(), other, nil)
+		loaded <- err
+	}()
+	time.Sleep(50 * time.Millisecond) // let the load reach the tokenizer
+	for _, path := range []string{"/v1/health", "/v1/status", "/v1/schema", "/v1/sessions", "/v1/sessions/s", "/v1/codex"} {
+		done := make(chan int, 1)
+		go func() { status, _ := f.do(t, "GET", path, "", ""); done <- status }()
+		select {
+		case status := <-done:
+			if status != 200 {
+				t.Errorf("%s: %d", path, status)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s waited for the generation or the load", path)
+		}
+	}
+	select {
+	case err := <-loaded:
+		t.Fatalf("the load did not wait for the tokenizer (%v): the test proves nothing", err)
+	default:
+	}
+	close(tok.gate)
+	f.backend.Release()
+	if err := <-asked; err != nil {
+		t.Error(err)
+	}
+	if err := <-loaded; err != nil {
+		t.Error(err)
+	}
+}
+
+// TestStopDuringAStream: a stop that lets an answer finish within the grace
+// period records it; one that must cut an answer tells the client it was
+// not recorded. Never a streamed answer silently missing from the session.
+func TestStopDuringAStream(t *testing.T) {
+	t.Parallel()
+	for _, finish := range []bool{true, false} {
+		t.Run(fmt.Sprintf("finishes in grace=%v", finish), func(t *testing.T) {
+			t.Parallel()
+			grace := 300 * time.Millisecond
+			if finish {
+				grace = 10 * time.Second
+			}
+			f := newFixture(t, fixtureOptions{sqlite: true, config: func(c *config.Config) {
+				c.Daemon.ShutdownGrace = config.Duration{Duration: grace}
+			}})
+			f.backend.Hold()
+			events := make(chan ctxd.Event, 16)
+			go func() {
+				defer close(events)
+				streamEvents(t, f.cfg.Daemon.Socket, `{"session":"s","query":"long answer"}`, events)
+			}()
+			if ev := <-events; ev.Type != ctxd.EventToken {
+				t.Fatalf("first event %+v", ev)
+			}
+			f.cancel() // SIGTERM
+			if finish {
+				time.Sleep(100 * time.Millisecond) // the daemon is draining
+				f.backend.Release()
+			}
+			var last ctxd.Event
+			for ev := range events {
+				last = ev
+			}
+			if err := <-f.done; err != nil {
+				t.Errorf("Run: %v", err)
+			}
+			f.done <- nil
+			f.backend.Release()
+			store, err := sqlite.Open(context.Background(), filepath.Join(f.cfg.Daemon.StateDir, "ctxd.db"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer store.Close()
+			sess, err := store.Session(context.Background(), "s")
+			if err != nil {
+				t.Fatal(err)
+			}
+			switch {
+			case finish && (last.Type != ctxd.EventSummary || sess.Count != 1):
+				t.Errorf("an answer finished within the grace period: last event %+v, %d turns recorded", last, sess.Count)
+			case !finish && (last.Type != ctxd.EventError || last.Kind != ctxd.KindInterrupted || !strings.Contains(last.Error, "not recorded") || sess.Count != 0):
+				t.Errorf("an answer cut at shutdown: last event %+v, %d turns recorded", last, sess.Count)
+			}
+		})
+	}
+}
+
+// streamEvents posts an ask and sends every NDJSON event it reads.
+func streamEvents(t *testing.T, socket, body string, out chan<- ctxd.Event) {
+	conn, err := net.Dial("unix", socket)
+	if err != nil {
+		t.Error(err)
+		return
+	}
+	defer conn.Close()
+	fmt.Fprintf(conn, "POST /v1/ask HTTP/1.1\r\nHost: ctxd\r\nContent-Type: application/json\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s", len(body), body)
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Error(err)
+		return
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		var ev ctxd.Event
+		if err := json.Unmarshal(bytes.TrimSpace(sc.Bytes()), &ev); err != nil {
+			t.Errorf("bad event %q: %v", sc.Text(), err)
+			return
+		}
+		out <- ev
+	}
+}
+
+// TestClientThatGoesAwayStopsItsGeneration: the backend stops, nothing is
+// recorded, and the daemon serves the next request.
+func TestClientThatGoesAwayStopsItsGeneration(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, fixtureOptions{})
+	f.backend.Hold()
+	ctx, cancel := context.WithCancel(context.Background())
+	got := make(chan error, 1)
+	go func() {
+		_, err := f.client.Ask(ctx, ctxd.AskRequest{Session: "gone", Query: "long answer"}, func(string) { cancel() })
+		got <- err
+	}()
+	if err := <-got; err == nil {
+		t.Fatal("a cancelled ask succeeded")
+	}
+	waitFor(t, func() bool { return f.backend.Stopped() == 1 })
+	f.backend.Release()
+	if s, _ := f.store.Session(context.Background(), "gone"); s.Count != 0 {
+		t.Errorf("the answer of a client that went away was recorded: %+v", s)
+	}
+	if sum := f.ask(t, "gone", "again"); sum.Turn != 1 {
+		t.Errorf("next ask: %+v", sum)
+	}
+}
+
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not reached within 10s")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
