@@ -1,0 +1,183 @@
+package codexsvc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ctxd/ctxd"
+	"github.com/ctxd/ctxd/config"
+	"github.com/ctxd/ctxd/governor"
+	"github.com/ctxd/ctxd/internal/fake"
+	"github.com/ctxd/ctxd/runcontext"
+	"github.com/ctxd/ctxd/tokencount"
+)
+
+// sink records what the service publishes.
+type sink struct {
+	mu    sync.Mutex
+	block runcontext.Codex
+	plan  ctxd.CodexPlan
+	r     ctxd.Retriever
+	n     int
+}
+
+func (s *sink) SetCodex(b runcontext.Codex, p ctxd.CodexPlan, r ctxd.Retriever) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.block, s.plan, s.r = b, p, r
+	s.n++
+}
+
+func (s *sink) published() (runcontext.Codex, ctxd.CodexPlan, ctxd.Retriever, int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.block, s.plan, s.r, s.n
+}
+
+func newService(t *testing.T, numCtx int, watch bool) (*Service, *sink) {
+	t.Helper()
+	cc := config.Default(config.Env{Home: t.TempDir()}).Codex
+	cc.Watch = watch
+	snk := &sink{}
+	s := New(Config{
+		Codex: cc, StateDir: t.TempDir(),
+		Limits:    governor.Limits{NumCtx: numCtx, AnswerReserve: 64},
+		Tokenizer: fake.Tokenizer{}, TokenizerID: "bytes", Counter: tokencount.New(fake.Tokenizer{}, nil),
+		Stable: func(c runcontext.Codex) runcontext.Rendered {
+			return runcontext.Render(&runcontext.RunContext{
+				Identity: runcontext.Identity{Name: "t", Persona: "p"}, Codex: c,
+				Environment: fake.NewSensor().Environment(), Sigil: runcontext.Sigil{Name: "default", Scopes: []string{"ask"}},
+			})
+		},
+		Sink: snk,
+	})
+	t.Cleanup(func() { s.Close() })
+	return s, snk
+}
+
+// tree writes n Go files of about size bytes each.
+func tree(t *testing.T, n, size int) string {
+	t.Helper()
+	dir := t.TempDir()
+	for i := range n {
+		var sb strings.Builder
+		for j := 0; sb.Len() < size; j++ {
+			fmt.Fprintf(&sb, "// Handler%d_%d serves kind %d.\nfunc Handler%d_%d() error { return nil }\n\n", i, j, j, i, j)
+		}
+		if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("h%02d.go", i)), []byte(sb.String()), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+func TestSmallTreeLoadsWhole(t *testing.T) {
+	t.Parallel()
+	s, snk := newService(t, 100000, false)
+	if _, ok := s.Stats(); ok {
+		t.Fatal("stats before any load")
+	}
+	st, err := s.Load(t.Context(), tree(t, 3, 500), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	block, plan, r, n := snk.published()
+	if st.Files != 3 || plan.Mode != runcontext.ModeCAG || block.Mode != runcontext.ModeCAG || r != nil || n != 1 {
+		t.Fatalf("stats %+v, published %s/%s, retriever %v, %d times", st, plan.Mode, block.Mode, r, n)
+	}
+	if !block.Prerendered() {
+		t.Error("the published block is not prerendered: every request would render it")
+	}
+	if plan.StableTokens <= int(st.Tokens) {
+		t.Errorf("the plan weighs %d stable tokens, less than the codex's own %d", plan.StableTokens, st.Tokens)
+	}
+	if _, err := s.Search(t.Context(), "Handler1", 3); ctxd.KindOf(err) != ctxd.KindConflict {
+		t.Errorf("search of a whole codex: %v", err)
+	}
+}
+
+func TestLargeTreeIsRetrieved(t *testing.T) {
+	t.Parallel()
+	s, snk := newService(t, 4000, false)
+	st, err := s.Load(t.Context(), tree(t, 8, 2000), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	block, plan, r, _ := snk.published()
+	if plan.Mode != runcontext.ModeRAG || block.Mode != runcontext.ModeRAG || r == nil || st.Plan.Mode != runcontext.ModeRAG {
+		t.Fatalf("plan %+v, block %s, retriever %v", plan, block.Mode, r)
+	}
+	if !strings.Contains(block.Body, "too large to show whole") {
+		t.Errorf("the RAG block is not a map:\n%.300s", block.Body)
+	}
+	ex, err := s.Search(t.Context(), "Handler3_2", 2)
+	if err != nil || len(ex) == 0 || !strings.Contains(ex[0].Text, "Handler3_2") {
+		t.Errorf("search: %+v %v", ex, err)
+	}
+}
+
+func TestFailedOrCancelledLoadKeepsTheCurrentCodex(t *testing.T) {
+	t.Parallel()
+	s, snk := newService(t, 100000, false)
+	first, err := s.Load(t.Context(), tree(t, 2, 300), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Load(t.Context(), "/no/such/tree", nil); ctxd.KindOf(err) != ctxd.KindInvalid {
+		t.Errorf("missing tree: %v (kind %q)", err, ctxd.KindOf(err))
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	_, err = s.Load(ctx, tree(t, 40, 300), func(ctxd.CodexProgress) { cancel() })
+	if ctxd.KindOf(err) != ctxd.KindCanceled || !errors.Is(err, context.Canceled) {
+		t.Errorf("cancelled load: %v (kind %q)", err, ctxd.KindOf(err))
+	}
+	if st, _ := s.Stats(); st.Files != first.Files || st.Root != first.Root {
+		t.Errorf("after failed loads the codex is %+v, want the first", st)
+	}
+	if _, _, _, n := snk.published(); n != 1 {
+		t.Errorf("published %d times, want once", n)
+	}
+}
+
+func TestWatchReloadsAndCloseStopsIt(t *testing.T) {
+	t.Parallel()
+	s, snk := newService(t, 100000, true)
+	dir := tree(t, 2, 300)
+	if _, err := s.Load(t.Context(), dir, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "new.go"), []byte("package x\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		if st, _ := s.Stats(); st.Files == 3 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the change was not reloaded within 20s")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	_, _, _, before := snk.published()
+	if err := os.WriteFile(filepath.Join(dir, "later.go"), []byte("package x\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2 * debounce)
+	if _, _, _, after := snk.published(); after != before {
+		t.Error("a change after Close was reloaded")
+	}
+	if _, err := s.Load(t.Context(), dir, nil); !errors.Is(err, ErrClosed) {
+		t.Errorf("load after Close: %v", err)
+	}
+}
