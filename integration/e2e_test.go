@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"github.com/ctxd/ctxd"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -277,5 +278,33 @@ func waitFor(t *testing.T, cond func() bool) {
 			t.Fatal("condition not reached within 30s")
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// TestWindowThatCannotFitStopsStartUp: an explicit num_ctx whose KV cache
+// does not fit the memory ends Run with the numbers, as documented, rather
+// than retrying for ever.
+func TestWindowThatCannotFitStopsStartUp(t *testing.T) {
+	needOllama(t)
+	cfg := baseConfig(t, t.TempDir(), "")
+	cfg.Backend.NumCtx = 400_000_000
+	d, err := daemon.New(cfg, daemon.Options{Logger: slog.New(slog.NewTextHandler(testWriter{t}, nil)), BackendEnv: []string{"PATH=" + os.Getenv("PATH")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := daemon.Listen(cfg.Daemon.Socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	done := make(chan error, 1)
+	go func() { done <- d.Run(context.Background(), ln, nil) }()
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(err.Error(), "num_ctx 400000000") || !strings.Contains(err.Error(), "free") {
+			t.Errorf("Run ended with %v, want the numbers of the window that does not fit", err)
+		}
+	case <-time.After(2 * time.Minute):
+		t.Fatal("the daemon kept running with a window that cannot fit")
 	}
 }

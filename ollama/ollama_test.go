@@ -2,6 +2,7 @@ package ollama_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -216,5 +217,43 @@ func TestBrokenOrCancelledStreamIsAnError(t *testing.T) {
 	res, err = ollama.New(bu, "m", ollama.Options{}).Generate(context.Background(), ctxd.GenerateRequest{Prompt: "p"}, nil)
 	if err == nil || res.DoneReason == ctxd.DoneIncomplete {
 		t.Errorf("broken stream: done %q, err %v; want an error", res.DoneReason, err)
+	}
+}
+
+// TestOptionsAreSentAsConfigured: the load options go out on every request
+// unchanged, and keep_alive is forever unless set (0 unloads after each
+// request, as configured).
+func TestOptionsAreSentAsConfigured(t *testing.T) {
+	bodies := make(chan map[string]any, 4)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var body map[string]any
+		if err := json.NewDecoder(r.Body).Decode(&body); err != nil {
+			t.Error(err)
+		}
+		bodies <- body
+		fmt.Fprintln(w, `{"model":"m","response":"ok","done":true,"done_reason":"stop"}`)
+	}))
+	defer srv.Close()
+	u, _ := url.Parse(srv.URL)
+	zero := time.Duration(0)
+	for _, c := range []struct {
+		keepAlive *time.Duration
+		want      string // keep_alive as sent: -1 is forever
+	}{
+		{nil, "-1"},
+		{&zero, `"0s"`},
+	} {
+		cl := ollama.New(u, "m", ollama.Options{NumCtx: 4096, NumBatch: 256, KeepAlive: c.keepAlive, Temperature: 0.5})
+		if _, err := cl.Generate(context.Background(), ctxd.GenerateRequest{Prompt: "p", MaxTokens: 9, NumKeep: 3}, nil); err != nil {
+			t.Fatal(err)
+		}
+		body := <-bodies
+		opts, _ := body["options"].(map[string]any)
+		if opts["num_ctx"] != 4096.0 || opts["num_batch"] != 256.0 || opts["num_predict"] != 9.0 || opts["num_keep"] != 3.0 || opts["temperature"] != 0.5 || body["raw"] != true {
+			t.Errorf("options sent: %v", body)
+		}
+		if raw, _ := json.Marshal(body["keep_alive"]); string(raw) != c.want {
+			t.Errorf("keep_alive %s sent for %v, want %s", raw, c.keepAlive, c.want)
+		}
 	}
 }
