@@ -9,11 +9,9 @@ BIN        := bin
 CTXD       := $(BIN)/ctxd
 OLLAMA     := $(BIN)/ollama
 OLLAMA_PIN := $(BIN)/ollama-$(OLLAMA_VERSION)
+# The demo model (modelgen.DemoConfig): small enough to load in a second,
+# big enough that a cold prompt takes visible time on a laptop CPU.
 DEMO_MODEL := var/models/ctxd-demo.gguf
-# The demo model: small enough to load in a second, big enough that a cold
-# prompt takes visible time on a laptop CPU (5M parameters, 16k window).
-DEMO_FLAGS := --name ctxd-demo --vocab spm --vocab-size 4096 --embd 256 --layers 4 \
-              --heads 8 --kv-heads 4 --ff 768 --ctx 16384
 
 .PHONY: all build ollama run test bench vet fmt clean FORCE
 all: build
@@ -35,7 +33,7 @@ $(BIN)/ollama-v%:
 	./scripts/build-ollama.sh v$* $@
 
 $(DEMO_MODEL): FORCE | $(CTXD)
-	$(CTXD) genmodel --out $@ $(DEMO_FLAGS)
+	$(CTXD) genmodel --demo --out $@
 
 # Start the daemon with the managed backend, the demo model and this
 # repository as the codex. Ask it from another terminal: bin/ctxd ask "..."
@@ -51,11 +49,13 @@ test: ollama $(BIN)/ollama-$(COMPAT_VERSION)
 
 
 # Benchmarks on the real backend: the harness (multi-turn three ways,
-# sidecar overhead, compose latency, scaling) rewrites its section of
-# docs/benchmarks.md and docs/bench/{results.json,scaling.png}; then the Go
-# benchmarks (compose allocations, cold/warm TTFT, depth policies).
+# sidecar overhead, compose latency, scaling, many agents) rewrites its
+# section of docs/benchmarks.md, the figures in README.md and
+# docs/bench/{results.json,scaling.png}; then the Go benchmarks (compose
+# allocations, cold/warm TTFT, depth policies). BENCH_FLAGS="--phases agents"
+# measures some phases and keeps the others.
 bench: build ollama
-	$(CTXD) bench --ollama $(OLLAMA) --ollama-version $(OLLAMA_VERSION) --out docs/bench --doc docs/benchmarks.md
+	$(CTXD) bench --ollama $(OLLAMA) --ollama-version $(OLLAMA_VERSION) --out docs/bench --doc docs/benchmarks.md --readme README.md $(BENCH_FLAGS)
 	$(GO) test -run '^$$' -bench Compose -benchmem ./runcontext/
 	CTXD_REQUIRE_OLLAMA=1 CTXD_OLLAMA_BIN=$(abspath $(OLLAMA)) $(GO) test -count=1 -run '^$$' -bench . -benchtime 1x -timeout 60m ./integration/
 

@@ -34,8 +34,32 @@ type Config struct {
 	ColdRepeats int // cold first turns measured (the session's own included)
 	Overhead    int // requests for the sidecar-overhead measurement
 	ScalingPcts []int
-	Log         func(format string, args ...any)
+
+	// The many-agents phase: Agents sessions of AgentTurns turns each, all
+	// at once, over one codex, once for each slot count in AgentSlots, with
+	// its own model (the demo model of make run, whose turns are short
+	// enough for 8 × 25 of them).
+	Agents         int
+	AgentTurns     int
+	AgentSlots     []int
+	AgentModel     modelgen.Config
+	AgentModelPath string
+
+	Phases []string // phases to run (see AllPhases); empty: all
+	Log    func(format string, args ...any)
 }
+
+// The phases of the harness.
+const (
+	PhaseMultiTurn = "multi-turn"
+	PhaseOverhead  = "overhead"
+	PhaseCompose   = "compose"
+	PhaseScaling   = "scaling"
+	PhaseAgents    = "agents"
+)
+
+// AllPhases are the phases in the order they run.
+var AllPhases = []string{PhaseMultiTurn, PhaseOverhead, PhaseCompose, PhaseScaling, PhaseAgents}
 
 // DefaultConfig is the harness as `make bench` runs it: a 28M-parameter
 // model whose cold prompt evaluation takes visible time on a 2-core CPU.
@@ -48,105 +72,75 @@ func DefaultConfig() Config {
 		},
 		NumCtx: 4096, AnswerToks: 8, Turns: 20, ColdRepeats: 3, Overhead: 30,
 		ScalingPcts: []int{10, 30, 50, 69, 85},
-		Log:         func(string, ...any) {},
+		Agents:      8, AgentTurns: 25, AgentSlots: []int{1, 2}, AgentModel: modelgen.DemoConfig(),
+		Log: func(string, ...any) {},
 	}
 }
 
-// Env is what the phases share: the server, the daemon, a tokenizer.
-type env struct {
-	cfg    Config
+// stack is a private `ollama serve` with one model, and the daemon in
+// front of it (in-process, external mode, so direct requests and ctxd's
+// share one model load).
+type stack struct {
 	work   string
 	srv    *ollama.Server
 	direct *ollama.Client
 	tok    *llamatok.Tokenizer
 	ctxd   *client.Client
 	socket string
-	slot   []int // tokens the backend slot holds after the last direct request
 	stop   func()
 }
 
-// Run runs every phase and returns the report.
-func Run(ctx context.Context, cfg Config) (*Report, error) {
-	e, err := setup(ctx, cfg)
-	if err != nil {
-		return nil, err
-	}
-	defer e.stop()
-	r := &Report{Machine: machine(cfg), Config: cfg, Started: time.Now().UTC().Format(time.RFC3339)}
-	if r.Machine.Ollama, err = e.direct.Version(ctx); err != nil {
-		return nil, err
-	}
-	if r.Machine.Ollama == "0.0.0" && cfg.OllamaLabel != "" { // go install builds carry no version
-		r.Machine.Ollama = cfg.OllamaLabel
-	}
-	cfg.Log("multi-turn: %d turns, three ways", cfg.Turns)
-	if r.MultiTurn, err = e.multiTurn(ctx); err != nil {
-		return nil, fmt.Errorf("bench: multi-turn: %w", err)
-	}
-	cfg.Log("sidecar overhead: %d requests", cfg.Overhead)
-	if r.Overhead, err = e.overhead(ctx); err != nil {
-		return nil, fmt.Errorf("bench: overhead: %w", err)
-	}
-	cfg.Log("compose latency")
-	r.Compose = composeLatency()
-	cfg.Log("scaling: %v%% of the prompt budget", cfg.ScalingPcts)
-	if r.Scaling, err = e.scaling(ctx); err != nil {
-		return nil, fmt.Errorf("bench: scaling: %w", err)
-	}
-	return r, nil
-}
-
-func setup(ctx context.Context, cfg Config) (*env, error) {
+// startStack starts a server with slots slots and the model m (written to
+// path if missing or stale), loads it with numCtx, writes a codex of about
+// half the window, and starts the daemon over it.
+func startStack(ctx context.Context, cfg Config, m modelgen.Config, path string, numCtx, slots int) (*stack, error) {
 	work, err := os.MkdirTemp("", "ctxd-bench-")
 	if err != nil {
 		return nil, err
 	}
-	e := &env{cfg: cfg, work: work}
+	st := &stack{work: work}
 	cleanups := []func(){func() { os.RemoveAll(work) }}
-	e.stop = func() {
+	st.stop = func() {
 		for i := len(cleanups) - 1; i >= 0; i-- {
 			cleanups[i]()
 		}
 	}
-	fail := func(err error) (*env, error) { e.stop(); return nil, err }
-	if wrote, err := modelgen.Ensure(cfg.ModelPath, cfg.Model); err != nil {
+	fail := func(err error) (*stack, error) { st.stop(); return nil, err }
+	if wrote, err := modelgen.Ensure(path, m); err != nil {
 		return fail(err)
 	} else if wrote {
-		cfg.Log("wrote the bench model (%.1fM parameters) to %s", float64(cfg.Model.Params())/1e6, cfg.ModelPath)
+		cfg.Log("wrote the model %s (%.1fM parameters) to %s", m.Name, float64(m.Params())/1e6, path)
 	}
-	if e.tok, err = llamatok.Open(cfg.ModelPath); err != nil {
+	if st.tok, err = llamatok.Open(path); err != nil {
 		return fail(err)
 	}
-	cleanups = append(cleanups, func() { e.tok.Close() })
-	e.srv, err = ollama.Start(ctx, ollama.ServeConfig{
-		Binary: cfg.OllamaBin, Addr: "127.0.0.1:0",
+	cleanups = append(cleanups, func() { st.tok.Close() })
+	st.srv, err = ollama.Start(ctx, ollama.ServeConfig{
+		Binary: cfg.OllamaBin, Addr: "127.0.0.1:0", NumParallel: slots,
 		ModelsDir: filepath.Join(work, "models"), HomeDir: filepath.Join(work, "home"),
 		LogPath: filepath.Join(work, "ollama.log"), Env: []string{"PATH=" + os.Getenv("PATH")},
 	})
 	if err != nil {
 		return fail(err)
 	}
-	cleanups = append(cleanups, func() { e.srv.Close() })
-	load := ollama.Options{NumCtx: cfg.NumCtx, NumBatch: 512}
-	e.direct = ollama.New(e.srv.URL(), "ctxd-bench", load)
-	if err := e.direct.Import(ctx, cfg.ModelPath); err != nil {
+	cleanups = append(cleanups, func() { st.srv.Close() })
+	st.direct = ollama.New(st.srv.URL(), m.Name, ollama.Options{NumCtx: numCtx, NumBatch: 512})
+	if err := st.direct.Import(ctx, path); err != nil {
 		return fail(err)
 	}
-	if err := e.direct.Load(ctx); err != nil {
+	if err := st.direct.Load(ctx); err != nil {
 		return fail(err)
 	}
-	// The daemon, in-process, on the same server: external mode, so it and
-	// the direct requests share one model load and one slot.
 	codexDir := filepath.Join(work, "codex-half")
-	if err := writeCodex(e.tok, codexDir, cfg.NumCtx/2-300); err != nil {
+	if err := writeCodex(st.tok, codexDir, numCtx/2-300); err != nil {
 		return fail(err)
 	}
 	dc := config.Default(config.Env{UID: os.Getuid(), Home: work})
 	dc.Daemon.Socket = filepath.Join(work, "s.sock")
 	dc.Daemon.StateDir = filepath.Join(work, "state")
 	dc.Daemon.LogLevel = "warn"
-	dc.Backend.Mode, dc.Backend.URL, dc.Backend.Model = "external", e.srv.URL().String(), "ctxd-bench"
-	dc.Backend.NumCtx, dc.Backend.NumBatch = cfg.NumCtx, 512
+	dc.Backend.Mode, dc.Backend.URL, dc.Backend.Model, dc.Backend.Slots = "external", st.srv.URL().String(), m.Name, slots
+	dc.Backend.NumCtx, dc.Backend.NumBatch = numCtx, 512
 	dc.Limits.AnswerReserve, dc.Limits.MaxDepth = cfg.AnswerToks, 0
 	dc.Codex.Path, dc.Codex.Watch = codexDir, false
 	d, err := daemon.New(dc, daemon.Options{Logger: slog.New(slog.DiscardHandler), Version: "bench"})
@@ -168,17 +162,125 @@ func setup(ctx context.Context, cfg Config) (*env, error) {
 	case <-time.After(5 * time.Minute):
 		return fail(fmt.Errorf("daemon not ready within 5 minutes"))
 	}
-	e.socket = dc.Daemon.Socket
-	e.ctxd = client.New(dc.Daemon.Socket)
-	return e, nil
+	st.socket = dc.Daemon.Socket
+	st.ctxd = client.New(dc.Daemon.Socket)
+	return st, nil
+}
+
+// env is what the single-session phases share: the bench model's stack.
+type env struct {
+	*stack
+	cfg  Config
+	slot []int // tokens the backend slot holds after the last direct request
+}
+
+// Run runs the configured phases and returns the report: prev (an earlier
+// run's, or nil) with the phases that ran replaced. Each phase records
+// when it ran, so a report merged from several runs says which is which.
+func Run(ctx context.Context, cfg Config, prev *Report) (*Report, error) {
+	r := &Report{}
+	if prev != nil {
+		*r = *prev
+	}
+	now := time.Now().UTC().Format(time.RFC3339)
+	r.Started, r.Config = now, cfg
+	if r.Ran == nil {
+		r.Ran = map[string]string{}
+	}
+	phases := cfg.Phases
+	if len(phases) == 0 {
+		phases = AllPhases
+	}
+	for _, p := range phases {
+		if !slices.Contains(AllPhases, p) {
+			return nil, fmt.Errorf("bench: unknown phase %q (phases: %s)", p, strings.Join(AllPhases, ", "))
+		}
+	}
+	want := func(p string) bool { return slices.Contains(phases, p) }
+	machine := machine(cfg)
+	if want(PhaseMultiTurn) || want(PhaseOverhead) || want(PhaseScaling) {
+		st, err := startStack(ctx, cfg, cfg.Model, cfg.ModelPath, cfg.NumCtx, 1)
+		if err != nil {
+			return nil, err
+		}
+		defer st.stop()
+		e := &env{stack: st, cfg: cfg}
+		if machine.Ollama, err = ollamaVersion(ctx, cfg, st); err != nil {
+			return nil, err
+		}
+		r.Machine = machine
+		if want(PhaseMultiTurn) {
+			cfg.Log("multi-turn: %d turns, three ways", cfg.Turns)
+			if r.MultiTurn, err = e.multiTurn(ctx); err != nil {
+				return nil, fmt.Errorf("bench: multi-turn: %w", err)
+			}
+			r.Ran[PhaseMultiTurn] = now
+		}
+		if want(PhaseOverhead) {
+			cfg.Log("sidecar overhead: %d requests", cfg.Overhead)
+			if prev != nil && prev.Overhead.Requests > 0 {
+				r.PreviousOverhead = &PreviousOverhead{Ran: prev.ranAt(PhaseOverhead), Overhead: prev.Overhead}
+			}
+			if r.Overhead, err = e.overhead(ctx); err != nil {
+				return nil, fmt.Errorf("bench: overhead: %w", err)
+			}
+			r.Ran[PhaseOverhead] = now
+		}
+		if want(PhaseScaling) {
+			cfg.Log("scaling: %v%% of the prompt budget", cfg.ScalingPcts)
+			if r.Scaling, err = e.scaling(ctx); err != nil {
+				return nil, fmt.Errorf("bench: scaling: %w", err)
+			}
+			r.Ran[PhaseScaling] = now
+		}
+	}
+	if want(PhaseCompose) {
+		cfg.Log("compose latency")
+		r.Compose = composeLatency()
+		r.Ran[PhaseCompose] = now
+	}
+	if want(PhaseAgents) {
+		runs, err := agents(ctx, cfg)
+		if err != nil {
+			return nil, fmt.Errorf("bench: agents: %w", err)
+		}
+		r.Agents = runs
+		r.Ran[PhaseAgents] = now
+	}
+	if r.Machine.CPU == "" {
+		r.Machine = machine
+	}
+	return r, nil
+}
+
+// ollamaVersion is the server's version, or the label for builds that
+// carry none.
+func ollamaVersion(ctx context.Context, cfg Config, st *stack) (string, error) {
+	v, err := st.direct.Version(ctx)
+	if err != nil {
+		return "", err
+	}
+	if v == "0.0.0" && cfg.OllamaLabel != "" { // go install builds carry no version
+		v = cfg.OllamaLabel
+	}
+	return v, nil
 }
 
 // askCtxd asks through the daemon and measures time to first token on the
 // client's side of the socket.
 func (e *env) askCtxd(ctx context.Context, session, q string) (*ctxd.Summary, time.Duration, error) {
+	// ctxd's requests move the backend slot: a direct request after one
+	// evaluates from scratch as far as this harness can know.
+	e.slot = nil
+	return ask(ctx, e.ctxd, session, q)
+}
+
+// ask asks through the daemon and measures time to first token on the
+// client's side of the socket.
+func ask(ctx context.Context, c *client.Client, session, q string) (*ctxd.Summary, time.Duration, error) {
 	start := time.Now()
 	var ttft time.Duration
-	sum, err := e.ctxd.Ask(ctx, ctxd.AskRequest{Session: session, Query: q}, func(string) {
+	sum, err := c.Ask(ctx, ctxd.AskRequest{Session: session, Query: q}, func(string) {
 		if ttft == 0 {
 			ttft = time.Since(start)
 		}
@@ -186,9 +288,6 @@ func (e *env) askCtxd(ctx context.Context, session, q string) (*ctxd.Summary, ti
 	if err == nil && ttft == 0 {
 		ttft = time.Since(start)
 	}
-	// ctxd's requests move the backend slot: a direct request after one
-	// evaluates from scratch as far as this harness can know.
-	e.slot = nil
 	return sum, ttft, err
 }
 

@@ -21,15 +21,36 @@ type Machine struct {
 	NumCtx      int     `json:"num_ctx"`
 }
 
-// Report is everything one run measured.
+// Report is everything the harness measured. A run may measure some
+// phases only (ctxd bench --phases); the others keep an earlier run's
+// results, and Ran says when each phase was measured.
 type Report struct {
-	Started   string    `json:"started"`
-	Machine   Machine   `json:"machine"`
-	Config    Config    `json:"-"`
-	MultiTurn MultiTurn `json:"multi_turn"`
-	Overhead  Overhead  `json:"sidecar_overhead"`
-	Compose   Compose   `json:"compose"`
-	Scaling   []Scale   `json:"scaling"`
+	Started   string            `json:"started"`
+	Ran       map[string]string `json:"phases_ran,omitempty"` // phase → when it was measured
+	Machine   Machine           `json:"machine"`
+	Config    Config            `json:"-"`
+	MultiTurn MultiTurn         `json:"multi_turn"`
+	Overhead  Overhead          `json:"sidecar_overhead"`
+	// PreviousOverhead is the overhead the run before measured, for
+	// comparison after a change to the request path.
+	PreviousOverhead *PreviousOverhead `json:"previous_sidecar_overhead,omitempty"`
+	Compose          Compose           `json:"compose"`
+	Scaling          []Scale           `json:"scaling"`
+	Agents           []AgentRun        `json:"agents,omitempty"`
+}
+
+// PreviousOverhead is an earlier run's overhead and when it ran.
+type PreviousOverhead struct {
+	Ran      string   `json:"ran"`
+	Overhead Overhead `json:"overhead"`
+}
+
+// ranAt is when phase was measured: its own time, else the report's.
+func (r *Report) ranAt(phase string) string {
+	if t, ok := r.Ran[phase]; ok {
+		return t
+	}
+	return r.Started
 }
 
 // ReadReport loads a report written by Write.
@@ -51,9 +72,16 @@ const (
 	endMarker   = "<!-- bench:end -->"
 )
 
-// Write saves results.json and scaling.png in dir and replaces the
-// harness's section of the Markdown file doc (created if missing).
-func (r *Report) Write(dir, doc string) error {
+// README markers delimit the figures of README.md the harness owns.
+const (
+	readmeBegin = "<!-- bench:readme:begin (written by `ctxd bench`) -->"
+	readmeEnd   = "<!-- bench:readme:end -->"
+)
+
+// Write saves results.json and scaling.png in dir, replaces the harness's
+// section of the Markdown file doc (created if missing) and, if readme is
+// not empty, the figures between the README markers.
+func (r *Report) Write(dir, doc, readme string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
@@ -84,19 +112,59 @@ func (r *Report) Write(dir, doc string) error {
 	} else {
 		text = strings.TrimRight(text, "\n") + "\n\n" + block + "\n"
 	}
-	return os.WriteFile(doc, []byte(text), 0o644)
+	if err := os.WriteFile(doc, []byte(text), 0o644); err != nil {
+		return err
+	}
+	if readme == "" {
+		return nil
+	}
+	old, err = os.ReadFile(readme)
+	if err != nil {
+		return err
+	}
+	text = string(old)
+	i, j = strings.Index(text, readmeBegin), strings.Index(text, readmeEnd)
+	if i < 0 || j < i {
+		return fmt.Errorf("bench: %s has no %s ... %s markers for the figures", readme, readmeBegin, readmeEnd)
+	}
+	text = text[:i] + readmeBegin + "\n" + r.ReadmeFigures() + readmeEnd + text[j+len(readmeEnd):]
+	return os.WriteFile(readme, []byte(text), 0o644)
+}
+
+// ReadmeFigures is the README's paragraph of measured figures.
+func (r *Report) ReadmeFigures() string {
+	var b strings.Builder
+	mt, m := r.MultiTurn, r.Machine
+	fmt.Fprintf(&b, "Measured on a %d-core CPU machine with `make bench` (see [docs/benchmarks.md](docs/benchmarks.md)): over a %d-turn session with a %.0fM-parameter model and a %s-token first prompt, the first answer starts after %.0f s (cold) and the later ones through ctxd after %.2f s (median): %.0f× faster than the cold first turn, and %.0f× faster than the same session sent in a typical agent's order.",
+		m.Cores, len(mt.Ctxd.Turns), float64(m.ModelParams)/1e6, thousands(mt.Ctxd.Turns[0].PromptTokens),
+		mt.ColdP50/1000, mt.Ctxd.P50/1000, mt.ColdOverWarm, mt.NaiveOverCtxd)
+	for _, a := range r.Agents {
+		fmt.Fprintf(&b, " %d agents sharing one daemon on %d backend slot(s), %d turns each: median time to first token %.2f s, p95 %.2f s.",
+			a.Agents, a.Slots, a.Turns, a.All.TTFTP50/1000, a.All.TTFTP95/1000)
+	}
+	b.WriteString("\n")
+	return b.String()
+}
+
+// thousands writes n with a comma every three digits.
+func thousands(n int) string {
+	s := fmt.Sprint(n)
+	for i := len(s) - 3; i > 0; i -= 3 {
+		s = s[:i] + "," + s[i:]
+	}
+	return s
 }
 
 // Markdown renders the report as the section of docs/benchmarks.md.
 func (r *Report) Markdown(dir string) string {
 	var b strings.Builder
 	m := r.Machine
-	fmt.Fprintf(&b, "## The benchmark harness (issue 5)\n\n")
-	fmt.Fprintf(&b, "`make bench` → `ctxd bench`, run %s. Machine: %s, %d cores, %.1f GiB, %s, %s. Backend: Ollama %s (managed, CPU). Model: %s (%.1fM parameters), `num_ctx` %d. Raw numbers: [%s/results.json](%s/results.json).\n\n",
+	fmt.Fprintf(&b, "## The benchmark harness\n\n")
+	fmt.Fprintf(&b, "`make bench` → `ctxd bench`, last run %s (each section says when it was measured; `ctxd bench --phases` measures some and keeps the others). Machine: %s, %d cores, %.1f GiB, %s, %s. Backend: Ollama %s (managed, CPU). Model: %s (%.1fM parameters), `num_ctx` %d. Raw numbers: [%s/results.json](%s/results.json).\n\n",
 		r.Started, m.CPU, m.Cores, m.MemoryGiB, m.OS, m.Go, m.Ollama, m.Model, float64(m.ModelParams)/1e6, m.NumCtx, dir, dir)
 
 	mt := r.MultiTurn
-	fmt.Fprintf(&b, "### Multi-turn session (%d turns, codex ≈ half the window)\n\n", len(mt.Ctxd.Turns))
+	fmt.Fprintf(&b, "### Multi-turn session (%d turns, codex ≈ half the window)\n\nMeasured %s.\n\n", len(mt.Ctxd.Turns), r.ranAt(PhaseMultiTurn))
 	b.WriteString("Per turn: time to first token (ms), tokens evaluated / prompt tokens, the backend's prompt-evaluation time (ms).\n\n")
 	b.WriteString("| turn | ctxd TTFT | ctxd evaluated | ctxd eval ms | naive TTFT | naive evaluated | naive eval ms | query alone TTFT | query alone evaluated | query alone eval ms |\n|---|---|---|---|---|---|---|---|---|---|\n")
 	for i := range mt.Ctxd.Turns {
@@ -116,22 +184,49 @@ func (r *Report) Markdown(dir string) string {
 		mt.ColdOverWarm, mt.NaiveOverCtxd)
 
 	o := r.Overhead
-	fmt.Fprintf(&b, "### Sidecar overhead\n\n%d pairs: the same %d-token prompt through ctxd (a new session with the same question, so ctxd renders the same prompt each time), then byte for byte straight to Ollama; both find it in the backend's slot (median backend prompt evaluation %.1f ms through ctxd, %.1f ms direct). Time to first token through ctxd minus direct, pair by pair: p50 **%.2f ms**, p95 %.2f ms (target ≤ 2 ms p50). Medians of the two sides: %.1f ms through ctxd, %.1f ms direct.\n\n",
-		o.Requests, o.PromptTokens, o.CtxdEvalMs, o.DirectEvalMs, o.P50Ms, o.P95Ms, percentile(o.CtxdTTFTMs, 0.5), percentile(o.DirectTTFTMs, 0.5))
+	fmt.Fprintf(&b, "### Sidecar overhead\n\nMeasured %s. %d pairs: the same %d-token prompt through ctxd (a new session with the same question, so ctxd renders the same prompt each time), then byte for byte straight to Ollama; both find it in the backend's slot (median backend prompt evaluation %.1f ms through ctxd, %.1f ms direct). Time to first token through ctxd minus direct, pair by pair: p50 **%.2f ms**, p95 %.2f ms (target ≤ 2 ms p50). Medians of the two sides: %.1f ms through ctxd, %.1f ms direct.\n\n",
+		r.ranAt(PhaseOverhead), o.Requests, o.PromptTokens, o.CtxdEvalMs, o.DirectEvalMs, o.P50Ms, o.P95Ms, percentile(o.CtxdTTFTMs, 0.5), percentile(o.DirectTTFTMs, 0.5))
 	fmt.Fprintf(&b, "The same ctxd requests seen from inside: the client's time to first token through the socket minus ctxd's own measurement of the backend's (from sending the prompt to Ollama to its first token): p50 %.2f ms, p95 %.2f ms.\n\n", o.OwnP50Ms, o.OwnP95Ms)
+	if p := r.PreviousOverhead; p != nil {
+		fmt.Fprintf(&b, "The run before (%s), for comparison: paired p50 %.2f ms, p95 %.2f ms; inside view p50 %.2f ms, p95 %.2f ms.\n\n",
+			p.Ran, p.Overhead.P50Ms, p.Overhead.P95Ms, p.Overhead.OwnP50Ms, p.Overhead.OwnP95Ms)
+	}
 
 	c := r.Compose
-	fmt.Fprintf(&b, "### Compose latency (no backend)\n\nBuild + validate + render a RunContext with a ~%dk-token codex, %d turns, %d karma entries, %d runs: p50 **%.3f ms**, p99 **%.3f ms** (targets ≤ 1 ms, ≤ 5 ms). Allocations per request do not grow with the codex: `go test -bench Compose -benchmem ./runcontext/`.\n\n",
-		c.CodexTokens/1000, c.Turns, c.Karma, c.Runs, c.P50Ms, c.P99Ms)
+	fmt.Fprintf(&b, "### Compose latency (no backend)\n\nMeasured %s. Build + validate + render a RunContext with a ~%dk-token codex, %d turns, %d karma entries, %d runs: p50 **%.3f ms**, p99 **%.3f ms** (targets ≤ 1 ms, ≤ 5 ms). Allocations per request do not grow with the codex: `go test -bench Compose -benchmem ./runcontext/`.\n\n",
+		r.ranAt(PhaseCompose), c.CodexTokens/1000, c.Turns, c.Karma, c.Runs, c.P50Ms, c.P99Ms)
 
-	fmt.Fprintf(&b, "### Scaling with the codex\n\nCold: turn 1 of a fresh session after an unrelated prompt took the backend's slot; warm: the next turns of one session. Medians, every sample in brackets.\n\n")
+	fmt.Fprintf(&b, "### Scaling with the codex\n\nMeasured %s. Cold: turn 1 of a fresh session after an unrelated prompt took the backend's slot; warm: the next turns of one session. Medians, every sample in brackets.\n\n", r.ranAt(PhaseScaling))
 	b.WriteString("| codex + stable blocks, % of prompt budget | mode | turn-1 prompt tokens | cold TTFT ms | warm TTFT ms |\n|---|---|---|---|---|\n")
 	for _, s := range r.Scaling {
 		fmt.Fprintf(&b, "| %.0f%% (%d tokens) | %s | %d | %.0f (%s) | %.0f (%s) |\n", s.Pct, s.StableTokens, s.Mode, s.PromptTokens,
 			s.ColdTTFTMs, list(s.ColdMs), s.WarmTTFTMs, list(s.WarmMs))
 	}
 	fmt.Fprintf(&b, "\n![cold and warm TTFT by codex size](%s/scaling.png)\n\n", dir)
+	r.agentsMarkdown(&b)
 	return b.String()
+}
+
+// agentsMarkdown writes the many-agents section.
+func (r *Report) agentsMarkdown(b *strings.Builder) {
+	if len(r.Agents) == 0 {
+		return
+	}
+	a0 := r.Agents[0]
+	fmt.Fprintf(b, "### Many agents at once\n\nMeasured %s. %d agents, each its own session, send %d turns each back to back, all at once, over one codex (stable blocks %d tokens), through one daemon; model %s, %d-token answers. Time to first token is the client's (queue wait included); queue wait is the summary's `queue_wait_ms`; a slot is one of Ollama's `OLLAMA_NUM_PARALLEL` sequences.\n\n",
+		r.ranAt(PhaseAgents), a0.Agents, a0.Turns, a0.StableTokens, a0.Model, a0.AnswerTokens)
+	b.WriteString("| slots | requests | wall time | most generating at once | TTFT p50 | TTFT p95 | queue wait p50 | queue wait p95 | tokens evaluated p50 | tokens cached p50 |\n|---|---|---|---|---|---|---|---|---|---|\n")
+	for _, a := range r.Agents {
+		fmt.Fprintf(b, "| %d | %d | %.1f s | %d | %.0f ms | %.0f ms | %.0f ms | %.0f ms | %.0f | %.0f |\n", a.Slots, len(a.All.TTFTMs), a.WallMs/1000, a.Concurrency,
+			a.All.TTFTP50, a.All.TTFTP95, a.All.WaitP50, a.All.WaitP95, a.All.EvalP50, a.All.CachedP50)
+	}
+	for _, a := range r.Agents {
+		fmt.Fprintf(b, "\nPer agent, %d slot(s):\n\n| agent | TTFT p50 | TTFT p95 | queue wait p50 | queue wait p95 | tokens evaluated p50 |\n|---|---|---|---|---|---|\n", a.Slots)
+		for _, s := range a.PerAgent {
+			fmt.Fprintf(b, "| %s | %.0f ms | %.0f ms | %.0f ms | %.0f ms | %.0f |\n", s.Agent, s.TTFTP50, s.TTFTP95, s.WaitP50, s.WaitP95, s.EvalP50)
+		}
+	}
+	b.WriteString("\n")
 }
 
 // list writes samples as "50492, 50210, 49870".

@@ -106,6 +106,9 @@ func Load(ctx context.Context, root string, opts Options) (*Codex, error) {
 		w.files = append(w.files, entry{rel: filepath.Base(abs), abs: real, size: info.Size()})
 	}
 	c.Skipped = w.skipped
+	// The walk lists a directory's entries by name, so "a/b.go" comes
+	// before "a.go"; the codex is in path order ('.' sorts before '/').
+	slices.SortFunc(w.files, func(a, b entry) int { return strings.Compare(a.rel, b.rel) })
 	var kept []entry
 	var total int64
 	for _, e := range w.files {

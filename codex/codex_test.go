@@ -6,11 +6,13 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
 
 	"github.com/ctxd/ctxd"
+	"github.com/ctxd/ctxd/runcontext"
 )
 
 func write(t *testing.T, dir, name, content string) {
@@ -250,5 +252,34 @@ func TestLoadStopsWhenCancelled(t *testing.T) {
 	opts.Progress = func(ctxd.CodexProgress) { cancel() }
 	if _, err := Load(ctx, dir, opts); !errors.Is(err, context.Canceled) {
 		t.Errorf("load cancelled while reading: %v", err)
+	}
+}
+
+// TestFilesAreInPathOrder: a file and a directory of the same stem ("a.go"
+// and "a/") used to load directory first, which the RunContext refuses.
+func TestFilesAreInPathOrder(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	write(t, dir, "a.go", "package a\n")
+	write(t, dir, "a/b.go", "package b\n")
+	write(t, dir, "a-z.go", "package z\n")
+	c, err := Load(t.Context(), dir, DefaultOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, f := range c.Files {
+		got = append(got, f.Path)
+	}
+	if want := []string{"a-z.go", "a.go", "a/b.go"}; !slices.Equal(got, want) {
+		t.Errorf("files in order %v, want %v", got, want)
+	}
+	rc := runcontext.RunContext{
+		Identity: runcontext.Identity{Name: "t", Persona: "p"}, Codex: c.Block(runcontext.ModeCAG),
+		Environment: runcontext.Environment{Memory: "high", GPU: "none", Power: "ac", Connectivity: "online"},
+		Sigil:       runcontext.Sigil{Name: "default", Scopes: []string{"ask"}}, Query: runcontext.Query{Text: "q"},
+	}
+	if err := rc.Validate(); err != nil {
+		t.Errorf("the loaded codex does not validate: %v", err)
 	}
 }

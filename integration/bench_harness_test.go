@@ -21,7 +21,9 @@ func TestBenchHarnessSmoke(t *testing.T) {
 	cfg.ModelPath = modelPath(t, cfg.Model)
 	cfg.NumCtx, cfg.Turns, cfg.Overhead, cfg.ColdRepeats = 2048, 3, 3, 2
 	cfg.ScalingPcts = []int{20, 85}
-	r, err := bench.Run(context.Background(), cfg)
+	cfg.Agents, cfg.AgentTurns, cfg.AgentSlots = 3, 2, []int{1, 2}
+	cfg.AgentModel, cfg.AgentModelPath = cfg.Model, cfg.ModelPath
+	r, err := bench.Run(context.Background(), cfg, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -51,19 +53,45 @@ func TestBenchHarnessSmoke(t *testing.T) {
 	if p := r.Scaling[0].Pct; p > 25 {
 		t.Errorf("scaling: the 20%% point landed at %.0f%% of the prompt budget", p)
 	}
+	if len(r.Agents) != 2 {
+		t.Fatalf("agents: %d runs, want one per slot count", len(r.Agents))
+	}
+	for _, a := range r.Agents {
+		if len(a.PerAgent) != 3 || len(a.All.TTFTMs) != 6 || a.All.TTFTP50 <= 0 || a.Concurrency > a.Slots {
+			t.Errorf("agents on %d slot(s): %d agents, %d requests, TTFT p50 %.0f, %d at once", a.Slots, len(a.PerAgent), len(a.All.TTFTMs), a.All.TTFTP50, a.Concurrency)
+		}
+	}
+	// A run of one phase keeps the others and compares the overhead.
+	cfg.Phases = []string{bench.PhaseOverhead}
+	again, err := bench.Run(context.Background(), cfg, r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again.PreviousOverhead == nil || len(again.Agents) != 2 || len(again.Scaling) != 2 || again.Ran[bench.PhaseAgents] != r.Ran[bench.PhaseAgents] {
+		t.Errorf("a run of the overhead phase alone lost or mislabelled the others: %+v", again.Ran)
+	}
 	dir := t.TempDir()
 	doc := filepath.Join(dir, "benchmarks.md")
 	if err := os.WriteFile(doc, []byte("# Benchmarks\n\nHand-written part.\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	readme := filepath.Join(dir, "README.md")
+	if err := os.WriteFile(readme, []byte("# ctxd\n\n<!-- bench:readme:begin (written by `ctxd bench`) -->\nold figures\n<!-- bench:readme:end -->\n\nMore.\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	for range 2 { // rewriting replaces the section, it does not append another
-		if err := r.Write(filepath.Join(dir, "bench"), doc); err != nil {
+		if err := again.Write(filepath.Join(dir, "bench"), doc, readme); err != nil {
 			t.Fatal(err)
 		}
 	}
 	text, _ := os.ReadFile(doc)
-	if strings.Count(string(text), "bench:begin") != 1 || !strings.Contains(string(text), "Hand-written part.") || !strings.Contains(string(text), "| 3 |") {
+	if strings.Count(string(text), "bench:begin") != 1 || !strings.Contains(string(text), "Hand-written part.") || !strings.Contains(string(text), "| 3 |") ||
+		!strings.Contains(string(text), "Many agents at once") || !strings.Contains(string(text), "The run before") {
 		t.Errorf("doc:\n%s", text)
+	}
+	text, _ = os.ReadFile(readme)
+	if strings.Contains(string(text), "old figures") || !strings.Contains(string(text), "3 agents sharing one daemon") || !strings.HasSuffix(string(text), "More.\n") {
+		t.Errorf("README:\n%s", text)
 	}
 	for _, f := range []string{"results.json", "scaling.png"} {
 		if info, err := os.Stat(filepath.Join(dir, "bench", f)); err != nil || info.Size() == 0 {

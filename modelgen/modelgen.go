@@ -55,6 +55,17 @@ func DefaultConfig() Config {
 	}
 }
 
+// DemoConfig is the model `make run` serves: small enough to load in a
+// second, big enough that a cold prompt takes visible time on a laptop CPU
+// (5M parameters, 16k window).
+func DemoConfig() Config {
+	return Config{
+		Name: "ctxd-demo", Vocab: VocabSPM, VocabSize: 4096,
+		Embedding: 256, Layers: 4, Heads: 8, KVHeads: 4, FeedForward: 768,
+		ContextLength: 16384, Seed: 1,
+	}
+}
+
 // Validate names the first bad field.
 func (c Config) Validate() error {
 	switch {

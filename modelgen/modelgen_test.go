@@ -89,6 +89,11 @@ func TestDeterministicAndReadable(t *testing.T) {
 }
 
 func TestValidate(t *testing.T) {
+	for _, c := range []Config{DefaultConfig(), DemoConfig()} {
+		if err := c.Validate(); err != nil {
+			t.Errorf("%s: %v", c.Name, err)
+		}
+	}
 	bad := map[string]func(*Config){
 		"vocab":      func(c *Config) { c.Vocab = "wordpiece" },
 		"vocab size": func(c *Config) { c.VocabSize = 10 },

@@ -2,11 +2,15 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
+	iofs "io/fs"
 	"os"
 	"os/signal"
+	"path/filepath"
+	"strings"
 	"syscall"
 
 	"github.com/ctxd/ctxd/bench"
@@ -20,6 +24,11 @@ func cmdBench(args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&cfg.ModelPath, "model", "var/models/ctxd-bench.gguf", "bench model (written if missing or stale)")
 	out := fs.String("out", "docs/bench", "directory for results.json and scaling.png")
 	doc := fs.String("doc", "docs/benchmarks.md", "Markdown file whose harness section is rewritten")
+	readme := fs.String("readme", "", "README whose figures (between the bench:readme markers) are rewritten")
+	phases := fs.String("phases", "", "comma-separated phases to run ("+strings.Join(bench.AllPhases, ", ")+"); the others keep the results in DIR/results.json")
+	fs.StringVar(&cfg.AgentModelPath, "agent-model", "var/models/ctxd-demo.gguf", "model of the many-agents phase (written if missing or stale)")
+	fs.IntVar(&cfg.Agents, "agents", cfg.Agents, "agents of the many-agents phase")
+	fs.IntVar(&cfg.AgentTurns, "agent-turns", cfg.AgentTurns, "turns per agent")
 	fs.IntVar(&cfg.Turns, "turns", cfg.Turns, "turns of the multi-turn session")
 	fs.IntVar(&cfg.ColdRepeats, "cold-repeats", cfg.ColdRepeats, "cold first turns to measure (the session's own included)")
 	fs.IntVar(&cfg.NumCtx, "num-ctx", cfg.NumCtx, "context window")
@@ -32,16 +41,25 @@ func cmdBench(args []string, stdout, stderr io.Writer) error {
 		if err != nil {
 			return err
 		}
-		return r.Write(*out, *doc)
+		return r.Write(*out, *doc, *readme)
+	}
+	if *phases != "" {
+		cfg.Phases = strings.Split(*phases, ",")
+	}
+	// The last run's results: the phases not run now keep them, and the
+	// overhead is compared with them.
+	prev, err := bench.ReadReport(filepath.Join(*out, "results.json"))
+	if err != nil && !errors.Is(err, iofs.ErrNotExist) {
+		return err
 	}
 	cfg.Log = func(format string, a ...any) { fmt.Fprintf(stderr, format+"\n", a...) }
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	r, err := bench.Run(ctx, cfg)
+	r, err := bench.Run(ctx, cfg, prev)
 	if err != nil {
 		return err
 	}
-	if err := r.Write(*out, *doc); err != nil {
+	if err := r.Write(*out, *doc, *readme); err != nil {
 		return err
 	}
 	fmt.Fprint(stdout, r.Markdown(*out))

@@ -15,6 +15,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 
@@ -47,7 +48,7 @@ Usage:
   ctxd schema                                     print the RunContext JSON Schema
   ctxd genmodel --out FILE [flags]                write a random-weight GGUF model
   ctxd bench [--ollama BIN] [--out DIR]           run the benchmark harness on the real backend
-  ctxd systemd-units DIR                          write the systemd unit files
+  ctxd systemd-units [--config FILE] DIR          write the systemd unit files (a user service and its socket)
   ctxd version
 
 Clients find the daemon at --socket, else $CTXD_SOCKET, else the default
@@ -233,6 +234,9 @@ func cmdAsk(args []string, stdout, stderr io.Writer) error {
 	if sum.DoneNote != "" {
 		note += " · answer incomplete: " + sum.DoneNote
 	}
+	if sum.QueueWaitMs >= 1 {
+		note = fmt.Sprintf(" · queued %.0f ms", sum.QueueWaitMs) + note
+	}
 	fmt.Fprintf(stderr, "[session %s turn %d · %s · %d prompt tokens, %d cached (%.1f%%), %d evaluated · ttft %.0f ms · %d answer tokens%s]\n",
 		sum.Session, sum.Turn, sum.Mode, sum.PromptTokens, sum.CachedTokens, sum.ReusePercent,
 		sum.EvaluatedTokens, sum.TTFTMillis, sum.AnswerTokens, note)
@@ -278,7 +282,11 @@ func cmdPrompt(args []string, stdout io.Writer) error {
 
 func cmdGenModel(args []string, stdout io.Writer) error {
 	c := modelgen.DefaultConfig()
+	if slices.Contains(args, "--demo") || slices.Contains(args, "-demo") {
+		c = modelgen.DemoConfig() // flags after it still override
+	}
 	fs := flag.NewFlagSet("genmodel", flag.ContinueOnError)
+	fs.Bool("demo", false, "start from the demo model of make run (5M parameters, 16k window)")
 	out := fs.String("out", "", "output GGUF path (required)")
 	fs.StringVar(&c.Name, "name", c.Name, "general.name")
 	fs.StringVar(&c.Vocab, "vocab", c.Vocab, "vocabulary kind: spm (SentencePiece) or bpe (byte-level BPE)")
@@ -311,22 +319,42 @@ func cmdGenModel(args []string, stdout io.Writer) error {
 }
 
 func cmdUnits(args []string, stdout io.Writer) error {
-	if len(args) != 1 {
-		return errors.New("systemd-units: give the directory to write into")
-	}
-	if err := os.MkdirAll(args[0], 0o755); err != nil {
+	fs := flag.NewFlagSet("systemd-units", flag.ContinueOnError)
+	cfgPath := fs.String("config", "", "config file the service runs with (default: the built-in defaults)")
+	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	for _, name := range systemd.Names {
-		b, err := systemd.Units.ReadFile(name)
-		if err != nil {
-			return err
-		}
-		path := filepath.Join(args[0], name)
-		if err := os.WriteFile(path, b, 0o644); err != nil {
-			return err
-		}
-		fmt.Fprintln(stdout, "wrote", path)
+	if fs.NArg() != 1 {
+		return errors.New("systemd-units: give the directory to write into, e.g. ~/.config/systemd/user")
 	}
+	bin, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("systemd-units: this binary's path: %w", err)
+	}
+	if bin, err = filepath.EvalSymlinks(bin); err != nil {
+		return fmt.Errorf("systemd-units: %w", err)
+	}
+	opts := systemd.Options{Binary: bin}
+	if *cfgPath != "" {
+		if opts.Config, err = filepath.Abs(*cfgPath); err != nil {
+			return fmt.Errorf("systemd-units: --config: %w", err)
+		}
+		// The service must start: a config that does not load is an error now.
+		if _, err := config.Load(opts.Config, processEnv()); err != nil {
+			return fmt.Errorf("systemd-units: %w", err)
+		}
+	}
+	paths, err := systemd.Write(fs.Arg(0), opts)
+	if err != nil {
+		return err
+	}
+	for _, p := range paths {
+		fmt.Fprintln(stdout, "wrote", p)
+	}
+	fmt.Fprintf(stdout, "the service runs %s serve", bin)
+	if opts.Config != "" {
+		fmt.Fprintf(stdout, " --config %s", opts.Config)
+	}
+	fmt.Fprintln(stdout, "\nnext: systemctl --user daemon-reload && systemctl --user enable --now ctxd.socket")
 	return nil
 }

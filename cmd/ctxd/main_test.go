@@ -28,6 +28,8 @@ func TestCommands(t *testing.T) {
 		{"ask without daemon", []string{"ask", "--socket", filepath.Join(dir, "s.sock"), "hi"}, 1, "", "cannot reach the daemon"},
 		{"serve with bad config", []string{"serve", "--config", filepath.Join(dir, "missing.toml")}, 1, "", "missing.toml"},
 		{"units", []string{"systemd-units", filepath.Join(dir, "units")}, 0, "ctxd.socket", ""},
+		{"units with a missing config", []string{"systemd-units", "--config", filepath.Join(dir, "missing.toml"), filepath.Join(dir, "u2")}, 1, "", "missing.toml"},
+		{"units without a directory", []string{"systemd-units"}, 1, "", "give the directory"},
 		{"prompt with an argument", []string{"prompt", "--socket", filepath.Join(dir, "s.sock"), "s1"}, 1, "", `unexpected argument "s1"`},
 		{"prompt without daemon", []string{"prompt", "--socket", filepath.Join(dir, "s.sock")}, 1, "", "cannot reach the daemon"},
 		{"codex without subcommand", []string{"codex"}, 1, "", "load PATH, or stats"},
