@@ -90,7 +90,7 @@ func TestBenchHarnessSmoke(t *testing.T) {
 		t.Errorf("doc:\n%s", text)
 	}
 	text, _ = os.ReadFile(readme)
-	if strings.Contains(string(text), "old figures") || !strings.Contains(string(text), "3 agents sharing one daemon") || !strings.HasSuffix(string(text), "More.\n") {
+	if strings.Contains(string(text), "old figures") || !strings.Contains(string(text), "With 3 agents sharing one daemon") || !strings.HasSuffix(string(text), "More.\n") {
 		t.Errorf("README:\n%s", text)
 	}
 	for _, f := range []string{"results.json", "scaling.png"} {
