@@ -6,7 +6,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -22,6 +21,7 @@ import (
 	"github.com/ctxd/ctxd/config"
 	"github.com/ctxd/ctxd/governor"
 	"github.com/ctxd/ctxd/internal/fake"
+	"github.com/ctxd/ctxd/internal/socktest"
 	"github.com/ctxd/ctxd/sqlite"
 )
 
@@ -165,23 +165,7 @@ func (w testWriter) Write(p []byte) (int, error) {
 // do sends a request over the socket and returns status and body.
 func (f *fixture) do(t *testing.T, method, path, contentType, body string) (int, string) {
 	t.Helper()
-	hc := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-		return (&net.Dialer{}).DialContext(ctx, "unix", f.cfg.Daemon.Socket)
-	}}}
-	req, err := http.NewRequest(method, "http://ctxd"+path, strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if contentType != "" {
-		req.Header.Set("Content-Type", contentType)
-	}
-	resp, err := hc.Do(req)
-	if err != nil {
-		t.Fatalf("%s %s: %v", method, path, err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b)
+	return socktest.Do(t, f.cfg.Daemon.Socket, method, path, contentType, body)
 }
 
 func (f *fixture) ask(t *testing.T, session, query string) *ctxd.Summary {

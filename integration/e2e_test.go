@@ -1,16 +1,13 @@
 package integration
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"github.com/ctxd/ctxd"
-	"io"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -20,6 +17,7 @@ import (
 	"github.com/ctxd/ctxd/client"
 	"github.com/ctxd/ctxd/daemon"
 	"github.com/ctxd/ctxd/internal/ollamatest"
+	"github.com/ctxd/ctxd/internal/socktest"
 )
 
 // askB asks in session "bench" and returns the summary.
@@ -117,23 +115,7 @@ func TestSessionReusesPrefixAndSurvivesRestart(t *testing.T) {
 // raw sends a request over the socket and returns status and body.
 func raw(t *testing.T, socket, method, path, contentType string, body []byte) (int, string) {
 	t.Helper()
-	hc := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-		return (&net.Dialer{}).DialContext(ctx, "unix", socket)
-	}}}
-	req, err := http.NewRequest(method, "http://ctxd"+path, bytes.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if contentType != "" {
-		req.Header.Set("Content-Type", contentType)
-	}
-	resp, err := hc.Do(req)
-	if err != nil {
-		t.Fatalf("%s %s: %v", method, path, err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b)
+	return socktest.Do(t, socket, method, path, contentType, string(body))
 }
 
 func TestBadInputGetsClearErrors(t *testing.T) {

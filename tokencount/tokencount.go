@@ -176,24 +176,7 @@ func (c *Counter) prefix(r runcontext.Rendered) (*prefix, error) {
 // stableBlock counts one stable block, once per content: the codex block
 // is the largest text ctxd ever counts.
 func (c *Counter) stableBlock(text string) (int, error) {
-	h := maphash.String(hashSeed, text)
-	c.mu.Lock()
-	n, ok := c.stable[h]
-	c.mu.Unlock()
-	if ok {
-		return n, nil
-	}
-	n, err := c.count(text)
-	if err != nil {
-		return 0, err
-	}
-	c.mu.Lock()
-	if len(c.stable) >= 64 {
-		clear(c.stable)
-	}
-	c.stable[h] = n
-	c.mu.Unlock()
-	return n, nil
+	return c.cachedCount(c.stable, 64, text)
 }
 
 // ids tokenizes the whole prompt: the cached prefix, then the tail. The
@@ -318,11 +301,18 @@ func (c *Counter) afterAnchor(anchor, text string) ([]int, error) {
 
 // Text counts the tokens of a piece of text as the tokenizer counts it on
 // its own, without the special tokens a whole prompt starts with. Counts
-// are cached by content, within a bound.
+// are cached by content, within a bound: state and query blocks change
+// every turn.
 func (c *Counter) Text(text string) (int, error) {
+	return c.cachedCount(c.pieces, 4096, text)
+}
+
+// cachedCount counts text, looking it up in m (by content) first and
+// keeping at most bound counts there.
+func (c *Counter) cachedCount(m map[uint64]int, bound int, text string) (int, error) {
 	h := maphash.String(hashSeed, text)
 	c.mu.Lock()
-	n, ok := c.pieces[h]
+	n, ok := m[h]
 	c.mu.Unlock()
 	if ok {
 		return n, nil
@@ -332,10 +322,10 @@ func (c *Counter) Text(text string) (int, error) {
 		return 0, err
 	}
 	c.mu.Lock()
-	if len(c.pieces) > 4096 {
-		clear(c.pieces) // state and query blocks change every turn; keep the map bounded
+	if len(m) >= bound {
+		clear(m)
 	}
-	c.pieces[h] = n
+	m[h] = n
 	c.mu.Unlock()
 	return n, nil
 }

@@ -121,11 +121,7 @@ func (s *Store) AppendTurn(_ context.Context, id string, t ctxd.Turn, _ []byte, 
 	if err := s.writeErrLocked(); err != nil {
 		return 0, err
 	}
-	st := s.sessions[id]
-	if st == nil {
-		st = &storedSession{}
-		s.sessions[id] = st
-	}
+	st := s.sessionLocked(id)
 	seq := int64(len(st.turns) + 1)
 	st.turns = append(st.turns, storedTurn{seq: seq, epoch: st.epoch, turn: t})
 	return seq, nil
@@ -137,11 +133,7 @@ func (s *Store) NewEpoch(_ context.Context, id string, keep []int64, summary str
 	if err := s.writeErrLocked(); err != nil {
 		return 0, err
 	}
-	st := s.sessions[id]
-	if st == nil {
-		st = &storedSession{}
-		s.sessions[id] = st
-	}
+	st := s.sessionLocked(id)
 	st.epoch++
 	st.summary = summary
 	for i := range st.turns {
@@ -150,6 +142,16 @@ func (s *Store) NewEpoch(_ context.Context, id string, keep []int64, summary str
 		}
 	}
 	return st.epoch, nil
+}
+
+// sessionLocked returns the stored session id, creating it.
+func (s *Store) sessionLocked(id string) *storedSession {
+	st := s.sessions[id]
+	if st == nil {
+		st = &storedSession{}
+		s.sessions[id] = st
+	}
+	return st
 }
 
 func (s *Store) DeleteSession(_ context.Context, id string) error {

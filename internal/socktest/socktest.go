@@ -1,0 +1,36 @@
+// Package socktest sends raw HTTP requests to a daemon's Unix socket, for
+// tests that check statuses and bodies the Go client would turn into
+// errors.
+package socktest
+
+import (
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+)
+
+// Do sends method path with body (and contentType, if set) over the Unix
+// socket and returns the status and the body of the answer.
+func Do(tb testing.TB, socket, method, path, contentType, body string) (int, string) {
+	tb.Helper()
+	hc := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "unix", socket)
+	}}}
+	req, err := http.NewRequest(method, "http://ctxd"+path, strings.NewReader(body))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if contentType != "" {
+		req.Header.Set("Content-Type", contentType)
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		tb.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
