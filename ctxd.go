@@ -23,6 +23,15 @@ type AskRequest struct {
 // SessionIDPattern is what a session id must look like.
 var SessionIDPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
 
+// CheckSessionID is nil for a well-formed session id, else an error of
+// kind KindInvalid that names the pattern.
+func CheckSessionID(id string) error {
+	if !SessionIDPattern.MatchString(id) {
+		return Errorf(KindInvalid, "session %q must match %s", id, SessionIDPattern)
+	}
+	return nil
+}
+
 // Event types of an answer stream.
 const (
 	EventToken   = "token"

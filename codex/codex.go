@@ -244,7 +244,7 @@ func loadFile(e entry, opts Options) (result, error) {
 	if opts.Counter != nil {
 		n, err := opts.Counter.CountText(file.Content)
 		if err != nil {
-			return result{}, fmt.Errorf("codex: count tokens of %s: %w", e.rel, err)
+			return result{}, ctxd.Errorf(ctxd.KindInternal, "codex: count tokens of %s: %w", e.rel, err)
 		}
 		file.Tokens = n
 	}

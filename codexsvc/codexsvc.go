@@ -118,19 +118,33 @@ func (s *Service) Search(ctx context.Context, query string, k int) ([]ctxd.Excer
 // before). Loads run one at a time. If ctx ends first, the load stops and
 // the current codex stays.
 func (s *Service) Load(ctx context.Context, path string, progress func(ctxd.CodexProgress)) (ctxd.CodexStats, error) {
-	l, err := s.load(ctx, path, progress)
+	s.loadMu.Lock()
+	defer s.loadMu.Unlock()
+	l, err := s.loadLocked(ctx, path, progress)
 	if err != nil {
 		return ctxd.CodexStats{}, err
 	}
 	if s.cfg.Codex.Watch {
+		// Switched before the next load may start: the watcher always
+		// follows the codex that is current.
 		s.watch(path)
 	}
 	return l.stats, nil
 }
 
-func (s *Service) load(ctx context.Context, path string, progress func(ctxd.CodexProgress)) (*loaded, error) {
+// reload loads path again for its watcher, unless ctx ended (the watcher
+// was replaced or the service closed) while it waited for another load.
+func (s *Service) reload(ctx context.Context, path string) error {
 	s.loadMu.Lock()
 	defer s.loadMu.Unlock()
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	_, err := s.loadLocked(ctx, path, nil)
+	return err
+}
+
+func (s *Service) loadLocked(ctx context.Context, path string, progress func(ctxd.CodexProgress)) (*loaded, error) {
 	if s.closed {
 		return nil, ErrClosed
 	}
@@ -153,8 +167,12 @@ func (s *Service) load(ctx context.Context, path string, progress func(ctxd.Code
 	opts.Cache = s.cache
 	c, err := codex.Load(ctx, path, opts)
 	if err != nil {
-		if ctx.Err() != nil {
+		var kinded *ctxd.Error
+		switch {
+		case ctx.Err() != nil:
 			return nil, ctxd.Errorf(ctxd.KindCanceled, "codex load of %s cancelled: %w", path, err)
+		case errors.As(err, &kinded): // a failing tokenizer, say: not the tree's fault
+			return nil, err
 		}
 		return nil, ctxd.Errorf(ctxd.KindInvalid, "%w", err)
 	}
@@ -253,7 +271,9 @@ func statsOf(c *codex.Codex, plan ctxd.CodexPlan, reindexed int, took time.Durat
 // Close stops watching, waits for the watchers (and any reload they run)
 // to end, then closes the index. Loads after Close fail with ErrClosed.
 func (s *Service) Close() error {
+	s.watchMu.Lock() // no watcher starts after this
 	s.cancel()
+	s.watchMu.Unlock()
 	s.watchers.Wait()
 	s.loadMu.Lock()
 	defer s.loadMu.Unlock()

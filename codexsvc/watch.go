@@ -16,7 +16,8 @@ import (
 const debounce = 750 * time.Millisecond
 
 // watch starts watching path for changes (stopping any earlier watch)
-// until Close. It returns once the watches are in place.
+// until Close. It returns once the watches are in place. The caller holds
+// loadMu, so a reload of the earlier watch cannot slip in after it.
 func (s *Service) watch(path string) {
 	s.watchMu.Lock()
 	defer s.watchMu.Unlock()
@@ -94,7 +95,7 @@ func (s *Service) watchTree(ctx context.Context, root string, watching chan<- st
 		case <-timer.C:
 			s.log.Info("codex files changed; reloading", "events", pending)
 			pending = 0
-			if _, err := s.load(ctx, root, nil); err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, ErrClosed) {
+			if err := s.reload(ctx, root); err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, ErrClosed) {
 				s.log.Error("codex reload failed; keeping the previous codex", "err", err)
 			}
 		}

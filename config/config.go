@@ -37,6 +37,9 @@ type Daemon struct {
 	// ShutdownGrace is how long running requests may finish after a stop
 	// signal before they are stopped (with an error event saying so).
 	ShutdownGrace Duration `toml:"shutdown_grace"`
+	// WriteTimeout is how long a client may take to read one event of a
+	// stream; one that stops reading is treated as gone.
+	WriteTimeout Duration `toml:"write_timeout"`
 }
 
 // Backend is the model server.
@@ -133,6 +136,7 @@ func Default(env Env) Config {
 		Daemon: Daemon{
 			Socket: DefaultSocket(env), StateDir: state, LogLevel: "info",
 			MaxBodyBytes: 1 << 20, DefaultSigil: "default", ShutdownGrace: Duration{10 * time.Second},
+			WriteTimeout: Duration{30 * time.Second},
 		},
 		Backend: Backend{
 			Mode: "managed", Binary: "ollama", Listen: "127.0.0.1:0", URL: "http://127.0.0.1:11434",
@@ -213,6 +217,9 @@ func (c Config) Validate() error {
 	}
 	if g := c.Daemon.ShutdownGrace.Duration; g < 0 || g > 5*time.Minute {
 		bad("daemon.shutdown_grace", "%v must be between 0s and 5m", g)
+	}
+	if w := c.Daemon.WriteTimeout.Duration; w < 100*time.Millisecond {
+		bad("daemon.write_timeout", "%v must be at least 100ms", w)
 	}
 	if _, ok := c.Sigils[c.Daemon.DefaultSigil]; !ok {
 		bad("daemon.default_sigil", "%q is not a configured sigil", c.Daemon.DefaultSigil)

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/ctxd/ctxd"
 	"github.com/ctxd/ctxd/governor"
@@ -48,30 +49,66 @@ func (d *Daemon) routes() http.Handler {
 }
 
 // track counts the requests being served, so a shutdown can wait for
-// their handlers to send their last event.
+// their handlers to send their last event; once the daemon is shutting
+// down it refuses new ones.
 func (d *Daemon) track(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		d.drainMu.Lock()
+		if d.draining {
+			d.drainMu.Unlock()
+			writeError(w, ctxd.Errorf(ctxd.KindUnavailable, "ctxd is shutting down"))
+			return
+		}
 		d.handled.Add(1)
+		d.drainMu.Unlock()
 		defer d.handled.Done()
 		next.ServeHTTP(w, r)
 	})
 }
 
-// recoverer keeps a panic in one handler from taking the daemon down.
+// recoverer keeps a panic in one handler from taking the daemon down. A
+// panic after a stream started ends the stream with an error event.
 func (d *Daemon) recoverer(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		tw := &trackedWriter{ResponseWriter: w}
 		defer func() {
 			if v := recover(); v != nil {
 				if v == http.ErrAbortHandler {
 					panic(v)
 				}
 				d.log.Error("handler panic", "method", r.Method, "path", r.URL.Path, "panic", v)
-				writeError(w, ctxd.Errorf(ctxd.KindInternal, "internal error; see the daemon log"))
+				err := ctxd.Errorf(ctxd.KindInternal, "internal error; see the daemon log")
+				if !tw.wrote {
+					writeError(w, err)
+					return
+				}
+				if b, merr := json.Marshal(errorEvent(err)); merr == nil {
+					_, _ = w.Write(append(b, '\n'))
+				}
 			}
 		}()
-		next.ServeHTTP(w, r)
+		next.ServeHTTP(tw, r)
 	})
 }
+
+// trackedWriter notes whether anything was written.
+type trackedWriter struct {
+	http.ResponseWriter
+	wrote bool
+}
+
+func (t *trackedWriter) WriteHeader(code int) {
+	t.wrote = true
+	t.ResponseWriter.WriteHeader(code)
+}
+
+func (t *trackedWriter) Write(b []byte) (int, error) {
+	t.wrote = true
+	return t.ResponseWriter.Write(b)
+}
+
+// Unwrap lets http.ResponseController reach the connection (flush, deadlines).
+func (t *trackedWriter) Unwrap() http.ResponseWriter { return t.ResponseWriter }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
@@ -171,8 +208,8 @@ func (d *Daemon) handleSessions(w http.ResponseWriter, r *http.Request) {
 // sessionID is the {id} of a session route, or a 400 naming the pattern.
 func sessionID(w http.ResponseWriter, r *http.Request) (string, bool) {
 	id := r.PathValue("id")
-	if !ctxd.SessionIDPattern.MatchString(id) {
-		writeError(w, ctxd.Errorf(ctxd.KindInvalid, "session %q must match %s", id, ctxd.SessionIDPattern))
+	if err := ctxd.CheckSessionID(id); err != nil {
+		writeError(w, err)
 		return "", false
 	}
 	return id, true
@@ -225,11 +262,9 @@ func (d *Daemon) handleDeleteSession(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	var err error
-	if e := d.ready.Load(); e != nil {
+	e, err := d.engine()
+	if err == nil {
 		err = e.orch.DeleteSession(r.Context(), id)
-	} else if err = d.store.DeleteSession(r.Context(), id); err != nil { // no request has run yet
-		err = ctxd.Errorf(ctxd.KindInternal, "%w", err)
 	}
 	if err != nil {
 		writeError(w, err)
@@ -263,24 +298,11 @@ func (d *Daemon) decodeJSON(w http.ResponseWriter, r *http.Request, v any, examp
 	return nil
 }
 
-// decodeAsk reads and checks the body of an ask request.
-func (d *Daemon) decodeAsk(w http.ResponseWriter, r *http.Request) (ctxd.AskRequest, error) {
+// handleAsk answers POST /v1/ask; the orchestrator checks the request's
+// fields.
+func (d *Daemon) handleAsk(w http.ResponseWriter, r *http.Request) {
 	var req ctxd.AskRequest
 	if err := d.decodeJSON(w, r, &req, `{"session": ..., "query": ...}`); err != nil {
-		return req, err
-	}
-	if req.Session == "" {
-		return req, ctxd.Errorf(ctxd.KindInvalid, "session: required")
-	}
-	if strings.TrimSpace(req.Query) == "" {
-		return req, ctxd.Errorf(ctxd.KindInvalid, "query: required and must not be blank")
-	}
-	return req, nil
-}
-
-func (d *Daemon) handleAsk(w http.ResponseWriter, r *http.Request) {
-	req, err := d.decodeAsk(w, r)
-	if err != nil {
 		writeError(w, err)
 		return
 	}
@@ -289,12 +311,14 @@ func (d *Daemon) handleAsk(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	s := &stream{w: w}
+	s := &stream{w: w, timeout: d.cfg.Daemon.WriteTimeout.Duration}
 	sum, err := e.orch.Ask(r.Context(), req, s.token)
 	if err != nil {
-		k := ctxd.KindOf(err)
-		if k == ctxd.KindInternal || k == ctxd.KindNotRecorded {
+		switch k := ctxd.KindOf(err); k {
+		case ctxd.KindInternal, ctxd.KindNotRecorded:
 			d.log.Error("ask failed", "session", req.Session, "kind", k, "err", err)
+		case ctxd.KindBackend, ctxd.KindUnavailable:
+			d.log.Warn("ask failed", "session", req.Session, "kind", k, "err", err)
 		}
 		if !s.started {
 			writeError(w, err)
@@ -309,6 +333,7 @@ func (d *Daemon) handleAsk(w http.ResponseWriter, r *http.Request) {
 // stream writes NDJSON events, committing the 200 status with the first.
 type stream struct {
 	w       http.ResponseWriter
+	timeout time.Duration // for the client to take one event (daemon.write_timeout)
 	started bool
 }
 
@@ -329,12 +354,20 @@ func (s *stream) send(e any) error {
 	if err != nil {
 		return ctxd.Errorf(ctxd.KindInternal, "encode event: %w", err)
 	}
+	// A client that stops reading must not hold its backend slot (and
+	// everyone queued behind it): a line it does not take in time ends
+	// the request as if it had gone away.
+	rc := http.NewResponseController(s.w)
+	_ = rc.SetWriteDeadline(time.Now().Add(s.timeout))
 	if _, err := s.w.Write(append(b, '\n')); err != nil {
-		return ctxd.Errorf(ctxd.KindCanceled, "client went away: %w", err)
+		return ctxd.Errorf(ctxd.KindCanceled, "client went away or stopped reading: %w", err)
 	}
-	if f, ok := s.w.(http.Flusher); ok {
-		f.Flush()
+	if err := rc.Flush(); err != nil {
+		return ctxd.Errorf(ctxd.KindCanceled, "client went away or stopped reading: %w", err)
 	}
+	// No deadline between events: the connection may serve another
+	// request later.
+	_ = rc.SetWriteDeadline(time.Time{})
 	return nil
 }
 

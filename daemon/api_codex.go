@@ -50,7 +50,7 @@ func (d *Daemon) handleCodexLoad(w http.ResponseWriter, r *http.Request) {
 		writeError(w, fmt.Errorf("a codex is counted with the model's tokenizer: %w", err))
 		return
 	}
-	s := &stream{w: w}
+	s := &stream{w: w, timeout: d.cfg.Daemon.WriteTimeout.Duration}
 	last := -1
 	st, err := e.codex.Load(r.Context(), req.Path, func(p ctxd.CodexProgress) {
 		// About a hundred progress lines at most.

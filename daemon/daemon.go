@@ -78,11 +78,12 @@ type Daemon struct {
 	store  ctxd.Store
 	sensor ctxd.Sensor
 	probe  *hostenv.Probe // the hardware probe: memory for the window plan, and the sensor unless one was given
-	runCtx context.Context
 
-	ready   atomic.Pointer[engine] // nil until the backend is ready
-	initErr atomic.Pointer[string] // why it is not ready yet
-	handled sync.WaitGroup         // requests being served
+	ready    atomic.Pointer[engine] // nil until the backend is ready
+	initErr  atomic.Pointer[string] // why it is not ready yet
+	drainMu  sync.Mutex             // guards draining; handled.Add happens under it
+	draining bool                   // shutting down: new requests are refused
+	handled  sync.WaitGroup         // requests being served
 }
 
 // engine is everything that exists once the backend is ready.
@@ -132,7 +133,6 @@ var errShuttingDown = &ctxd.Error{Kind: ctxd.KindInterrupted,
 // and its tokenizer; and closes the store last, so nothing a request does
 // finds it closed.
 func (d *Daemon) Run(ctx context.Context, ln net.Listener, ready func()) error {
-	d.runCtx = ctx
 	if err := d.checkCodex(); err != nil {
 		return err
 	}
@@ -180,7 +180,7 @@ func (d *Daemon) Run(ctx context.Context, ln net.Listener, ready func()) error {
 		<-initDone // cancelled: whatever it had opened is closed
 	}
 	d.drain(srv, stopRequests)
-	if e := d.ready.Load(); e != nil {
+	if e := d.ready.Swap(nil); e != nil {
 		if cerr := e.codex.Close(); cerr != nil {
 			d.log.Warn("codex service", "err", cerr)
 		}
@@ -198,6 +198,9 @@ func (d *Daemon) Run(ctx context.Context, ln net.Listener, ready func()) error {
 // then stops those still running and waits (briefly) for their handlers to
 // send their final events.
 func (d *Daemon) drain(srv *http.Server, stopRequests context.CancelCauseFunc) {
+	d.drainMu.Lock()
+	d.draining = true
+	d.drainMu.Unlock()
 	grace, cancel := context.WithTimeout(context.Background(), d.cfg.Daemon.ShutdownGrace.Duration)
 	defer cancel()
 	if err := srv.Shutdown(grace); err == nil {
@@ -205,14 +208,28 @@ func (d *Daemon) drain(srv *http.Server, stopRequests context.CancelCauseFunc) {
 	}
 	d.log.Warn("requests still running at the end of the shutdown grace period; stopping them")
 	stopRequests(errShuttingDown)
-	handled := make(chan struct{})
-	go func() { d.handled.Wait(); close(handled) }()
-	select {
-	case <-handled:
-	case <-time.After(handlerStopTimeout):
-		d.log.Error("request handlers did not end after being stopped; closing their connections", "after", handlerStopTimeout)
+	if d.waitHandlers() {
+		srv.Close()
+		return
 	}
-	srv.Close()
+	d.log.Error("request handlers did not end after being stopped; closing their connections", "after", handlerStopTimeout)
+	srv.Close() // their writes fail now, and they return
+	if !d.waitHandlers() {
+		d.log.Error("request handlers still running; closing the backend and the store under them", "after", 2*handlerStopTimeout)
+	}
+}
+
+// waitHandlers waits for the running handlers, at most handlerStopTimeout;
+// false if some are still running.
+func (d *Daemon) waitHandlers() bool {
+	done := make(chan struct{})
+	go func() { d.handled.Wait(); close(done) }()
+	select {
+	case <-done:
+		return true
+	case <-time.After(handlerStopTimeout):
+		return false
+	}
 }
 
 // handlerStopTimeout bounds the wait for stopped handlers: a generation

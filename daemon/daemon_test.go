@@ -551,3 +551,31 @@ func waitFor(t *testing.T, cond func() bool) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// TestClientThatStopsReadingFreesItsSlot: a client that sends a question
+// and never reads the answer must not hold the only slot (and everyone
+// behind it): after daemon.write_timeout its request ends as if it had
+// gone away.
+func TestClientThatStopsReadingFreesItsSlot(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, fixtureOptions{config: func(c *config.Config) {
+		c.Daemon.WriteTimeout = config.Duration{Duration: 200 * time.Millisecond}
+	}})
+	f.backend.SetAnswer(strings.Repeat("word ", 400_000)) // megabytes of events: more than the socket buffers hold
+	conn, err := net.Dial("unix", f.cfg.Daemon.Socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	body := `{"session":"stalled","query":"a long answer"}`
+	fmt.Fprintf(conn, "POST /v1/ask HTTP/1.1\r\nHost: ctxd\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+	// Never read. Another session still gets the slot.
+	waitFor(t, func() bool { return f.backend.Stopped() == 1 })
+	f.backend.SetAnswer("an answer")
+	if sum := f.ask(t, "other", "still served?"); sum.Turn != 1 {
+		t.Errorf("the next session: %+v", sum)
+	}
+	if s, _ := f.store.Session(context.Background(), "stalled"); s.Count != 0 {
+		t.Errorf("the answer nobody read was recorded: %+v", s)
+	}
+}

@@ -189,6 +189,17 @@ func (c *Client) generate(ctx context.Context, req *api.GenerateRequest, fn func
 		return false, err
 	}
 	defer resp.Body.Close()
+	if resp.StatusCode >= http.StatusBadRequest {
+		// An error answer is one JSON object, or nothing, or text.
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+		var e struct {
+			Error string `json:"error"`
+		}
+		if json.Unmarshal(b, &e) != nil || e.Error == "" {
+			e.Error = strings.TrimSpace(string(b))
+		}
+		return false, api.StatusError{StatusCode: resp.StatusCode, Status: resp.Status, ErrorMessage: e.Error}
+	}
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 0, 64<<10), 16<<20)
 	for sc.Scan() {
@@ -200,13 +211,7 @@ func (c *Client) generate(ctx context.Context, req *api.GenerateRequest, fn func
 			return false, fmt.Errorf("unmarshal %q: %w", sc.Text(), err)
 		}
 		if line.Error != "" {
-			if resp.StatusCode >= http.StatusBadRequest {
-				return false, api.StatusError{StatusCode: resp.StatusCode, Status: resp.Status, ErrorMessage: line.Error}
-			}
 			return false, errors.New(line.Error)
-		}
-		if resp.StatusCode >= http.StatusBadRequest {
-			return false, api.StatusError{StatusCode: resp.StatusCode, Status: resp.Status}
 		}
 		if err := fn(line.GenerateResponse); err != nil {
 			return false, err

@@ -201,6 +201,16 @@ func TestBrokenOrCancelledStreamIsAnError(t *testing.T) {
 		t.Errorf("cancelled stream: %q, %v; want the partial text and context.Canceled", res.Text, err)
 	}
 
+	empty := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusServiceUnavailable) // an error status with no body
+	}))
+	defer empty.Close()
+	eu, _ := url.Parse(empty.URL)
+	res, err = ollama.New(eu, "m", ollama.Options{}).Generate(context.Background(), ctxd.GenerateRequest{Prompt: "p"}, nil)
+	if err == nil || !strings.Contains(err.Error(), "503") || ctxd.KindOf(err) != ctxd.KindBackend {
+		t.Errorf("503 without a body: done %q, err %v (kind %q); want a backend error", res.DoneReason, err, ctxd.KindOf(err))
+	}
+
 	broken := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		conn, buf, err := w.(http.Hijacker).Hijack()
 		if err != nil {

@@ -111,37 +111,15 @@ func (o *Orchestrator) LastPrompt(id string) (runcontext.Rendered, bool) {
 	return p.rendered, ok
 }
 
-// Sessions lists the stored sessions. It does not wait for any request.
-func (o *Orchestrator) Sessions(ctx context.Context) ([]ctxd.SessionInfo, error) {
-	list, err := o.store.Sessions(ctx)
-	if err != nil {
-		return nil, ctxd.Errorf(ctxd.KindInternal, "orchestrator: list sessions: %w", err)
-	}
-	return list, nil
-}
-
-// Session reads a stored session. It does not wait for the session's
-// running request: it sees the turns recorded so far.
-func (o *Orchestrator) Session(ctx context.Context, id string) (ctxd.Session, error) {
-	if err := checkSessionID(id); err != nil {
-		return ctxd.Session{}, err
-	}
-	s, err := o.store.Session(ctx, id)
-	if err != nil {
-		return s, ctxd.Errorf(ctxd.KindInternal, "orchestrator: session %q: %w", id, err)
-	}
-	return s, nil
-}
-
 // DeleteSession deletes a session once its running request, if any, has
 // finished, and forgets everything held of it.
 func (o *Orchestrator) DeleteSession(ctx context.Context, id string) error {
-	if err := checkSessionID(id); err != nil {
+	if err := ctxd.CheckSessionID(id); err != nil {
 		return err
 	}
 	release, _, err := o.sched.Session(ctx, id)
 	if err != nil {
-		return ctxd.Errorf(ctxd.KindCanceled, "delete session %q: cancelled while its request ran: %w", id, err)
+		return o.stopped(ctx, id, "while it waited to delete the session behind its running request", false, err)
 	}
 	defer release()
 	if err := o.store.DeleteSession(ctx, id); err != nil {
@@ -155,12 +133,6 @@ func (o *Orchestrator) DeleteSession(ctx context.Context, id string) error {
 	return nil
 }
 
-func checkSessionID(id string) error {
-	if !ctxd.SessionIDPattern.MatchString(id) {
-		return ctxd.Errorf(ctxd.KindInvalid, "session %q must match %s", id, ctxd.SessionIDPattern)
-	}
-	return nil
-}
 
 // Ask answers one request, calling onToken with each piece of the answer.
 // The answer is recorded in the session before Ask returns its summary; an
@@ -170,7 +142,7 @@ func checkSessionID(id string) error {
 // backend, and nothing is recorded; the error says so, with ctx's cause.
 func (o *Orchestrator) Ask(ctx context.Context, req ctxd.AskRequest, onToken func(string) error) (*ctxd.Summary, error) {
 	arrived := o.cfg.Now()
-	if err := checkSessionID(req.Session); err != nil {
+	if err := ctxd.CheckSessionID(req.Session); err != nil {
 		return nil, err
 	}
 	if strings.TrimSpace(req.Query) == "" {
@@ -261,6 +233,9 @@ func (o *Orchestrator) Ask(ctx context.Context, req ctxd.AskRequest, onToken fun
 		return nil, err
 	}
 	o.mu.Lock()
+	if len(o.prompts) >= 1024 {
+		clear(o.prompts) // a bound: a session whose prompt is dropped reports no prefix break once
+	}
 	o.prompts[req.Session] = previous{rendered: rendered, answer: gen.Text}
 	o.mu.Unlock()
 	o.last.Store(sum)
@@ -304,6 +279,9 @@ func slotAfterFailure(prompt []int, cached int, streamed bool) []int {
 	return prompt[:cached]
 }
 
+// recordTimeout bounds the write of a turn, which a stop does not cancel.
+const recordTimeout = 10 * time.Second
+
 // record stores the turn and updates the session as held in memory. The
 // write is not cancelled with ctx: the backend already holds the answer in
 // its cache, and the next turn must extend it.
@@ -313,7 +291,9 @@ func (o *Orchestrator) record(ctx context.Context, req ctxd.AskRequest, sess ctx
 		return ctxd.Errorf(ctxd.KindInternal, "orchestrator: %w", err)
 	}
 	turn := ctxd.Turn{Query: req.Query, Excerpts: rc.Query.Excerpts, Answer: answer, Verbatim: req.Pin}
-	seq, err := o.store.AppendTurn(context.WithoutCancel(ctx), req.Session, turn, js, o.cfg.Now())
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)
+	defer cancel()
+	seq, err := o.store.AppendTurn(wctx, req.Session, turn, js, o.cfg.Now())
 	if err != nil {
 		o.mu.Lock()
 		delete(o.sessions, req.Session)

@@ -247,10 +247,10 @@ func TestReadsNeverWaitForAGeneration(t *testing.T) {
 	if _, ok := h.o.LastPrompt("s"); !ok {
 		t.Error("no last prompt while a request runs")
 	}
-	if s, err := h.o.Session(t.Context(), "s"); err != nil || s.Count != 1 {
+	if s, err := h.store.Session(t.Context(), "s"); err != nil || s.Count != 1 {
 		t.Errorf("session read while a request runs: %+v %v", s, err)
 	}
-	if list, err := h.o.Sessions(t.Context()); err != nil || len(list) != 1 {
+	if list, err := h.store.Sessions(t.Context()); err != nil || len(list) != 1 {
 		t.Errorf("session list while a request runs: %+v %v", list, err)
 	}
 	deleted := make(chan error, 1)

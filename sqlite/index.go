@@ -31,7 +31,9 @@ func OpenIndex(ctx context.Context, path string) (*Index, error) {
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: index: %w", err)
 	}
-	db.SetMaxOpenConns(1)
+	// WAL: searches read on their own connections while a reindex writes
+	// (loads are serialized by the codex service, so there is one writer).
+	db.SetMaxOpenConns(4)
 	if _, err := db.ExecContext(ctx, `
 		CREATE TABLE IF NOT EXISTS indexed_files (path TEXT PRIMARY KEY, sha256 TEXT NOT NULL);
 		CREATE VIRTUAL TABLE IF NOT EXISTS chunks USING fts5(

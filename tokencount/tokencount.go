@@ -145,8 +145,8 @@ func (c *Counter) prefix(r runcontext.Rendered) (*prefix, error) {
 	p := c.prefixes[key]
 	owner := p == nil
 	if owner {
-		if len(c.prefixes) >= 16 {
-			clear(c.prefixes) // environment bands and sigils make few distinct prefixes
+		if len(c.prefixes) >= 64 {
+			clear(c.prefixes) // environment bands, sigils and codex reloads make few distinct prefixes
 		}
 		p = &prefix{ready: make(chan struct{})}
 		c.prefixes[key] = p
@@ -156,6 +156,7 @@ func (c *Counter) prefix(r runcontext.Rendered) (*prefix, error) {
 		<-p.ready
 		return p, p.err
 	}
+	defer close(p.ready) // even if the tokenizer panics: nobody waits for ever
 	p.tokens, p.err = c.tok.Tokenize(r.Prompt()[:r.Offset(runcontext.BlockState)])
 	for k := range runcontext.BlockState {
 		if p.err != nil {
@@ -169,7 +170,6 @@ func (c *Counter) prefix(r runcontext.Rendered) (*prefix, error) {
 		delete(c.prefixes, key) // the next request tries again
 		c.mu.Unlock()
 	}
-	close(p.ready)
 	return p, p.err
 }
 
@@ -207,9 +207,7 @@ func (c *Counter) ids(r runcontext.Rendered, p *prefix, session string) ([]int, 
 		return nil, err
 	case whole != nil:
 		return whole, nil
-	case !p.checked.Load():
-		return c.tok.Tokenize(r.Prompt()) // the check failed to tokenize; be exact anyway
-	case !p.splittable:
+	case !p.checked.Load() || !p.splittable: // the check failed, or found the split inexact
 		return c.tok.Tokenize(r.Prompt())
 	}
 	return ids, nil
