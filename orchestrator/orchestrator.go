@@ -133,7 +133,6 @@ func (o *Orchestrator) DeleteSession(ctx context.Context, id string) error {
 	return nil
 }
 
-
 // Ask answers one request, calling onToken with each piece of the answer.
 // The answer is recorded in the session before Ask returns its summary; an
 // answer that cannot be recorded is an error of kind KindNotRecorded. If
