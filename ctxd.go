@@ -56,6 +56,7 @@ type Summary struct {
 	Session         string       `json:"session"`
 	Turn            int          `json:"turn"`
 	Mode            string       `json:"mode"`
+	Format          string       `json:"format"` // "template" (the model's chat template) or "plain" (ctxd's own)
 	PromptTokens    int          `json:"prompt_tokens"`
 	CachedTokens    int          `json:"cached_tokens"`    // prefix the backend slot is expected to hold
 	EvaluatedTokens int          `json:"evaluated_tokens"` // prompt tokens the backend must evaluate

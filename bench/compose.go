@@ -19,7 +19,7 @@ func ComposeInputs(codexTokens int) (runcontext.Codex, []runcontext.Turn, []runc
 		files = append(files, runcontext.CodexRef{Path: fmt.Sprintf("pkg/f%05d.go", i), Bytes: int64(len(text)), SHA256: strings.Repeat("ab", 32)})
 	}
 	c := runcontext.Codex{Name: "bench", Mode: runcontext.ModeCAG, Files: files, Body: body.String()}
-	c.Prerender()
+	c.Prerender(nil)
 	turns := make([]runcontext.Turn, 50)
 	for i := range turns {
 		turns[i] = runcontext.Turn{Query: fmt.Sprintf("What does F%d return and why?", i), Answer: strings.Repeat("It returns nil. ", 20)}

@@ -42,9 +42,10 @@ type Config struct {
 	Tokenizer   ctxd.Tokenizer  // counts each file's tokens
 	TokenizerID string          // names the vocabulary, for the count cache
 	Counter     *tokencount.Counter
+	Specials    runcontext.Specials // the model's special token texts: the codex block is escaped against them
 	// Stable renders the stable blocks around a codex block as a request
 	// of the default sigil would: what the CAG/RAG plan weighs.
-	Stable func(runcontext.Codex) runcontext.Rendered
+	Stable func(runcontext.Codex) (runcontext.Rendered, error)
 	Sink   Sink
 	Logger *slog.Logger
 }
@@ -226,8 +227,12 @@ func (s *Service) plan(c *codex.Codex, ratio float64) (runcontext.Codex, ctxd.Co
 	}
 	if c.Tokens <= int64(limits.PromptBudget()) {
 		cag := c.Block(runcontext.ModeCAG)
-		cag.Prerender()
-		n, err := s.cfg.Counter.Stable(s.cfg.Stable(cag))
+		cag.Prerender(s.cfg.Specials)
+		r, err := s.cfg.Stable(cag)
+		if err != nil {
+			return cag, ctxd.CodexPlan{}, ctxd.Errorf(ctxd.KindInternal, "codex: render the stable blocks: %w", err)
+		}
+		n, err := s.cfg.Counter.Stable(r)
 		if err != nil {
 			return cag, ctxd.CodexPlan{}, ctxd.Errorf(ctxd.KindInternal, "codex: count the stable blocks: %w", err)
 		}
@@ -244,7 +249,7 @@ func (s *Service) plan(c *codex.Codex, ratio float64) (runcontext.Codex, ctxd.Co
 // tenth of the prompt budget (at a conservative two characters a token).
 func (s *Service) ragBlock(c *codex.Codex) runcontext.Codex {
 	b := c.BlockWithMap(runcontext.ModeRAG, s.cfg.Limits.PromptBudget()/10*2)
-	b.Prerender()
+	b.Prerender(s.cfg.Specials)
 	return b
 }
 

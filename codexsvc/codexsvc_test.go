@@ -50,8 +50,8 @@ func newService(t *testing.T, numCtx int, watch bool) (*Service, *sink) {
 		Codex: cc, StateDir: t.TempDir(),
 		Limits:    governor.Limits{NumCtx: numCtx, AnswerReserve: 64},
 		Tokenizer: fake.Tokenizer{}, TokenizerID: "bytes", Counter: tokencount.New(fake.Tokenizer{}, nil),
-		Stable: func(c runcontext.Codex) runcontext.Rendered {
-			return runcontext.Render(&runcontext.RunContext{
+		Stable: func(c runcontext.Codex) (runcontext.Rendered, error) {
+			return runcontext.Plain{}.Render(&runcontext.RunContext{
 				Identity: runcontext.Identity{Name: "t", Persona: "p"}, Codex: c,
 				Environment: fake.NewSensor().Environment(), Sigil: runcontext.Sigil{Name: "default", Scopes: []string{"ask"}},
 			})

@@ -56,6 +56,7 @@ type Backend struct {
 	NumThread   int      `toml:"num_thread"` // 0: the backend's default
 	Slots       int      `toml:"slots"`      // sequences the backend serves at once (managed: OLLAMA_NUM_PARALLEL)
 	KeepAlive   Duration `toml:"keep_alive"` // how long the model stays loaded; negative: forever
+	Format      string   `toml:"format"` // auto (the model's chat template if it has one), template, or plain
 	Temperature float64  `toml:"temperature"`
 	Seed        int      `toml:"seed"`
 }
@@ -140,7 +141,7 @@ func Default(env Env) Config {
 		},
 		Backend: Backend{
 			Mode: "managed", Binary: "ollama", Listen: "127.0.0.1:0", URL: "http://127.0.0.1:11434",
-			Model: "ctxd-demo", MaxNumCtx: 32768, NumBatch: 512, Slots: 1,
+			Model: "ctxd-demo", MaxNumCtx: 32768, NumBatch: 512, Slots: 1, Format: "auto",
 			KeepAlive: Duration{-1},
 		},
 		Identity: Identity{
@@ -247,6 +248,9 @@ func (c Config) Validate() error {
 	}
 	if b.NumCtx < 0 || b.MaxNumCtx <= 0 {
 		bad("backend.num_ctx", "num_ctx must be 0 or positive and max_num_ctx positive")
+	}
+	if !slices.Contains([]string{"auto", "template", "plain"}, b.Format) {
+		bad("backend.format", "%q is not one of auto, template, plain", b.Format)
 	}
 	if b.Slots < 1 || b.Slots > 64 {
 		bad("backend.slots", "%d must be between 1 and 64", b.Slots)

@@ -53,7 +53,8 @@ type Model struct {
 	Info        BackendInfo
 	Window      governor.WindowPlan
 	Facts       governor.ModelFacts
-	Restarts    func() int   // how often a supervised backend was restarted; nil if not supervised
+	Format      runcontext.Format // how prompts are rendered; nil: the plain format
+	Restarts    func() int        // how often a supervised backend was restarted; nil if not supervised
 	Close       func() error // stops what Open started; called once, after the last request
 }
 
@@ -354,11 +355,15 @@ func (d *Daemon) start(ctx context.Context) (err error) {
 	if err := e.limits.Validate(); err != nil {
 		return ctxd.Errorf(ctxd.KindInvalid, "daemon: %w", err)
 	}
+	if e.model.Format == nil {
+		e.model.Format = runcontext.Plain{}
+	}
 	counter := tokencount.New(e.model.Tokenizer, d.log)
 	e.sched = scheduler.New(max(1, e.model.Window.Slots), nil)
 	mf, cacheType := e.model.Facts, e.model.Window.CacheType
 	e.orch, err = orchestrator.New(orchestrator.Config{
 		Identity: d.identity(),
+		Format:   e.model.Format,
 		Limits:   e.limits,
 		KVBytes:  func(n int) int64 { return mf.KVBytes(cacheType, n) },
 		Sigils:   d.sigils,
@@ -371,7 +376,10 @@ func (d *Daemon) start(ctx context.Context) (err error) {
 	e.codex = codexsvc.New(codexsvc.Config{
 		Codex: d.cfg.Codex, StateDir: d.cfg.Daemon.StateDir, Limits: e.limits,
 		Tokenizer: e.model.Tokenizer, TokenizerID: e.model.TokenizerID, Counter: counter,
-		Stable: d.stableBlocks, Sink: e.orch, Logger: d.log,
+		Specials: e.model.Format.Specials(), Sink: e.orch, Logger: d.log,
+		Stable: func(c runcontext.Codex) (runcontext.Rendered, error) {
+			return d.stableBlocks(e.model.Format, c)
+		},
 	})
 	if d.cfg.Codex.Path != "" {
 		if _, err := e.codex.Load(ctx, d.cfg.Codex.Path, nil); err != nil {
@@ -389,10 +397,10 @@ func (d *Daemon) identity() runcontext.Identity {
 }
 
 // stableBlocks renders the stable blocks around a codex block as a request
-// of the default sigil renders them now.
-func (d *Daemon) stableBlocks(c runcontext.Codex) runcontext.Rendered {
+// of the default sigil renders them now, in the model's format.
+func (d *Daemon) stableBlocks(f runcontext.Format, c runcontext.Codex) (runcontext.Rendered, error) {
 	sigil, _ := d.sigils.Resolve("")
-	return runcontext.Render(&runcontext.RunContext{
+	return f.Render(&runcontext.RunContext{
 		Identity: d.identity(), Codex: c, Environment: d.sensor.Environment(), Sigil: sigil,
 	})
 }

@@ -2,15 +2,18 @@ package daemon
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/url"
 	"os"
 	"path/filepath"
 
 	"github.com/ctxd/ctxd"
+	"github.com/ctxd/ctxd/chattemplate"
 	"github.com/ctxd/ctxd/governor"
 	"github.com/ctxd/ctxd/llamatok"
 	"github.com/ctxd/ctxd/ollama"
+	"github.com/ctxd/ctxd/runcontext"
 )
 
 // BackendInfo describes the backend once it is ready.
@@ -23,8 +26,38 @@ type BackendInfo struct {
 	TrainedCtx   int    `json:"trained_context_length"`
 	NumCtx       int    `json:"num_ctx"`
 	Slots        int    `json:"slots"`
-	Restarts     int    `json:"restarts,omitempty"`
-	KVCacheType  string `json:"kv_cache_type"`
+	Restarts     int        `json:"restarts,omitempty"`
+	KVCacheType  string     `json:"kv_cache_type"`
+	Format       FormatInfo `json:"format"`
+}
+
+// FormatInfo says how prompts are rendered, and why.
+type FormatInfo struct {
+	Name       string `json:"name"`        // "template" (the model's chat template) or "plain" (ctxd's own)
+	AppendOnly bool   `json:"append_only"` // turn n+1's prompt extends turn n's and its answer
+	Note       string `json:"note,omitempty"`
+	Reason     string `json:"reason"`
+}
+
+// chooseFormat picks the format backend.format asks for: the model's chat
+// template (checked), or ctxd's plain format for a model without one.
+func chooseFormat(want string, facts ollama.Facts, special runcontext.Specials) (runcontext.Format, FormatInfo, error) {
+	plain := runcontext.Plain{Special: special}
+	if want == "plain" {
+		return plain, FormatInfo{Name: plain.Name(), AppendOnly: true, Reason: "backend.format = plain"}, nil
+	}
+	f, err := chattemplate.New(facts.Template, facts.Stop, special)
+	switch {
+	case err == nil:
+		c := f.Check()
+		return f, FormatInfo{Name: f.Name(), AppendOnly: c.AppendOnly, Note: c.Note,
+			Reason: "the model's chat template, rendered with Ollama's own template code"}, nil
+	case want == "template":
+		return nil, FormatInfo{}, ctxd.Errorf(ctxd.KindInvalid, "daemon: backend.format = template: %v", err)
+	case errors.Is(err, chattemplate.ErrNoTemplate):
+		return plain, FormatInfo{Name: plain.Name(), AppendOnly: true, Reason: "the model has no chat template"}, nil
+	}
+	return plain, FormatInfo{Name: plain.Name(), AppendOnly: true, Reason: fmt.Sprintf("the model's chat template cannot be used (%v)", err)}, nil
 }
 
 // openOllama is the Opener for Ollama: in managed mode it starts a private
@@ -100,6 +133,10 @@ func (d *Daemon) openOllama(ctx context.Context, onRestart func()) (_ *Model, er
 		return nil, fmt.Errorf("daemon: tokenizer for %s: %w", b.Model, err)
 	}
 	closers = append(closers, tok.Close)
+	if m.Format, m.Info.Format, err = chooseFormat(b.Format, facts, tok.Special()); err != nil {
+		return nil, err
+	}
+	d.log.Info("prompt format", "format", m.Info.Format.Name, "append_only", m.Info.Format.AppendOnly, "note", m.Info.Format.Note, "reason", m.Info.Format.Reason)
 	d.log.Info("loading model", "model", b.Model, "num_ctx", m.Window.NumCtx, "slots", m.Window.Slots, "num_batch", b.NumBatch,
 		"kv_cache", m.Window.CacheType, "kv_bytes", m.Window.KVBytes, "plan", m.Window.Reason)
 	if err := client.Load(ctx); err != nil {

@@ -3,8 +3,10 @@ package llamatok
 import (
 	"fmt"
 	"os"
+	"slices"
 	"sync"
 
+	"github.com/ollama/ollama/fs/ggml"
 	"github.com/ollama/ollama/llama"
 )
 
@@ -13,9 +15,10 @@ var backendOnce sync.Once
 // Tokenizer tokenizes with one model's vocabulary. It is safe for
 // concurrent use.
 type Tokenizer struct {
-	path  string
-	mu    sync.RWMutex // guards model: tokenizing shares it (llama.cpp's vocabulary is read-only), Close takes it
-	model *llama.Model
+	path    string
+	special []string     // texts the tokenizer turns into special tokens, longest first
+	mu      sync.RWMutex // guards model: tokenizing shares it (llama.cpp's vocabulary is read-only), Close takes it
+	model   *llama.Model
 }
 
 // Open loads the vocabulary of the GGUF model at path.
@@ -23,13 +26,55 @@ func Open(path string) (*Tokenizer, error) {
 	if _, err := os.Stat(path); err != nil {
 		return nil, fmt.Errorf("llamatok: %w", err)
 	}
+	special, err := specialTokens(path)
+	if err != nil {
+		return nil, err
+	}
 	backendOnce.Do(llama.BackendInit)
 	m, err := llama.LoadModelFromFile(path, llama.ModelParams{VocabOnly: true, UseMmap: true})
 	if err != nil {
 		return nil, fmt.Errorf("llamatok: load vocabulary of %s: %w", path, err)
 	}
-	return &Tokenizer{path: path, model: m}, nil
+	return &Tokenizer{path: path, special: special, model: m}, nil
 }
+
+// GGUF token types llama.cpp parses out of a prompt as special tokens
+// (llama.h: LLAMA_TOKEN_TYPE_UNKNOWN, _CONTROL, _USER_DEFINED).
+const (
+	typeUnknown     = 2
+	typeControl     = 3
+	typeUserDefined = 4
+)
+
+// specialTokens reads the texts of the vocabulary's special tokens from
+// the model's GGUF metadata, longest first.
+func specialTokens(path string) ([]string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("llamatok: %w", err)
+	}
+	defer f.Close()
+	g, _, err := ggml.Decode(f, -1)
+	if err != nil {
+		return nil, fmt.Errorf("llamatok: read %s: %w", path, err)
+	}
+	kv := g.KV()
+	tokens, types := kv.Strings("tokenizer.ggml.tokens"), kv.Uints("tokenizer.ggml.token_type")
+	var out []string
+	for i, typ := range types {
+		if i < len(tokens) && tokens[i] != "" && (typ == typeUnknown || typ == typeControl || typ == typeUserDefined) {
+			out = append(out, tokens[i])
+		}
+	}
+	slices.SortStableFunc(out, func(a, b string) int { return len(b) - len(a) })
+	return out, nil
+}
+
+// Special lists the texts that tokenize to the vocabulary's special tokens
+// (control, user-defined and unknown tokens, as llama.cpp parses them out
+// of a prompt), longest first. Content that contains one would turn into
+// that token.
+func (t *Tokenizer) Special() []string { return slices.Clone(t.special) }
 
 // Tokenize returns the token ids of a whole prompt as the runner makes
 // them: special tokens added (BOS where the vocabulary asks for it) and

@@ -2,6 +2,8 @@ package llamatok
 
 import (
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/ctxd/ctxd/modelgen"
@@ -73,5 +75,38 @@ func TestTurnMarkersAreFewTokens(t *testing.T) {
 func TestOpenMissingFile(t *testing.T) {
 	if _, err := Open(filepath.Join(t.TempDir(), "missing.gguf")); err == nil {
 		t.Fatal("Open of a missing file succeeded")
+	}
+}
+
+// TestChatTemplateMarkersAreSpecialTokens: a templated model's markers are
+// one special token each, listed by Special, and its turn boundary takes
+// a few tokens.
+func TestChatTemplateMarkersAreSpecialTokens(t *testing.T) {
+	for _, tc := range []struct{ template, vocab, boundary string }{
+		{modelgen.TemplateChatML, modelgen.VocabSPM, "<|im_end|>\n<|im_start|>user\n"},
+		{modelgen.TemplateChatML, modelgen.VocabBPE, "<|im_end|>\n<|im_start|>user\n"},
+		{modelgen.TemplateLlama3, modelgen.VocabSPM, "<|eot_id|><|start_header_id|>user<|end_header_id|>\n\n"},
+		{modelgen.TemplateLlama3, modelgen.VocabBPE, "<|eot_id|><|start_header_id|>user<|end_header_id|>\n\n"},
+	} {
+		t.Run(tc.template+"-"+tc.vocab, func(t *testing.T) {
+			c := modelgen.DefaultConfig()
+			c.Vocab, c.VocabSize, c.Template = tc.vocab, 2048, tc.template
+			tok := open(t, c)
+			special := tok.Special()
+			for _, s := range []string{"<|im_start|>", "<|im_end|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"} {
+				if !strings.Contains(tc.boundary, s) {
+					continue
+				}
+				if !slices.Contains(special, s) {
+					t.Errorf("%s is not among the special tokens %q", s, special)
+				}
+				if ids, _ := tok.TokenizeText(s); len(ids) != 1 {
+					t.Errorf("%s tokenizes to %v, want one token", s, ids)
+				}
+			}
+			if ids, _ := tok.TokenizeText(tc.boundary); len(ids) > 8 {
+				t.Errorf("the turn boundary %q takes %d tokens, want at most 8", tc.boundary, len(ids))
+			}
+		})
 	}
 }

@@ -23,7 +23,7 @@ var corpus string
 
 // Version changes whenever the same Config would write different bytes,
 // so caches of generated models can key on it.
-const Version = "2"
+const Version = "3"
 
 // Vocabulary kinds.
 const (
@@ -44,6 +44,7 @@ type Config struct {
 	ContextLength int    // n_ctx_train
 	F16           bool   // store weight matrices as f16 instead of f32
 	Seed          uint64 // weight seed
+	Template      string // chat template: "" (none), TemplateChatML or TemplateLlama3
 }
 
 // DefaultConfig is a tiny model that loads and evaluates fast.
@@ -83,6 +84,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("modelgen: head dimension %d must be even for rope", c.Embedding/c.Heads)
 	case c.ContextLength < 16:
 		return fmt.Errorf("modelgen: context length %d: want at least 16", c.ContextLength)
+	case c.Template != "" && chatTemplates[c.Template].jinja == "":
+		return fmt.Errorf("modelgen: template %q: want %q, %q or none", c.Template, TemplateChatML, TemplateLlama3)
 	}
 	return nil
 }
@@ -170,6 +173,9 @@ func Write(ws io.WriteSeeker, c Config) error {
 	kv, err := c.tokenizerKV()
 	if err != nil {
 		return err
+	}
+	if t := chatTemplates[c.Template]; t.jinja != "" {
+		kv["tokenizer.chat_template"] = t.jinja
 	}
 	maps := map[string]any{
 		"general.architecture":                   "llama",
@@ -284,6 +290,10 @@ func (c Config) tokenizerKV() (ggml.KV, error) {
 func (c Config) spmKV() (ggml.KV, error) {
 	tokens := []string{"<unk>", "<s>", "</s>"}
 	types := []int32{tokUnknown, tokControl, tokControl}
+	for _, s := range chatTemplates[c.Template].special {
+		tokens = append(tokens, s)
+		types = append(types, tokControl)
+	}
 	for b := range 256 {
 		tokens = append(tokens, fmt.Sprintf("<0x%02X>", b))
 		types = append(types, tokByte)
@@ -302,7 +312,7 @@ func (c Config) spmKV() (ggml.KV, error) {
 	for r := rune('!'); r <= '~'; r++ {
 		add(string(r))
 	}
-	words := countWords(trainingText(), spmSplit, utf8Symbols)
+	words := countWords(c.trainingText(), spmSplit, utf8Symbols)
 	for _, m := range trainMerges(words, c.VocabSize) {
 		add(m.a + m.b)
 	}
@@ -340,10 +350,11 @@ func (c Config) bpeKV() (ggml.KV, error) {
 	for _, t := range tokens {
 		seen[t] = true
 	}
-	words := countWords(trainingText(), gpt2Split, utf8Symbols)
+	words := countWords(c.trainingText(), gpt2Split, utf8Symbols)
+	special := append([]string{"<|endoftext|>"}, chatTemplates[c.Template].special...)
 	var merges []string
 	for _, m := range trainMerges(words, c.VocabSize) {
-		if len(tokens) >= c.VocabSize-1 {
+		if len(tokens) >= c.VocabSize-len(special) {
 			break
 		}
 		joined := m.a + m.b
@@ -354,12 +365,14 @@ func (c Config) bpeKV() (ggml.KV, error) {
 			types = append(types, tokNormal)
 		}
 	}
-	if len(tokens) < c.VocabSize-1 {
-		return nil, fmt.Errorf("modelgen: corpus yields only %d tokens, want %d", len(tokens)+1, c.VocabSize)
+	if len(tokens) < c.VocabSize-len(special) {
+		return nil, fmt.Errorf("modelgen: corpus yields only %d tokens, want %d", len(tokens)+len(special), c.VocabSize)
 	}
 	eos := uint32(len(tokens))
-	tokens = append(tokens, "<|endoftext|>")
-	types = append(types, tokControl)
+	for _, s := range special {
+		tokens = append(tokens, s)
+		types = append(types, tokControl)
+	}
 	return ggml.KV{
 		"tokenizer.ggml.model":         "gpt2",
 		"tokenizer.ggml.pre":           "gpt-2",

@@ -14,6 +14,8 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -259,6 +261,11 @@ type Facts struct {
 	ContextLength int            `json:"context_length"`
 	GGUFPath      string         `json:"-"` // the model file on this machine, for the tokenizer
 	Info          map[string]any `json:"-"`
+	// Template is the model's chat template as Ollama renders it (a Go
+	// template), and Stop the stop sequences of the model's parameters.
+	// A model without a chat template has Ollama's default, "{{ .Prompt }}".
+	Template string   `json:"-"`
+	Stop     []string `json:"-"`
 }
 
 // Facts reads the model's architecture and file from /api/show.
@@ -267,7 +274,7 @@ func (c *Client) Facts(ctx context.Context) (Facts, error) {
 	if err != nil {
 		return Facts{}, c.wrap("show", err)
 	}
-	f := Facts{Info: resp.ModelInfo}
+	f := Facts{Info: resp.ModelInfo, Template: resp.Template, Stop: stopParameters(resp.Parameters)}
 	f.Architecture, _ = resp.ModelInfo["general.architecture"].(string)
 	if v, ok := resp.ModelInfo[f.Architecture+".context_length"].(float64); ok {
 		f.ContextLength = int(v)
@@ -283,6 +290,23 @@ func (c *Client) Facts(ctx context.Context) (Facts, error) {
 		return f, fmt.Errorf("ollama: show %s: model info lacks architecture or context length", c.model)
 	}
 	return f, nil
+}
+
+// stopParameters reads the stop sequences out of /api/show's parameters
+// text: one `stop "<|im_end|>"` line each (the value Go-quoted).
+func stopParameters(params string) []string {
+	var out []string
+	for _, line := range strings.Split(params, "\n") {
+		key, value, ok := strings.Cut(strings.TrimSpace(line), " ")
+		if !ok || key != "stop" {
+			continue
+		}
+		if v, err := strconv.Unquote(strings.TrimSpace(value)); err == nil {
+			out = append(out, v)
+		}
+	}
+	slices.Sort(out) // the server lists parameters from a map
+	return out
 }
 
 // Import creates the model from a local GGUF file: the file is uploaded as

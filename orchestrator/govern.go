@@ -111,7 +111,10 @@ type measured struct {
 // measure renders rc and counts its tokens: the whole prompt exactly, and
 // each block on its own.
 func (o *Orchestrator) measure(rc *runcontext.RunContext, session string) (measured, error) {
-	r := runcontext.Render(rc)
+	r, err := o.cfg.Format.Render(rc)
+	if err != nil {
+		return measured{}, ctxd.Errorf(ctxd.KindInternal, "orchestrator: render the prompt: %w", err)
+	}
 	t, err := o.count.Prompt(r, session)
 	if err != nil {
 		return measured{}, ctxd.Errorf(ctxd.KindInternal, "orchestrator: count prompt tokens: %w", err)

@@ -23,6 +23,7 @@ import (
 // Config is what the orchestrator needs besides its collaborators.
 type Config struct {
 	Identity runcontext.Identity
+	Format   runcontext.Format // how prompts are rendered; nil: runcontext.Plain{}
 	Limits   governor.Limits
 	KVBytes  func(tokens int) int64 // KV cache size of a prompt; nil: not reported
 	Sigils   *sigils.Registry
@@ -61,7 +62,7 @@ type codexState struct {
 // previous is what a session sent last, to find where a prefix broke.
 type previous struct {
 	rendered runcontext.Rendered
-	answer   string
+	answer   string // as the format renders it into the next prompt
 }
 
 // New returns an orchestrator with no codex (SetCodex sets one).
@@ -77,6 +78,9 @@ func New(cfg Config, backend ctxd.Backend, count *tokencount.Counter, store ctxd
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Format == nil {
+		cfg.Format = runcontext.Plain{}
 	}
 	o := &Orchestrator{
 		cfg: cfg, backend: backend, count: count, store: store, env: env, sched: sched,
@@ -94,7 +98,7 @@ func New(cfg Config, backend ctxd.Backend, count *tokencount.Counter, store ctxd
 // rebuilds its cached prefix from there.
 func (o *Orchestrator) SetCodex(block runcontext.Codex, plan ctxd.CodexPlan, r ctxd.Retriever) {
 	if !block.Prerendered() {
-		block.Prerender()
+		block.Prerender(o.cfg.Format.Specials())
 	}
 	o.codex.Store(&codexState{block: block, plan: plan, retriever: r})
 }
@@ -176,7 +180,7 @@ func (o *Orchestrator) Ask(ctx context.Context, req ctxd.AskRequest, onToken fun
 
 	rc, rendered, tokens := p.rc, p.rendered, p.tokens.IDs
 	sum := &ctxd.Summary{
-		Session: req.Session, Turn: p.sess.Count + 1, Mode: rc.Codex.Mode, Codex: codex.plan, Excerpts: len(rc.Query.Excerpts),
+		Session: req.Session, Turn: p.sess.Count + 1, Mode: rc.Codex.Mode, Format: o.cfg.Format.Name(), Codex: codex.plan, Excerpts: len(rc.Query.Excerpts),
 		PromptTokens: len(tokens), CachedTokens: lease.Cached, Budget: p.budget, Epoch: rc.State.Epoch, Governor: p.actions,
 		QueueWaitMs: ms(sessionWait + lease.Waited), QueueAhead: lease.Ahead, Slot: lease.Slot,
 	}
@@ -235,7 +239,7 @@ func (o *Orchestrator) Ask(ctx context.Context, req ctxd.AskRequest, onToken fun
 	if len(o.prompts) >= 1024 {
 		clear(o.prompts) // a bound: a session whose prompt is dropped reports no prefix break once
 	}
-	o.prompts[req.Session] = previous{rendered: rendered, answer: gen.Text}
+	o.prompts[req.Session] = previous{rendered: rendered, answer: o.cfg.Format.Answer(gen.Text)}
 	o.mu.Unlock()
 	o.last.Store(sum)
 	o.log.Info("answered", "session", req.Session, "turn", sum.Turn, "slot", sum.Slot, "prompt_tokens", sum.PromptTokens,
@@ -251,7 +255,7 @@ func (o *Orchestrator) generate(ctx context.Context, lease *scheduler.Lease, pro
 		Slot:      lease.Slot,
 		MaxTokens: o.cfg.Limits.AnswerReserve,
 		NumKeep:   len(tokens),
-		Stop:      []string{runcontext.StopSequence},
+		Stop:      o.cfg.Format.Stop(),
 	}, func(s string) error {
 		streamed = true
 		return onToken(s)

@@ -28,7 +28,7 @@ func TestCompare(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			b := Compare(first, c.next, "a1")
+			b := Compare(first, c.next, RenderAnswer("a1"))
 			switch {
 			case c.block == "" && b != nil:
 				t.Errorf("reported a break: %+v", b)

@@ -162,19 +162,27 @@ func RenderQuery(text string, excerpts []Excerpt) string {
 	var sb strings.Builder
 	sb.WriteString(userMarker)
 	for _, e := range excerpts {
-		sb.WriteString("[excerpt ")
-		sb.WriteString(strconv.Quote(e.Path))
-		if e.Lines != "" {
-			sb.WriteString(" lines ")
-			sb.WriteString(e.Lines)
-		}
-		sb.WriteString("]\n")
-		sb.WriteString(escape(e.Text))
-		sb.WriteString("\n[/excerpt]\n")
+		sb.WriteString(RenderExcerpt(e))
 	}
 	sb.WriteString(escape(text))
 	sb.WriteString("\n")
 	sb.WriteString(assistantMarker)
+	return sb.String()
+}
+
+// RenderExcerpt renders a codex excerpt as it precedes the question it was
+// retrieved for.
+func RenderExcerpt(e Excerpt) string {
+	var sb strings.Builder
+	sb.WriteString("[excerpt ")
+	sb.WriteString(strconv.Quote(e.Path))
+	if e.Lines != "" {
+		sb.WriteString(" lines ")
+		sb.WriteString(e.Lines)
+	}
+	sb.WriteString("]\n")
+	sb.WriteString(escape(e.Text))
+	sb.WriteString("\n[/excerpt]\n")
 	return sb.String()
 }
 

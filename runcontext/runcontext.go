@@ -42,9 +42,12 @@ type Codex struct {
 // that holds this codex copies nothing of it, and checks the body once, so
 // validating one scans nothing of it: requests share the work. Call it
 // again after changing any field.
-func (c *Codex) Prerender() {
+//
+// sp is the model's special token texts: the block is escaped against them
+// here, once.
+func (c *Codex) Prerender(sp Specials) {
 	c.block, c.bodyValid = "", false
-	c.block = renderCodex(*c)
+	c.block = sp.Escape(renderCodex(*c))
 	var v validator
 	v.codex(*c)
 	c.bodyValid = len(v.errs) == 0

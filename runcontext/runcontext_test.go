@@ -226,7 +226,7 @@ func TestSchema(t *testing.T) {
 func TestPrerenderedCodexIsShared(t *testing.T) {
 	rc := fixture()
 	want := Render(rc).Blocks[BlockCodex]
-	rc.Codex.Prerender()
+	rc.Codex.Prerender(nil)
 	got := Render(rc).Blocks[BlockCodex]
 	if got != want {
 		t.Fatal("prerendered codex block differs from the rendered one")
@@ -236,7 +236,7 @@ func TestPrerenderedCodexIsShared(t *testing.T) {
 	}
 	allocs := testing.AllocsPerRun(100, func() { _ = Render(rc) })
 	rc.Codex.Body = strings.Repeat(rc.Codex.Body, 1000)
-	rc.Codex.Prerender()
+	rc.Codex.Prerender(nil)
 	if big := testing.AllocsPerRun(100, func() { _ = Render(rc) }); big > allocs {
 		t.Errorf("allocations grow with the codex: %v, then %v with a 1000x body", allocs, big)
 	}

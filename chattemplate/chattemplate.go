@@ -1,0 +1,234 @@
+// Package chattemplate renders a RunContext in the model's own chat
+// template, with the code Ollama runs for its /api/chat (Ollama's template
+// package, over the Go template Ollama derived from the model's GGUF), so
+// the prompt ctxd sends raw is the prompt Ollama itself would build.
+//
+// The blocks map onto messages in cache order: identity, codex,
+// environment, sigil and karma are the system message (their plain
+// renderings, ### headers included, as its content); a condensed summary
+// of earlier turns is a second system message, which the template joins
+// to the first; the state is the alternating user and assistant turns,
+// each user turn carrying the codex excerpts retrieved for it; the query
+// is the last user message. The rendered prompt is still seven blocks: the
+// template's text before the system content joins the identity block, its
+// text after it (the close of the system message and the turns) is the
+// state, and the query block starts at the last user message's content.
+// No message content starts or ends with white space (the karma block's
+// closing blank line is left out, user and assistant content is trimmed),
+// so templates that trim content, as Llama 3's Jinja does, render ctxd's
+// messages exactly as Ollama's Go templates do.
+//
+// A template is checked when it is loaded: it must place message content
+// verbatim (so the stable blocks can be rendered once and shared, not
+// re-rendered per request), and rendering turn n+1 should extend turn n
+// plus its answer byte for byte. A template that does not is reported,
+// not trusted.
+package chattemplate
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/ollama/ollama/api"
+	"github.com/ollama/ollama/template"
+
+	"github.com/ctxd/ctxd/runcontext"
+)
+
+// DefaultTemplate is what Ollama serves for a model without a chat
+// template: the prompt as it is. Such a model gets ctxd's plain format.
+const DefaultTemplate = "{{ .Prompt }}"
+
+// Format renders prompts in one chat template.
+type Format struct {
+	tmpl    *template.Template
+	stop    []string
+	special runcontext.Specials
+	check   Check
+}
+
+var _ runcontext.Format = (*Format)(nil)
+
+// Check is what loading found about a template.
+type Check struct {
+	// AppendOnly: turn n+1's prompt extends turn n's plus its answer.
+	AppendOnly bool `json:"append_only"`
+	// Note says why not, and which block breaks, when it is not.
+	Note string `json:"note,omitempty"`
+}
+
+// Sentinels stand for the system content and the query while the template
+// renders: the stable blocks are put in afterwards, unrendered, so the
+// codex is never copied through the template engine per request.
+const (
+	systemSentinel = "\x1fctxd:system\x1f"
+	querySentinel  = "\x1fctxd:query\x1f"
+)
+
+// ErrNoTemplate means the model has no chat template of its own.
+var ErrNoTemplate = errors.New("chattemplate: the model has no chat template")
+
+// New parses a Go chat template (as Ollama's /api/show returns it) with
+// the stop sequences of the model's parameters and the special token texts
+// of its vocabulary, and checks it. A template that cannot render ctxd's
+// blocks verbatim is an error; one that is not append-only is usable, and
+// Check says so.
+func New(text string, stop []string, special runcontext.Specials) (*Format, error) {
+	if strings.TrimSpace(text) == "" || strings.TrimSpace(text) == DefaultTemplate {
+		return nil, ErrNoTemplate
+	}
+	t, err := template.Parse(text)
+	if err != nil {
+		return nil, fmt.Errorf("chattemplate: parse: %w", err)
+	}
+	f := &Format{tmpl: t, stop: stop, special: special}
+	if err := f.verify(); err != nil {
+		return nil, err
+	}
+	return f, nil
+}
+
+// Name is "template".
+func (f *Format) Name() string { return "template" }
+
+// Stop is the template's stop sequences.
+func (f *Format) Stop() []string { return f.stop }
+
+// Specials is what content is escaped against.
+func (f *Format) Specials() runcontext.Specials { return f.special }
+
+// Check is what loading found.
+func (f *Format) Check() Check { return f.check }
+
+// Answer is the answer's content as the next prompt holds it, right after
+// the prompt it answered (trimmed, escaped); the template's end-of-turn
+// text follows it.
+func (f *Format) Answer(answer string) string { return f.special.Escape(strings.TrimSpace(answer)) }
+
+// Render renders rc in the template. It does not validate.
+func (f *Format) Render(rc *runcontext.RunContext) (runcontext.Rendered, error) {
+	r := f.stable(rc)
+	out, err := f.execute(f.messages(rc, systemSentinel, querySentinel))
+	if err != nil {
+		return r, err
+	}
+	si, qi := strings.Index(out, systemSentinel), strings.LastIndex(out, querySentinel)
+	if si < 0 || qi < si || strings.Count(out, systemSentinel) != 1 {
+		return r, fmt.Errorf("chattemplate: the template does not place the system message verbatim")
+	}
+	r.Blocks[runcontext.BlockIdentity] = out[:si] + r.Blocks[runcontext.BlockIdentity]
+	r.Blocks[runcontext.BlockState] = out[si+len(systemSentinel) : qi]
+	r.Blocks[runcontext.BlockQuery] = f.userContent(rc.Query.Text, rc.Query.Excerpts) + out[qi+len(querySentinel):]
+	return r, nil
+}
+
+// stable renders the stable blocks as the system message holds them: the
+// plain renderings (the codex prerendered and escaped), escaped, without
+// the blank line that closes the last.
+func (f *Format) stable(rc *runcontext.RunContext) runcontext.Rendered {
+	plain := runcontext.Render(rc)
+	var r runcontext.Rendered
+	for k := range runcontext.BlockState {
+		r.Blocks[k] = plain.Blocks[k]
+		if k != runcontext.BlockCodex || !rc.Codex.Prerendered() {
+			r.Blocks[k] = f.special.Escape(r.Blocks[k])
+		}
+	}
+	r.Blocks[runcontext.BlockKarma] = strings.TrimRight(r.Blocks[runcontext.BlockKarma], " \t\n")
+	return r
+}
+
+// messages maps rc's blocks onto chat messages, with system and query as
+// the contents of the system message and the last user message.
+func (f *Format) messages(rc *runcontext.RunContext, system, query string) []api.Message {
+	msgs := []api.Message{{Role: "system", Content: system}}
+	if s := rc.State.Summary; s != "" {
+		msgs = append(msgs, api.Message{Role: "system", Content: "[summary of earlier turns]\n" + f.special.Escape(strings.TrimSpace(s))})
+	}
+	for _, t := range rc.State.Turns {
+		msgs = append(msgs,
+			api.Message{Role: "user", Content: f.userContent(t.Query, t.Excerpts)},
+			api.Message{Role: "assistant", Content: f.Answer(t.Answer)})
+	}
+	return append(msgs, api.Message{Role: "user", Content: query})
+}
+
+// userContent is a user turn's content: its codex excerpts, then its text.
+func (f *Format) userContent(text string, excerpts []runcontext.Excerpt) string {
+	var sb strings.Builder
+	for _, e := range excerpts {
+		sb.WriteString(runcontext.RenderExcerpt(e))
+	}
+	sb.WriteString(text)
+	return f.special.Escape(strings.TrimSpace(sb.String()))
+}
+
+func (f *Format) execute(msgs []api.Message) (string, error) {
+	var sb strings.Builder
+	if err := f.tmpl.Execute(&sb, template.Values{Messages: msgs}); err != nil {
+		return "", fmt.Errorf("chattemplate: render: %w", err)
+	}
+	return sb.String(), nil
+}
+
+// Messages is the conversation a prompt renders, as chat messages with
+// their content in full: what a client of Ollama's /api/chat would send
+// for the same prompt.
+func (f *Format) Messages(rc *runcontext.RunContext) []api.Message {
+	r := f.stable(rc)
+	return f.messages(rc, r.Prompt(), f.userContent(rc.Query.Text, rc.Query.Excerpts))
+}
+
+// verify checks, on a probe conversation, that rendering with the
+// sentinels equals rendering the messages in full (content verbatim), and
+// whether each turn extends the one before.
+func (f *Format) verify() error {
+	rc := probe()
+	var prev runcontext.Rendered
+	f.check = Check{AppendOnly: true}
+	for n := 0; n <= len(rc.State.Turns); n++ {
+		cur := *rc
+		cur.State.Turns = rc.State.Turns[:n]
+		if n < len(rc.State.Turns) {
+			cur.Query = runcontext.Query{Text: rc.State.Turns[n].Query, Excerpts: rc.State.Turns[n].Excerpts}
+		}
+		r, err := f.Render(&cur)
+		if err != nil {
+			return err
+		}
+		whole, err := f.execute(f.Messages(&cur))
+		if err != nil {
+			return err
+		}
+		if r.Prompt() != whole {
+			return fmt.Errorf("chattemplate: the template does not render message content verbatim (it trims or rewrites it): ctxd cannot share the stable blocks between requests")
+		}
+		if n > 0 && f.check.AppendOnly {
+			if b := runcontext.Compare(prev, r, f.Answer(rc.State.Turns[n-1].Answer)); b != nil {
+				f.check = Check{AppendOnly: false, Note: fmt.Sprintf("turn %d does not extend turn %d and its answer: the %s block changes (%s)", n+1, n, b.Block, b.Reason)}
+			} else if !strings.HasPrefix(r.Prompt(), prev.Prompt()+f.Answer(rc.State.Turns[n-1].Answer)) {
+				f.check = Check{AppendOnly: false, Note: fmt.Sprintf("turn %d does not extend turn %d and its answer", n+1, n)}
+			}
+		}
+		prev = r
+	}
+	return nil
+}
+
+// probe is a conversation that exercises what ctxd renders: whitespace at
+// the ends of content, excerpts, several turns.
+func probe() *runcontext.RunContext {
+	return &runcontext.RunContext{
+		Identity:    runcontext.Identity{Name: "probe", Persona: "Persona line.\n"},
+		Codex:       runcontext.Codex{Mode: runcontext.ModeNone},
+		Environment: runcontext.Environment{Memory: "high", GPU: "none", Power: "ac", Connectivity: "online"},
+		Sigil:       runcontext.Sigil{Name: "default", Scopes: []string{"ask"}},
+		State: runcontext.State{Turns: []runcontext.Turn{
+			{Query: "first question", Answer: " an answer with spaces \n", Excerpts: []runcontext.Excerpt{{Path: "a.go", Lines: "1-2", Text: "package a\n"}}},
+			{Query: "second question\n", Answer: "second answer"},
+			{Query: "third question", Answer: "third answer"},
+		}},
+		Query: runcontext.Query{Text: "last question"},
+	}
+}

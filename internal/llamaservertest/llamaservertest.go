@@ -1,0 +1,112 @@
+// Package llamaservertest runs a real llama.cpp `llama-server` for tests.
+// The binary cannot be installed from this project's registries, so it is
+// found through CTXD_LLAMA_SERVER, beside the project at
+// ../shared/bin/llama-server, or on PATH; without it (or on a machine it
+// cannot start on) tests skip and say why.
+package llamaservertest
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+)
+
+// Binary returns the llama-server binary, or skips the test.
+func Binary(tb testing.TB) string {
+	tb.Helper()
+	if p := os.Getenv("CTXD_LLAMA_SERVER"); p != "" {
+		if _, err := os.Stat(p); err != nil {
+			tb.Skipf("CTXD_LLAMA_SERVER=%s: %v", p, err)
+		}
+		return p
+	}
+	if root, err := repoRoot(); err == nil {
+		p := filepath.Join(root, "..", "shared", "bin", "llama-server")
+		if _, err := os.Stat(p); err == nil {
+			return p
+		}
+	}
+	if p, err := exec.LookPath("llama-server"); err == nil {
+		return p
+	}
+	tb.Skip("llama-server not found (CTXD_LLAMA_SERVER, ../shared/bin/llama-server, PATH): the test needs llama.cpp's server")
+	return ""
+}
+
+func repoRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", fmt.Errorf("llamaservertest: no go.mod above the working directory")
+		}
+		dir = parent
+	}
+}
+
+// Start runs llama-server on model with args (after -m, --host and
+// --port) and returns its base URL once /health answers; it is stopped at
+// cleanup. A server that cannot start here skips the test with its log.
+func Start(tb testing.TB, model string, args ...string) string {
+	tb.Helper()
+	bin := Binary(tb)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	ln.Close()
+	logPath := filepath.Join(tb.TempDir(), "llama-server.log")
+	logf, err := os.Create(logPath)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	cmd := exec.Command(bin, append([]string{"-m", model, "--host", "127.0.0.1", "--port", strconv.Itoa(port)}, args...)...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		tb.Skipf("llama-server %s cannot start here: %v", bin, err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait(); logf.Close() }()
+	tb.Cleanup(func() {
+		cmd.Process.Kill()
+		<-exited
+	})
+	base := "http://127.0.0.1:" + strconv.Itoa(port)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	for {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, base+"/health", nil)
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return base
+			}
+		}
+		select {
+		case err := <-exited:
+			log, _ := os.ReadFile(logPath)
+			tb.Skipf("llama-server exited during start (%v), so it cannot run here; its log:\n%s", err, tail(string(log), 2000))
+		case <-ctx.Done():
+			log, _ := os.ReadFile(logPath)
+			tb.Fatalf("llama-server did not answer /health within 60s; its log:\n%s", tail(string(log), 2000))
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+func tail(s string, n int) string { return s[max(0, len(s)-n):] }
