@@ -56,7 +56,7 @@ type Backend struct {
 	NumThread   int      `toml:"num_thread"` // 0: the backend's default
 	Slots       int      `toml:"slots"`      // sequences the backend serves at once (managed: OLLAMA_NUM_PARALLEL)
 	KeepAlive   Duration `toml:"keep_alive"` // how long the model stays loaded; negative: forever
-	Format      string   `toml:"format"` // auto (the model's chat template if it has one), template, or plain
+	Format      string   `toml:"format"`     // auto (the model's chat template if it has one), template, or plain
 	Temperature float64  `toml:"temperature"`
 	Seed        int      `toml:"seed"`
 }

@@ -55,7 +55,7 @@ type Model struct {
 	Facts       governor.ModelFacts
 	Format      runcontext.Format // how prompts are rendered; nil: the plain format
 	Restarts    func() int        // how often a supervised backend was restarted; nil if not supervised
-	Close       func() error // stops what Open started; called once, after the last request
+	Close       func() error      // stops what Open started; called once, after the last request
 }
 
 // Opener brings the backend up: start or reach the model server, load the

@@ -18,14 +18,14 @@ import (
 
 // BackendInfo describes the backend once it is ready.
 type BackendInfo struct {
-	Mode         string `json:"mode"`
-	URL          string `json:"url"`
-	Version      string `json:"version"`
-	Model        string `json:"model"`
-	Architecture string `json:"architecture"`
-	TrainedCtx   int    `json:"trained_context_length"`
-	NumCtx       int    `json:"num_ctx"`
-	Slots        int    `json:"slots"`
+	Mode         string     `json:"mode"`
+	URL          string     `json:"url"`
+	Version      string     `json:"version"`
+	Model        string     `json:"model"`
+	Architecture string     `json:"architecture"`
+	TrainedCtx   int        `json:"trained_context_length"`
+	NumCtx       int        `json:"num_ctx"`
+	Slots        int        `json:"slots"`
 	Restarts     int        `json:"restarts,omitempty"`
 	KVCacheType  string     `json:"kv_cache_type"`
 	Format       FormatInfo `json:"format"`
