@@ -58,12 +58,13 @@ func DefaultConfig() Config {
 
 // DemoConfig is the model `make run` serves: small enough to load in a
 // second, big enough that a cold prompt takes visible time on a laptop CPU
-// (5M parameters, 16k window).
+// (5M parameters, 16k window), with a ChatML chat template as most models
+// people run have.
 func DemoConfig() Config {
 	return Config{
 		Name: "ctxd-demo", Vocab: VocabSPM, VocabSize: 4096,
 		Embedding: 256, Layers: 4, Heads: 8, KVHeads: 4, FeedForward: 768,
-		ContextLength: 16384, Seed: 1,
+		ContextLength: 16384, Seed: 1, Template: TemplateChatML,
 	}
 }
 

@@ -237,8 +237,8 @@ func cmdAsk(args []string, stdout, stderr io.Writer) error {
 	if sum.QueueWaitMs >= 1 {
 		note = fmt.Sprintf(" · queued %.0f ms", sum.QueueWaitMs) + note
 	}
-	fmt.Fprintf(stderr, "[session %s turn %d · %s · %d prompt tokens, %d cached (%.1f%%), %d evaluated · ttft %.0f ms · %d answer tokens%s]\n",
-		sum.Session, sum.Turn, sum.Mode, sum.PromptTokens, sum.CachedTokens, sum.ReusePercent,
+	fmt.Fprintf(stderr, "[session %s turn %d · %s · %s · %d prompt tokens, %d cached (%.1f%%), %d evaluated · ttft %.0f ms · %d answer tokens%s]\n",
+		sum.Session, sum.Turn, sum.Mode, sum.Format, sum.PromptTokens, sum.CachedTokens, sum.ReusePercent,
 		sum.EvaluatedTokens, sum.TTFTMillis, sum.AnswerTokens, note)
 	return nil
 }
