@@ -1,0 +1,260 @@
+// Package supervise runs a model server as a child process: it starts it
+// in its own process group, waits until it answers, restarts it with
+// backoff when it dies, and stops it (and whatever it started, such as
+// Ollama's runners) with SIGTERM, then SIGKILL. The adapters (ollama,
+// llamacpp) say how to build the command and how to tell it is ready.
+//
+// It knows no server's API; it does not retry requests.
+package supervise
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// Config says what to run and how to know it runs.
+type Config struct {
+	Name    string                      // for logs and errors, e.g. "ollama serve"
+	Command func() *exec.Cmd            // a fresh command for each start (binary, args, env)
+	LogPath string                      // where the process's output goes (appended)
+	Ready   func(context.Context) error // nil once the server answers
+	// ReadyTimeout bounds a start; 0 means 60 seconds.
+	ReadyTimeout time.Duration
+	// OnRestart is called after a crashed process was restarted: whatever
+	// the old one held (its KV cache) is gone.
+	OnRestart func()
+	// StopTimeout is how long Close waits after SIGTERM before SIGKILL;
+	// 0 means 5 seconds.
+	StopTimeout time.Duration
+	// Backoff is the first wait before a restart, doubling up to
+	// MaxBackoff; 0 means 1 second and 30 seconds.
+	Backoff    time.Duration
+	MaxBackoff time.Duration
+	Logger     *slog.Logger
+}
+
+// Process is a supervised server process.
+type Process struct {
+	cfg Config
+	log *slog.Logger
+
+	mu      sync.Mutex // guards cmd, gone, restart
+	cmd     *exec.Cmd
+	gone    chan struct{} // closed when cmd has exited and been reaped
+	restart int
+
+	ctx  context.Context    // ends when Close is called: restarts stop waiting
+	stop context.CancelFunc // ends ctx
+	done chan struct{}      // closed when the supervisor has stopped
+}
+
+// Start starts the process and returns once it is ready. It fails with the
+// tail of the process's log if the process exits or does not come up.
+func Start(ctx context.Context, cfg Config) (*Process, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.ReadyTimeout <= 0 {
+		cfg.ReadyTimeout = 60 * time.Second
+	}
+	if cfg.StopTimeout <= 0 {
+		cfg.StopTimeout = 5 * time.Second
+	}
+	if cfg.Backoff <= 0 {
+		cfg.Backoff = time.Second
+	}
+	if cfg.MaxBackoff <= 0 {
+		cfg.MaxBackoff = 30 * time.Second
+	}
+	if err := os.MkdirAll(filepath.Dir(cfg.LogPath), 0o700); err != nil {
+		return nil, fmt.Errorf("%s: %w", cfg.Name, err)
+	}
+	p := &Process{cfg: cfg, log: cfg.Logger.With("component", cfg.Name), done: make(chan struct{})}
+	p.ctx, p.stop = context.WithCancel(context.Background())
+	exited, err := p.spawn()
+	if err != nil {
+		return nil, err
+	}
+	if err := p.waitReady(ctx, exited); err != nil {
+		p.stop()
+		p.stopProcess()
+		return nil, err
+	}
+	go p.supervise(exited)
+	return p, nil
+}
+
+// PID is the process id of the current process.
+func (p *Process) PID() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cmd == nil || p.cmd.Process == nil {
+		return 0
+	}
+	return p.cmd.Process.Pid
+}
+
+// Restarts is how often the supervisor restarted the process.
+func (p *Process) Restarts() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.restart
+}
+
+// spawn starts the process; the returned channel yields its exit error.
+func (p *Process) spawn() (<-chan error, error) {
+	logf, err := os.OpenFile(p.cfg.LogPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("%s: log: %w", p.cfg.Name, err)
+	}
+	cmd := p.cfg.Command()
+	cmd.Stdout, cmd.Stderr = logf, logf
+	// Its own process group, so a terminal's Ctrl-C reaches ctxd only and
+	// ctxd decides the stop order; and its children die with it.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		return nil, fmt.Errorf("%s: start %s: %w", p.cfg.Name, cmd.Path, err)
+	}
+	gone := make(chan struct{})
+	p.mu.Lock()
+	p.cmd, p.gone = cmd, gone
+	p.mu.Unlock()
+	exited := make(chan error, 1)
+	go func() {
+		exited <- cmd.Wait()
+		close(gone)
+		logf.Close()
+	}()
+	return exited, nil
+}
+
+func (p *Process) waitReady(ctx context.Context, exited <-chan error) error {
+	ctx, cancel := context.WithTimeout(ctx, p.cfg.ReadyTimeout)
+	defer cancel()
+	for {
+		if err := p.cfg.Ready(ctx); err == nil {
+			return nil
+		}
+		select {
+		case err := <-exited:
+			return fmt.Errorf("%s exited during start (%v); log %s:\n%s", p.cfg.Name, err, p.cfg.LogPath, Tail(p.cfg.LogPath, 2048))
+		case <-ctx.Done():
+			return fmt.Errorf("%s did not answer: %w; log %s:\n%s", p.cfg.Name, ctx.Err(), p.cfg.LogPath, Tail(p.cfg.LogPath, 2048))
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// supervise restarts the process when it exits unexpectedly, with
+// backoff, until Close.
+func (p *Process) supervise(exited <-chan error) {
+	defer close(p.done)
+	for {
+		var err error
+		select {
+		case err = <-exited:
+		case <-p.ctx.Done():
+			return
+		}
+		if p.ctx.Err() != nil {
+			return
+		}
+		p.log.Error(p.cfg.Name+" exited unexpectedly; restarting", "err", err, "log_tail", Tail(p.cfg.LogPath, 512))
+		next := p.respawn()
+		if next == nil {
+			return // closing
+		}
+		exited = next
+		p.mu.Lock()
+		p.restart++
+		p.mu.Unlock()
+		p.log.Info(p.cfg.Name + " restarted")
+		if p.cfg.OnRestart != nil {
+			p.cfg.OnRestart()
+		}
+	}
+}
+
+// respawn starts the process again until it answers, backing off between
+// tries. It returns nil as soon as the process is closed.
+func (p *Process) respawn() <-chan error {
+	backoff := p.cfg.Backoff
+	for {
+		select {
+		case <-time.After(backoff):
+		case <-p.ctx.Done():
+			return nil
+		}
+		backoff = min(2*backoff, max(p.cfg.MaxBackoff, p.cfg.Backoff))
+		next, err := p.spawn()
+		if err != nil {
+			p.log.Error("restart failed", "err", err)
+			continue
+		}
+		if err := p.waitReady(p.ctx, next); err != nil {
+			p.log.Error("the restarted process did not come up", "err", err)
+			p.stopProcess()
+			if p.ctx.Err() != nil {
+				return nil
+			}
+			continue
+		}
+		return next
+	}
+}
+
+// Close stops the process: it cancels any restart in progress, then sends
+// SIGTERM to the process group and SIGKILL after StopTimeout. It returns
+// once the supervisor has stopped.
+func (p *Process) Close() error {
+	p.stop()
+	p.stopProcess()
+	<-p.done
+	return nil
+}
+
+func (p *Process) stopProcess() {
+	p.mu.Lock()
+	cmd, gone := p.cmd, p.gone
+	p.mu.Unlock()
+	if cmd == nil || cmd.Process == nil {
+		return
+	}
+	pgid := -cmd.Process.Pid
+	_ = syscall.Kill(pgid, syscall.SIGTERM) // its children too
+	select {
+	case <-gone:
+	case <-time.After(p.cfg.StopTimeout):
+		p.log.Warn(p.cfg.Name+" ignored SIGTERM; killing it", "after", p.cfg.StopTimeout)
+		_ = syscall.Kill(pgid, syscall.SIGKILL)
+		<-gone
+	}
+	_ = syscall.Kill(pgid, syscall.SIGKILL) // a child left behind in the group
+}
+
+// Tail returns the last n bytes of a file, for error messages.
+func Tail(path string, n int64) string {
+	f, err := os.Open(path)
+	if err != nil {
+		return "(no log: " + err.Error() + ")"
+	}
+	defer f.Close()
+	info, err := f.Stat()
+	if err != nil {
+		return "(no log: " + err.Error() + ")"
+	}
+	off := max(0, info.Size()-n)
+	buf := make([]byte, info.Size()-off)
+	if _, err := f.ReadAt(buf, off); err != nil {
+		return "(log unreadable: " + err.Error() + ")"
+	}
+	return string(buf)
+}
