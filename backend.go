@@ -8,6 +8,7 @@ import (
 // GenerateRequest is one prompt for a backend slot.
 type GenerateRequest struct {
 	Prompt    string
+	Tokens    []int    // the prompt's token ids, as ctxd counted them; a backend that takes ids sends these
 	Slot      int      // the scheduler's slot; a backend that lets clients pick one (llama-server) uses it
 	MaxTokens int      // the answer reserve: prompt + answer always fit the window
 	NumKeep   int      // tokens the backend must never shift out
@@ -28,9 +29,11 @@ const (
 type Generation struct {
 	Text       string
 	DoneReason string // one of the Done* reasons, or the backend's own
+	Note       string // why an answer is DoneIncomplete, in words
 
 	TTFT               time.Duration // from sending the request to the first token
-	PromptEvalCount    int
+	PromptEvalCount    int           // prompt tokens, cached or not
+	BackendCached      int           // prompt tokens the backend says it reused; -1 when it does not say
 	PromptEvalDuration time.Duration
 	EvalCount          int
 	EvalDuration       time.Duration

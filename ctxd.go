@@ -59,6 +59,10 @@ type Summary struct {
 	Format          string       `json:"format"` // "template" (the model's chat template) or "plain" (ctxd's own)
 	PromptTokens    int          `json:"prompt_tokens"`
 	CachedTokens    int          `json:"cached_tokens"`    // prefix the backend slot is expected to hold
+	// BackendCachedTokens is what the backend says it reused (llama-server's
+	// cache_n), when it says; ReuseNote explains a difference from CachedTokens.
+	BackendCachedTokens *int   `json:"backend_cached_tokens,omitempty"`
+	ReuseNote           string `json:"reuse_note,omitempty"`
 	EvaluatedTokens int          `json:"evaluated_tokens"` // prompt tokens the backend must evaluate
 	ReusePercent    float64      `json:"reuse_percent"`
 	AnswerTokens    int          `json:"answer_tokens"`

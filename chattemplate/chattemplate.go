@@ -232,3 +232,63 @@ func probe() *runcontext.RunContext {
 		Query: runcontext.Query{Text: "last question"},
 	}
 }
+
+// FromJinja is the format for a model whose GGUF carries the Jinja chat
+// template jinja, as Ollama would render it: the Go template Ollama's own
+// index maps the Jinja to (what /api/create stores), with its stop
+// sequences. A Jinja Ollama does not know is ErrUnknownJinja.
+func FromJinja(jinja string, special runcontext.Specials) (*Format, error) {
+	if strings.TrimSpace(jinja) == "" {
+		return nil, ErrNoTemplate
+	}
+	n, err := template.Named(jinja)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrUnknownJinja, err)
+	}
+	var stop []string
+	if n.Parameters != nil {
+		stop = n.Parameters.Stop
+	}
+	return New(string(n.Bytes), stop, special)
+}
+
+// ErrUnknownJinja means no Go template matches the model's Jinja one.
+var ErrUnknownJinja = errors.New("chattemplate: no Go template matches the model's Jinja chat template")
+
+// Agrees checks the format against another renderer of the same template
+// (llama-server's /apply-template, which runs the model's Jinja): the probe
+// conversation, one turn longer each time, must render the same, but for
+// the BOS token's text, which the other may write first (ctxd's prompt
+// carries BOS as a token).
+func (f *Format) Agrees(other func([]api.Message) (string, error), bos string) error {
+	rc := probe()
+	for n := 0; n <= len(rc.State.Turns); n++ {
+		cur := *rc
+		cur.State.Turns = rc.State.Turns[:n]
+		if n < len(rc.State.Turns) {
+			cur.Query = runcontext.Query{Text: rc.State.Turns[n].Query, Excerpts: rc.State.Turns[n].Excerpts}
+		}
+		r, err := f.Render(&cur)
+		if err != nil {
+			return err
+		}
+		theirs, err := other(f.Messages(&cur))
+		if err != nil {
+			return fmt.Errorf("chattemplate: the other renderer: %w", err)
+		}
+		if bos != "" {
+			theirs = strings.TrimPrefix(theirs, bos)
+		}
+		if theirs != r.Prompt() {
+			i := 0
+			for i < len(theirs) && i < len(r.Prompt()) && theirs[i] == r.Prompt()[i] {
+				i++
+			}
+			return fmt.Errorf("chattemplate: the model's own template renders %d turns differently from byte %d: %q, where ctxd has %q",
+				n, i, clip(theirs[i:]), clip(r.Prompt()[i:]))
+		}
+	}
+	return nil
+}
+
+func clip(s string) string { return s[:min(len(s), 60)] }

@@ -44,21 +44,38 @@ type Daemon struct {
 
 // Backend is the model server.
 type Backend struct {
-	Mode        string   `toml:"mode"`        // "managed": ctxd runs ollama serve; "external": ctxd connects to URL
-	URL         string   `toml:"url"`         // external: the server's base URL
-	Binary      string   `toml:"binary"`      // managed: the ollama binary
-	Listen      string   `toml:"listen"`      // managed: loopback host:port (port 0 picks one)
-	Model       string   `toml:"model"`       // model name on the server
-	GGUF        string   `toml:"gguf"`        // managed: GGUF file imported as Model at start ("" to use an existing model)
-	NumCtx      int      `toml:"num_ctx"`     // context window; 0: the model's trained length, capped at MaxNumCtx
-	MaxNumCtx   int      `toml:"max_num_ctx"` // upper bound when NumCtx is 0
-	NumBatch    int      `toml:"num_batch"`
-	NumThread   int      `toml:"num_thread"` // 0: the backend's default
-	Slots       int      `toml:"slots"`      // sequences the backend serves at once (managed: OLLAMA_NUM_PARALLEL)
-	KeepAlive   Duration `toml:"keep_alive"` // how long the model stays loaded; negative: forever
-	Format      string   `toml:"format"`     // auto (the model's chat template if it has one), template, or plain
-	Temperature float64  `toml:"temperature"`
-	Seed        int      `toml:"seed"`
+	Kind      string   `toml:"kind"`        // "ollama" or "llamacpp" (llama.cpp's llama-server)
+	Mode      string   `toml:"mode"`        // "managed": ctxd runs the server; "external": ctxd connects to URL
+	URL       string   `toml:"url"`         // external: the server's base URL (llamacpp: or a .sock path)
+	Binary    string   `toml:"binary"`      // managed: the server binary; "": ollama or llama-server by kind
+	Listen    string   `toml:"listen"`      // managed: loopback host:port (port 0 picks one); llamacpp: or a .sock path
+	Model     string   `toml:"model"`       // model name on the server
+	GGUF      string   `toml:"gguf"`        // managed: GGUF file imported as Model at start ("" to use an existing model)
+	NumCtx    int      `toml:"num_ctx"`     // context window; 0: the model's trained length, capped at MaxNumCtx
+	MaxNumCtx int      `toml:"max_num_ctx"` // upper bound when NumCtx is 0
+	NumBatch  int      `toml:"num_batch"`
+	NumThread int      `toml:"num_thread"` // 0: the backend's default
+	Slots     int      `toml:"slots"`      // sequences the backend serves at once (managed: OLLAMA_NUM_PARALLEL)
+	KeepAlive Duration `toml:"keep_alive"` // how long the model stays loaded; negative: forever
+	Format    string   `toml:"format"`     // auto (the model's chat template if it has one), template, or plain
+	// SlotSavePath: llamacpp, external: the server's --slot-save-path as
+	// ctxd sees it, for warm restarts ("": none). Managed: state_dir/llamacpp/slots.
+	SlotSavePath string  `toml:"slot_save_path"`
+	APIKey       string  `toml:"api_key"` // llamacpp: the server's --api-key, if it has one
+	Temperature  float64 `toml:"temperature"`
+	Seed         int     `toml:"seed"`
+}
+
+// ServerBinary is the managed server's binary: Binary, or the kind's own
+// name looked up on PATH.
+func (b Backend) ServerBinary() string {
+	switch {
+	case b.Binary != "":
+		return b.Binary
+	case b.Kind == "llamacpp":
+		return "llama-server"
+	}
+	return "ollama"
 }
 
 // Identity is the persona.
@@ -140,7 +157,7 @@ func Default(env Env) Config {
 			WriteTimeout: Duration{30 * time.Second},
 		},
 		Backend: Backend{
-			Mode: "managed", Binary: "ollama", Listen: "127.0.0.1:0", URL: "http://127.0.0.1:11434",
+			Kind: "ollama", Mode: "managed", Listen: "127.0.0.1:0", URL: "http://127.0.0.1:11434",
 			Model: "ctxd-demo", MaxNumCtx: 32768, NumBatch: 512, Slots: 1, Format: "auto",
 			KeepAlive: Duration{-1},
 		},
@@ -226,17 +243,27 @@ func (c Config) Validate() error {
 		bad("daemon.default_sigil", "%q is not a configured sigil", c.Daemon.DefaultSigil)
 	}
 	b := c.Backend
+	llama := b.Kind == "llamacpp"
+	if b.Kind != "ollama" && !llama {
+		bad("backend.kind", "%q is not one of ollama, llamacpp", b.Kind)
+	}
 	switch b.Mode {
 	case "managed":
-		if b.Binary == "" {
-			bad("backend.binary", "must be set in managed mode")
+		if llama && strings.HasSuffix(b.Listen, ".sock") {
+			break
 		}
 		if host, _, err := net.SplitHostPort(b.Listen); err != nil {
 			bad("backend.listen", "%v", err)
 		} else if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() {
 			bad("backend.listen", "%q: a managed backend listens on a loopback address", b.Listen)
 		}
+		if llama && b.GGUF == "" {
+			bad("backend.gguf", "must be set: a managed llama-server loads this model file")
+		}
 	case "external":
+		if llama && strings.HasSuffix(b.URL, ".sock") {
+			break
+		}
 		if !strings.HasPrefix(b.URL, "http://") && !strings.HasPrefix(b.URL, "https://") {
 			bad("backend.url", "%q must be an http:// or https:// URL", b.URL)
 		}

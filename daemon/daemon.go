@@ -54,8 +54,13 @@ type Model struct {
 	Window      governor.WindowPlan
 	Facts       governor.ModelFacts
 	Format      runcontext.Format // how prompts are rendered; nil: the plain format
-	Restarts    func() int        // how often a supervised backend was restarted; nil if not supervised
-	Close       func() error      // stops what Open started; called once, after the last request
+	// ChoosesSlots: the backend runs each request on the slot ctxd names
+	// (llama-server), rather than choosing one itself (Ollama).
+	ChoosesSlots bool
+	// Warm turns warm restarts on: saved slots (llama-server); nil: none.
+	Warm     *orchestrator.WarmConfig
+	Restarts func() int   // how often a supervised backend was restarted; nil if not supervised
+	Close    func() error // stops what Open started; called once, after the last request
 }
 
 // Opener brings the backend up: start or reach the model server, load the
@@ -328,7 +333,11 @@ func (d *Daemon) bringUp(ctx context.Context, ready func()) error {
 // on it and load the codex. A failed attempt leaves nothing open.
 func (d *Daemon) start(ctx context.Context) (err error) {
 	open := d.opts.Open
-	if open == nil {
+	switch {
+	case open != nil:
+	case d.cfg.Backend.Kind == "llamacpp":
+		open = d.openLlamaCpp
+	default:
 		open = d.openOllama
 	}
 	var e engine
@@ -359,7 +368,7 @@ func (d *Daemon) start(ctx context.Context) (err error) {
 		e.model.Format = runcontext.Plain{}
 	}
 	counter := tokencount.New(e.model.Tokenizer, d.log)
-	e.sched = scheduler.New(max(1, e.model.Window.Slots), nil)
+	e.sched = scheduler.New(scheduler.Options{Slots: e.model.Window.Slots, LeastRecentTies: e.model.ChoosesSlots})
 	mf, cacheType := e.model.Facts, e.model.Window.CacheType
 	e.orch, err = orchestrator.New(orchestrator.Config{
 		Identity: d.identity(),
@@ -368,6 +377,7 @@ func (d *Daemon) start(ctx context.Context) (err error) {
 		KVBytes:  func(n int) int64 { return mf.KVBytes(cacheType, n) },
 		Sigils:   d.sigils,
 		TopK:     d.cfg.Codex.TopK,
+		Warm:     e.model.Warm,
 		Logger:   d.log,
 	}, e.model.Backend, counter, d.store, d.sensor, e.sched)
 	if err != nil {

@@ -18,6 +18,7 @@ import (
 
 // BackendInfo describes the backend once it is ready.
 type BackendInfo struct {
+	Kind         string     `json:"kind"` // ollama or llamacpp
 	Mode         string     `json:"mode"`
 	URL          string     `json:"url"`
 	Version      string     `json:"version"`
@@ -66,7 +67,7 @@ func chooseFormat(want string, facts ollama.Facts, special runcontext.Specials) 
 // Then it plans the window, loads the model and opens its tokenizer.
 func (d *Daemon) openOllama(ctx context.Context, onRestart func()) (_ *Model, err error) {
 	b := d.cfg.Backend
-	m := &Model{Info: BackendInfo{Mode: b.Mode, Model: b.Model, Slots: b.Slots}}
+	m := &Model{Info: BackendInfo{Kind: b.Kind, Mode: b.Mode, Model: b.Model, Slots: b.Slots}}
 	var closers []func() error
 	m.Close = func() error {
 		for i := len(closers) - 1; i >= 0; i-- {
@@ -83,7 +84,7 @@ func (d *Daemon) openOllama(ctx context.Context, onRestart func()) (_ *Model, er
 	if b.Mode == "managed" {
 		dir := filepath.Join(d.cfg.Daemon.StateDir, "ollama")
 		s, err := ollama.Start(ctx, ollama.ServeConfig{
-			Binary: b.Binary, Addr: b.Listen, NumParallel: b.Slots,
+			Binary: b.ServerBinary(), Addr: b.Listen, NumParallel: b.Slots,
 			ModelsDir: filepath.Join(dir, "models"), HomeDir: filepath.Join(dir, "home"),
 			LogPath: filepath.Join(dir, "ollama.log"),
 			Env:     append(d.opts.BackendEnv, kvCacheEnv(d.cfg.Limits.KVCacheType)...),

@@ -13,6 +13,7 @@ import (
 	"github.com/ctxd/ctxd/client"
 	"github.com/ctxd/ctxd/config"
 	"github.com/ctxd/ctxd/daemon"
+	"github.com/ctxd/ctxd/internal/llamaservertest"
 	"github.com/ctxd/ctxd/internal/ollamatest"
 	"github.com/ctxd/ctxd/modelgen"
 )
@@ -24,6 +25,21 @@ import (
 func needOllama(tb testing.TB) {
 	tb.Helper()
 	ollamatest.Binary(tb)
+}
+
+// needLlamaServer skips the whole test when llama.cpp's llama-server is
+// not found (a fresh clone has no ../shared; CI has it).
+func needLlamaServer(tb testing.TB) {
+	tb.Helper()
+	llamaservertest.Binary(tb)
+}
+
+// llamaConfig is baseConfig on a managed llama-server with one slot.
+func llamaConfig(t testing.TB, stateDir, codex string) config.Config {
+	t.Helper()
+	c := baseConfig(t, stateDir, codex)
+	c.Backend.Kind, c.Backend.Binary = "llamacpp", llamaservertest.Binary(t)
+	return c
 }
 
 // testModel is small enough to load and evaluate quickly on two cores.

@@ -178,8 +178,9 @@ func TestCancelMidAnswerStopsTheBackend(t *testing.T) {
 }
 
 // TestEveryIntegrationTestNeedsOllama keeps the suite honest: every test
-// here starts with needOllama, so a missing binary skips (or, in make test,
-// fails) the test itself instead of its subtests, which would report PASS.
+// here starts with needOllama (or needLlamaServer), so a missing binary
+// skips (or, in make test, fails) the test itself instead of its subtests,
+// which would report PASS.
 func TestEveryIntegrationTestNeedsOllama(t *testing.T) {
 	files, err := filepath.Glob("*_test.go")
 	if err != nil {
@@ -207,8 +208,8 @@ func TestEveryIntegrationTestNeedsOllama(t *testing.T) {
 					}
 				}
 			}
-			if first != "needOllama" {
-				t.Errorf("%s: %s does not start with needOllama", name, fn.Name.Name)
+			if first != "needOllama" && first != "needLlamaServer" {
+				t.Errorf("%s: %s does not start with needOllama or needLlamaServer", name, fn.Name.Name)
 			}
 		}
 	}

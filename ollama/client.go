@@ -116,7 +116,7 @@ func (c *Client) keepAlive() *api.Duration {
 // Cancelling ctx closes the request, which stops the generation.
 func (c *Client) Generate(ctx context.Context, req ctxd.GenerateRequest, onToken func(string) error) (ctxd.Generation, error) {
 	var (
-		gen   ctxd.Generation
+		gen   = ctxd.Generation{BackendCached: -1} // Ollama does not say
 		sb    strings.Builder
 		start = time.Now()
 		first = true
@@ -164,6 +164,7 @@ func (c *Client) Generate(ctx context.Context, req ctxd.GenerateRequest, onToken
 		// that when it aborts a generation (one token repeated 30 times,
 		// in v0.6.5).
 		gen.DoneReason = ctxd.DoneIncomplete
+		gen.Note = "Ollama aborts a generation that repeats one token 30 times"
 		if first {
 			gen.TTFT = time.Since(start)
 		}

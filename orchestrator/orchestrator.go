@@ -27,7 +27,8 @@ type Config struct {
 	Limits   governor.Limits
 	KVBytes  func(tokens int) int64 // KV cache size of a prompt; nil: not reported
 	Sigils   *sigils.Registry
-	TopK     int // excerpts per query in RAG mode
+	TopK     int         // excerpts per query in RAG mode
+	Warm     *WarmConfig // saved slots for warm restarts (llama-server); nil: none
 	Now      func() time.Time
 	Logger   *slog.Logger
 }
@@ -42,6 +43,7 @@ type Orchestrator struct {
 	store   ctxd.Store
 	env     ctxd.Sensor
 	sched   *scheduler.Scheduler
+	warm    *warmer // nil without warm restarts
 	log     *slog.Logger
 
 	codex atomic.Pointer[codexState]
@@ -87,6 +89,9 @@ func New(cfg Config, backend ctxd.Backend, count *tokencount.Counter, store ctxd
 		log:      cfg.Logger.With("component", "orchestrator"),
 		prompts:  map[string]previous{},
 		sessions: map[string]ctxd.Session{},
+	}
+	if cfg.Warm != nil && cfg.Warm.Store != nil {
+		o.warm = newWarmer(*cfg.Warm, o.log)
 	}
 	o.SetCodex(runcontext.Codex{Mode: runcontext.ModeNone}, ctxd.CodexPlan{Mode: runcontext.ModeNone, Reason: "no codex configured"}, nil)
 	return o, nil
@@ -172,11 +177,22 @@ func (o *Orchestrator) Ask(ctx context.Context, req ctxd.AskRequest, onToken fun
 		}
 		return nil, err
 	}
-	lease, err := o.sched.Acquire(ctx, req.Session, p.tokens.IDs)
+	var fp string
+	var prefix []int
+	restorable := 0
+	if o.warm != nil && p.tokens.Prefix > 0 {
+		prefix = p.tokens.IDs[:p.tokens.Prefix]
+		fp = o.warm.fingerprint(prefix)
+		restorable = o.warm.restorable(fp, len(prefix))
+	}
+	lease, err := o.sched.AcquireRestorable(ctx, req.Session, p.tokens.IDs, restorable)
 	if err != nil {
 		return nil, o.stopped(ctx, req.Session, "while it waited for a backend slot; nothing was sent to the backend", false, err)
 	}
 	defer lease.Release()
+	if lease.Restore && o.warm.restore(ctx, lease, fp, prefix) {
+		lease.Cached = len(prefix)
+	}
 
 	rc, rendered, tokens := p.rc, p.rendered, p.tokens.IDs
 	sum := &ctxd.Summary{
@@ -202,6 +218,9 @@ func (o *Orchestrator) Ask(ctx context.Context, req ctxd.AskRequest, onToken fun
 	}
 
 	gen, streamed, err := o.generate(ctx, lease, rendered.Prompt(), tokens, onToken)
+	if err == nil && fp != "" {
+		o.warm.save(ctx, lease, fp, len(prefix))
+	}
 	lease.Release() // what the slot holds is recorded: the next request may start
 	if err != nil {
 		if ctx.Err() != nil || ctxd.KindOf(err) == ctxd.KindCanceled {
@@ -224,8 +243,20 @@ func (o *Orchestrator) Ask(ctx context.Context, req ctxd.AskRequest, onToken fun
 		if n, err := o.count.Text(gen.Text); err == nil {
 			sum.AnswerTokens = n
 		}
-		sum.DoneNote = "the backend ended the answer without its final message, so the answer may be cut short and the backend's timings are missing (Ollama aborts a generation that repeats one token 30 times)"
+		sum.DoneNote = "the backend ended the answer without its final message, so the answer may be cut short and the backend's timings are missing"
+		if gen.Note != "" {
+			sum.DoneNote += " (" + gen.Note + ")"
+		}
 		o.log.Warn("answer incomplete: the backend ended the stream without its final message", "session", req.Session, "answer_tokens", sum.AnswerTokens)
+	}
+	if gen.BackendCached >= 0 {
+		n := gen.BackendCached
+		sum.BackendCachedTokens = &n
+		sum.ReuseNote = reuseNote(sum.CachedTokens, n, len(tokens))
+		if sum.ReuseNote != "" && n < sum.CachedTokens {
+			o.log.Warn("the backend reused less than expected", "session", req.Session, "slot", sum.Slot,
+				"expected", sum.CachedTokens, "measured", n, "note", sum.ReuseNote)
+		}
 	}
 	sum.TTFTMillis = ms(gen.TTFT)
 	sum.PromptEvalMs = ms(gen.PromptEvalDuration)
@@ -252,6 +283,7 @@ func (o *Orchestrator) Ask(ctx context.Context, req ctxd.AskRequest, onToken fun
 func (o *Orchestrator) generate(ctx context.Context, lease *scheduler.Lease, prompt string, tokens []int, onToken func(string) error) (gen ctxd.Generation, streamed bool, err error) {
 	gen, err = o.backend.Generate(ctx, ctxd.GenerateRequest{
 		Prompt:    prompt,
+		Tokens:    tokens,
 		Slot:      lease.Slot,
 		MaxTokens: o.cfg.Limits.AnswerReserve,
 		NumKeep:   len(tokens),
@@ -265,7 +297,22 @@ func (o *Orchestrator) generate(ctx context.Context, lease *scheduler.Lease, pro
 		return gen, streamed, err
 	}
 	lease.Record(tokens)
+	if gen.BackendCached >= 0 {
+		lease.Measured(gen.BackendCached)
+	}
 	return gen, streamed, nil
+}
+
+// reuseNote explains a backend's measured reuse that differs from ctxd's
+// expectation; "" when they agree.
+func reuseNote(expected, measured, prompt int) string {
+	switch {
+	case measured == expected, measured == prompt-1 && expected == prompt:
+		return "" // a backend always evaluates at least the last token
+	case measured > expected:
+		return fmt.Sprintf("the backend reused %d tokens, %d more than ctxd expected: the slot also held the previous answer's tokens, which the prompt repeats", measured, measured-expected)
+	}
+	return fmt.Sprintf("the backend reused %d tokens, %d fewer than ctxd expected: the slot lost part of its prefix (server restarted, cache evicted, or another client used the slot)", measured, expected-measured)
 }
 
 // slotAfterFailure is what ctxd may still expect a slot to hold after a

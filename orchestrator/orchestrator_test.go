@@ -33,7 +33,7 @@ func newTest(t *testing.T, limits governor.Limits, slots int) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := &harness{backend: fake.NewBackend(), env: fake.NewSensor(), store: fake.NewStore(), sched: scheduler.New(slots, nil)}
+	h := &harness{backend: fake.NewBackend(), env: fake.NewSensor(), store: fake.NewStore(), sched: scheduler.New(scheduler.Options{Slots: slots})}
 	h.o, err = New(Config{
 		Identity: runcontext.Identity{Name: "t", Persona: "Be brief."},
 		Limits:   limits, Sigils: reg, TopK: 3,

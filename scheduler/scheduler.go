@@ -15,7 +15,9 @@ import (
 // takes a slot (Acquire). Both waits are first come, first served and end
 // at once when the request's context does.
 type Scheduler struct {
-	now func() time.Time
+	now      func() time.Time
+	lruTies  bool   // on a tie, the least recently used slot (else the lowest-numbered)
+	released uint64 // counts releases, to order slots by last use
 
 	mu       sync.Mutex // guards the fields below; never held while waiting
 	slots    []slot
@@ -26,15 +28,19 @@ type Scheduler struct {
 
 // slot is what the scheduler knows of one backend slot.
 type slot struct {
-	held    []int  // tokens the slot is known to hold (a prefix of what it holds)
-	busy    bool   // a lease holds it
-	session string // the session using it, or the one it served last
+	held     []int  // tokens the slot is known to hold (a prefix of what it holds)
+	busy     bool   // a lease holds it
+	session  string // the session using it, or the one it served last
+	lastUsed uint64 // when it was last released, in releases
+	measured int    // the backend's last measured reuse on it; -1: none
+	prefix   string // names the stable prefix it holds, for status
 }
 
 // waiter is a request waiting for a slot.
 type waiter struct {
-	session string
-	prompt  []int
+	session    string
+	prompt     []int
+	restorable int // leading tokens of prompt the backend can restore into any slot from a saved file
 	since   time.Time
 	ahead   int
 	granted chan struct{} // closed when slot is set
@@ -47,13 +53,28 @@ type sessionQueue struct {
 	waiters []chan struct{} // closed to hand the session over, oldest first
 }
 
-// New returns a scheduler for n slots (at least one), all empty. now is
-// the clock for wait times; nil means time.Now.
-func New(n int, now func() time.Time) *Scheduler {
-	if now == nil {
-		now = time.Now
+// Options shape a scheduler.
+type Options struct {
+	Slots int              // at least one
+	Now   func() time.Time // the clock for wait times; nil means time.Now
+	// LeastRecentTies breaks a tie between free slots (the same prefix
+	// length) by taking the least recently used, which keeps the others'
+	// conversations warm: for a backend whose slot ctxd chooses
+	// (llama-server). Without it the lowest-numbered slot wins, which is
+	// how Ollama's runner chooses its own slots.
+	LeastRecentTies bool
+}
+
+// New returns a scheduler with all slots empty.
+func New(o Options) *Scheduler {
+	if o.Now == nil {
+		o.Now = time.Now
 	}
-	return &Scheduler{now: now, slots: make([]slot, max(1, n)), sessions: map[string]*sessionQueue{}}
+	s := &Scheduler{now: o.Now, lruTies: o.LeastRecentTies, slots: make([]slot, max(1, o.Slots)), sessions: map[string]*sessionQueue{}}
+	for i := range s.slots {
+		s.slots[i].measured = -1
+	}
+	return s
 }
 
 // Slots is how many slots the scheduler owns.
@@ -124,6 +145,9 @@ func (s *Scheduler) handOverLocked(id string) {
 type Lease struct {
 	Slot   int           // the slot's index
 	Cached int           // leading tokens of the prompt the slot holds
+	// Restore: the slot holds fewer leading tokens of the prompt than the
+	// saved prefix would give it; the caller restores that first.
+	Restore bool
 	Ahead  int           // requests that were waiting ahead of this one
 	Waited time.Duration // time spent waiting for the slot
 
@@ -139,7 +163,15 @@ type Lease struct {
 // on a tie (the rule Ollama's runner applies itself). If ctx ends first it
 // returns ctx's error and the request leaves the queue at once.
 func (s *Scheduler) Acquire(ctx context.Context, session string, prompt []int) (*Lease, error) {
-	w := &waiter{session: session, prompt: prompt, since: s.now(), granted: make(chan struct{})}
+	return s.AcquireRestorable(ctx, session, prompt, 0)
+}
+
+// AcquireRestorable is Acquire for a backend that can load a saved prefix
+// of restorable tokens into any slot: a slot is then worth at least that
+// much, and among slots worth the same the one whose content would lose
+// the least is taken (an empty one before another session's conversation).
+func (s *Scheduler) AcquireRestorable(ctx context.Context, session string, prompt []int, restorable int) (*Lease, error) {
+	w := &waiter{session: session, prompt: prompt, restorable: restorable, since: s.now(), granted: make(chan struct{})}
 	s.mu.Lock()
 	w.ahead = len(s.queue)
 	s.queue = append(s.queue, w)
@@ -162,23 +194,31 @@ func (s *Scheduler) Acquire(ctx context.Context, session string, prompt []int) (
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return &Lease{
+	l := &Lease{
 		Slot: w.slot, Cached: LCP(s.slots[w.slot].held, prompt), Ahead: w.ahead,
 		Waited: s.now().Sub(w.since), s: s, epoch: s.epoch,
-	}, nil
+	}
+	l.Restore = l.Cached < w.restorable
+	return l, nil
 }
 
 // dispatchLocked hands free slots to the oldest waiters.
 func (s *Scheduler) dispatchLocked() {
 	for len(s.queue) > 0 {
-		best, bestLCP := -1, -1
+		best, bestWorth, bestLoss := -1, -1, 0
 		w := s.queue[0]
 		for i := range s.slots {
 			if s.slots[i].busy {
 				continue
 			}
-			if n := LCP(s.slots[i].held, w.prompt); n > bestLCP {
-				best, bestLCP = i, n
+			lcp := LCP(s.slots[i].held, w.prompt)
+			worth, loss := max(lcp, w.restorable), len(s.slots[i].held)-lcp
+			switch {
+			case worth > bestWorth,
+				// What a tie costs: only where ctxd picks the slot (Ollama's
+				// runner takes the lowest, and ctxd must predict it).
+				worth == bestWorth && s.lruTies && (loss < bestLoss || loss == bestLoss && s.slots[i].lastUsed < s.slots[best].lastUsed):
+				best, bestWorth, bestLoss = i, worth, loss
 			}
 		}
 		if best < 0 {
@@ -202,6 +242,25 @@ func (l *Lease) Record(tokens []int) {
 	}
 }
 
+// Measured notes the backend's own count of the prompt tokens it reused
+// on the lease's slot, for status.
+func (l *Lease) Measured(n int) {
+	l.s.mu.Lock()
+	defer l.s.mu.Unlock()
+	if !l.released {
+		l.s.slots[l.Slot].measured = n
+	}
+}
+
+// Prefix names the stable prefix the lease's slot holds, for status.
+func (l *Lease) Prefix(name string) {
+	l.s.mu.Lock()
+	defer l.s.mu.Unlock()
+	if !l.released {
+		l.s.slots[l.Slot].prefix = name
+	}
+}
+
 // Release frees the slot for the next waiter. Calling it again does nothing.
 func (l *Lease) Release() {
 	l.s.mu.Lock()
@@ -210,7 +269,9 @@ func (l *Lease) Release() {
 		return
 	}
 	l.released = true
+	l.s.released++
 	l.s.slots[l.Slot].busy = false
+	l.s.slots[l.Slot].lastUsed = l.s.released
 	l.s.dispatchLocked()
 }
 
@@ -221,7 +282,7 @@ func (s *Scheduler) Forget() {
 	defer s.mu.Unlock()
 	s.epoch++
 	for i := range s.slots {
-		s.slots[i].held = nil
+		s.slots[i].held, s.slots[i].prefix, s.slots[i].measured = nil, "", -1
 	}
 }
 
@@ -235,10 +296,12 @@ type Status struct {
 
 // SlotStatus is one slot.
 type SlotStatus struct {
-	Slot       int    `json:"slot"`
-	Busy       bool   `json:"busy"`
-	Session    string `json:"session,omitempty"` // serving now, or served last
-	HeldTokens int    `json:"held_tokens"`       // tokens ctxd expects the slot to hold
+	Slot           int    `json:"slot"`
+	Busy           bool   `json:"busy"`
+	Session        string `json:"session,omitempty"` // serving now, or served last
+	HeldTokens     int    `json:"held_tokens"`       // tokens ctxd expects the slot to hold
+	Prefix         string `json:"prefix,omitempty"`  // the stable prefix it holds
+	MeasuredCached *int   `json:"measured_cached,omitempty"` // the backend's last measured reuse on it
 }
 
 // Waiting is one request in the slot queue.
@@ -254,7 +317,12 @@ func (s *Scheduler) Status() Status {
 	now := s.now()
 	st := Status{Waiting: []Waiting{}}
 	for i, sl := range s.slots {
-		st.Slots = append(st.Slots, SlotStatus{Slot: i, Busy: sl.busy, Session: sl.session, HeldTokens: len(sl.held)})
+		ss := SlotStatus{Slot: i, Busy: sl.busy, Session: sl.session, HeldTokens: len(sl.held), Prefix: sl.prefix}
+		if sl.measured >= 0 {
+			m := sl.measured
+			ss.MeasuredCached = &m
+		}
+		st.Slots = append(st.Slots, ss)
 		if sl.busy {
 			st.Busy++
 		}

@@ -29,7 +29,7 @@ func waitUntil(t *testing.T, s *Scheduler, cond func(Status) bool) {
 func TestEightSessionsTwoSlots(t *testing.T) {
 	t.Parallel()
 	const sessions, turns, slots = 8, 5, 2
-	s := New(slots, nil)
+	s := New(Options{Slots: slots})
 	type running struct {
 		session int
 		done    chan struct{}
@@ -106,7 +106,7 @@ func TestEightSessionsTwoSlots(t *testing.T) {
 
 func TestCancelledWaiterLeavesTheQueueAtOnce(t *testing.T) {
 	t.Parallel()
-	s := New(1, nil)
+	s := New(Options{Slots: 1})
 	busy, err := s.Acquire(t.Context(), "a", nil)
 	if err != nil {
 		t.Fatal(err)
@@ -143,7 +143,7 @@ func TestCancelledWaiterLeavesTheQueueAtOnce(t *testing.T) {
 
 func TestSlotChoiceFollowsThePrefix(t *testing.T) {
 	t.Parallel()
-	s := New(2, nil)
+	s := New(Options{Slots: 2})
 	ctx := t.Context()
 	a, _ := s.Acquire(ctx, "a", []int{1, 2, 3})
 	b, _ := s.Acquire(ctx, "b", []int{7, 8})
@@ -176,7 +176,7 @@ func TestSlotChoiceFollowsThePrefix(t *testing.T) {
 
 func TestSessionRunsOneRequestAtATime(t *testing.T) {
 	t.Parallel()
-	s := New(4, nil)
+	s := New(Options{Slots: 4})
 	first, _, err := s.Session(t.Context(), "s")
 	if err != nil {
 		t.Fatal(err)
@@ -221,7 +221,7 @@ func TestSessionRunsOneRequestAtATime(t *testing.T) {
 
 func TestForgetDropsWhatALeaseWouldRecord(t *testing.T) {
 	t.Parallel()
-	s := New(1, nil)
+	s := New(Options{Slots: 1})
 	l, _ := s.Acquire(t.Context(), "a", []int{1, 2})
 	l.Record([]int{1, 2})
 	s.Forget() // the backend restarted during the request
@@ -252,5 +252,46 @@ func TestLCP(t *testing.T) {
 		if got := LCP(c.a, c.b); got != c.want {
 			t.Errorf("LCP(%v, %v) = %d, want %d", c.a, c.b, got, c.want)
 		}
+	}
+}
+
+// TestChosenSlotsKeepConversationsWarm: where ctxd names the slot, a new
+// session that can restore the shared prefix takes an empty slot rather
+// than another session's conversation, and among equal slots the one used
+// longest ago.
+func TestChosenSlotsKeepConversationsWarm(t *testing.T) {
+	t.Parallel()
+	s := New(Options{Slots: 2, LeastRecentTies: true})
+	ctx := t.Context()
+	stable := []int{1, 2, 3}
+	a, _ := s.AcquireRestorable(ctx, "a", append(stable, 10), 3)
+	if a.Slot != 0 || !a.Restore {
+		t.Fatalf("a: slot %d, restore %v", a.Slot, a.Restore)
+	}
+	a.Record(append(stable, 10)) // a's conversation on slot 0
+	a.Release()
+	b, _ := s.AcquireRestorable(ctx, "b", append(stable, 20), 3)
+	if b.Slot != 1 || !b.Restore || b.Cached != 0 {
+		t.Fatalf("b took slot %d (cached %d, restore %v): slot 1 can get the prefix restored and a's conversation stays", b.Slot, b.Cached, b.Restore)
+	}
+	b.Record(append(stable, 20))
+	b.Release()
+	// Each returns to its own slot.
+	for _, c := range []struct {
+		session string
+		prompt  []int
+		slot    int
+	}{{"a", append(stable, 10, 11), 0}, {"b", append(stable, 20, 21), 1}} {
+		l, _ := s.AcquireRestorable(ctx, c.session, c.prompt, 3)
+		if l.Slot != c.slot || l.Restore || l.Cached != 4 {
+			t.Errorf("%s: slot %d, %d cached, restore %v; want its own slot %d", c.session, l.Slot, l.Cached, l.Restore, c.slot)
+		}
+		l.Record(c.prompt)
+		l.Release()
+	}
+	// A third session evicts the conversation used longest ago (a's).
+	x, _ := s.AcquireRestorable(ctx, "x", append(stable, 30), 3)
+	if x.Slot != 0 {
+		t.Errorf("the third session took slot %d, want the least recently used, 0", x.Slot)
 	}
 }

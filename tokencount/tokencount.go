@@ -63,6 +63,10 @@ func New(tok ctxd.Tokenizer, log *slog.Logger) *Counter {
 type Tokens struct {
 	IDs    []int
 	Blocks [runcontext.NumBlocks]int // counted block by block: the sum can differ from len(IDs) by a token or two
+	// Prefix is how many leading IDs are the stable blocks' own tokens
+	// (identity to karma), the same for every prompt that renders them;
+	// 0 when the tokenizer merges across the boundary.
+	Prefix int
 }
 
 var hashSeed = maphash.MakeSeed()
@@ -102,6 +106,9 @@ func (c *Counter) Prompt(r runcontext.Rendered, session string) (Tokens, error) 
 		return t, err
 	}
 	t.Blocks[runcontext.BlockState] = max(0, len(t.IDs)-len(p.tokens)-t.Blocks[runcontext.BlockQuery])
+	if len(t.IDs) >= len(p.tokens) && slices.Equal(t.IDs[:len(p.tokens)], p.tokens) {
+		t.Prefix = len(p.tokens)
+	}
 	return t, nil
 }
 

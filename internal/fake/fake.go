@@ -306,7 +306,7 @@ func (b *Backend) Generate(ctx context.Context, req ctxd.GenerateRequest, onToke
 	}
 
 	start := time.Now()
-	gen := ctxd.Generation{PromptEvalCount: len(req.Prompt)}
+	gen := ctxd.Generation{PromptEvalCount: len(req.Prompt), BackendCached: -1}
 	pieces := strings.SplitAfter(answer, " ")
 	var sb strings.Builder
 	for i, p := range pieces {

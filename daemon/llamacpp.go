@@ -1,0 +1,162 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/ollama/ollama/api"
+
+	"github.com/ctxd/ctxd"
+	"github.com/ctxd/ctxd/chattemplate"
+	"github.com/ctxd/ctxd/governor"
+	"github.com/ctxd/ctxd/llamacpp"
+	"github.com/ctxd/ctxd/llamatok"
+	"github.com/ctxd/ctxd/ollama"
+	"github.com/ctxd/ctxd/orchestrator"
+	"github.com/ctxd/ctxd/runcontext"
+)
+
+// openLlamaCpp is the Opener for llama.cpp's llama-server: in managed mode
+// it plans the window from the GGUF and starts a supervised server with
+// one window per slot and a slot save path under the state directory; in
+// external mode it reads the server's slots and window from /props. The
+// model file must be on this machine: ctxd counts tokens with it, and
+// sends the prompt as token ids.
+func (d *Daemon) openLlamaCpp(ctx context.Context, onRestart func()) (_ *Model, err error) {
+	b := d.cfg.Backend
+	m := &Model{Info: BackendInfo{Mode: b.Mode, Kind: b.Kind, Model: b.Model}, ChoosesSlots: true}
+	var closers []func() error
+	m.Close = func() error {
+		for i := len(closers) - 1; i >= 0; i-- {
+			closers[i]()
+		}
+		return nil
+	}
+	defer func() {
+		if err != nil {
+			m.Close()
+		}
+	}()
+	opts := llamacpp.Options{Temperature: b.Temperature, Seed: b.Seed, APIKey: b.APIKey}
+	var client *llamacpp.Client
+	gguf, slotDir := b.GGUF, b.SlotSavePath
+	if b.Mode == "managed" {
+		facts, err := ggufFacts(gguf)
+		if err != nil {
+			return nil, err
+		}
+		if m.Facts, m.Window, err = d.planWindow(facts); err != nil {
+			return nil, err
+		}
+		dir := filepath.Join(d.cfg.Daemon.StateDir, "llamacpp")
+		slotDir = filepath.Join(dir, "slots")
+		srv, err := llamacpp.Start(ctx, llamacpp.ServeConfig{
+			Binary: b.ServerBinary(), Addr: b.Listen, Model: gguf,
+			CtxPerSlot: m.Window.NumCtx, Slots: b.Slots, SlotSavePath: slotDir,
+			Threads: b.NumThread, BatchSize: b.NumBatch,
+			LogPath: filepath.Join(dir, "llama-server.log"), Env: d.opts.BackendEnv,
+			Logger: d.log, OnRestart: onRestart,
+		}, opts)
+		if err != nil {
+			return nil, err
+		}
+		closers = append(closers, func() error {
+			err := srv.Process.Close()
+			d.log.Info("managed llama-server stopped")
+			return err
+		})
+		m.Restarts = srv.Restarts
+		client = srv.Client
+	} else if client, err = llamacpp.New(b.URL, opts); err != nil {
+		return nil, ctxd.Errorf(ctxd.KindInvalid, "daemon: backend.url: %w", err)
+	}
+	props, err := client.Props(ctx)
+	if err != nil {
+		return nil, err
+	}
+	m.Info.URL, m.Info.Version = client.Addr(), "llama-server "+props.Build
+	if b.Mode == "external" {
+		if gguf == "" {
+			gguf = props.ModelPath
+		}
+		if _, err := os.Stat(gguf); err != nil {
+			return nil, ctxd.Errorf(ctxd.KindInvalid, "daemon: the server's model %s is not readable here (%v): set backend.gguf to the model file; ctxd counts tokens with it", gguf, err)
+		}
+		facts, err := ggufFacts(gguf)
+		if err != nil {
+			return nil, err
+		}
+		if m.Facts, err = governor.FactsFromModelInfo(facts.Info); err != nil {
+			return nil, err
+		}
+		m.Window = governor.WindowPlan{NumCtx: props.Settings.NCtx, Slots: props.TotalSlots, CacheType: governor.CacheF16,
+			Reason: "set by the external server (/props: its slots and each slot's window)"}
+	}
+	if props.TotalSlots != max(1, m.Window.Slots) {
+		return nil, ctxd.Errorf(ctxd.KindInvalid, "daemon: llama-server has %d slots, ctxd planned %d", props.TotalSlots, m.Window.Slots)
+	}
+	if props.Settings.NCtx > 0 && props.Settings.NCtx != m.Window.NumCtx {
+		return nil, ctxd.Errorf(ctxd.KindInvalid, "daemon: llama-server gives each slot %d tokens, ctxd planned %d", props.Settings.NCtx, m.Window.NumCtx)
+	}
+	m.Info.NumCtx, m.Info.Slots, m.Info.KVCacheType = m.Window.NumCtx, m.Window.Slots, string(m.Window.CacheType)
+	m.Info.Architecture = m.Facts.Architecture
+	m.Info.TrainedCtx = m.Facts.ContextLength
+	tok, err := llamatok.Open(gguf)
+	if err != nil {
+		return nil, fmt.Errorf("daemon: tokenizer for %s: %w", gguf, err)
+	}
+	closers = append(closers, tok.Close)
+	if m.Format, m.Info.Format, err = chooseLlamaFormat(ctx, b.Format, gguf, tok.Special(), client, props.BOS); err != nil {
+		return nil, err
+	}
+	d.log.Info("prompt format", "format", m.Info.Format.Name, "append_only", m.Info.Format.AppendOnly, "reason", m.Info.Format.Reason)
+	m.Backend, m.Tokenizer, m.TokenizerID = client, tok, filepath.Base(gguf)
+	if slotDir != "" {
+		m.Warm = &orchestrator.WarmConfig{Store: client, Dir: slotDir, Model: filepath.Base(gguf) + "@" + m.Info.Version}
+	}
+	return m, nil
+}
+
+// ggufFacts reads what the window plan needs from the model file.
+func ggufFacts(path string) (facts ollama.Facts, err error) {
+	info, _, err := llamacpp.ModelInfo(path)
+	if err != nil {
+		return facts, ctxd.Errorf(ctxd.KindInvalid, "daemon: backend.gguf: %w", err)
+	}
+	arch, _ := info["general.architecture"].(string)
+	ctxLen, _ := info[arch+".context_length"].(float64)
+	return ollama.Facts{Architecture: arch, ContextLength: int(ctxLen), GGUFPath: path, Info: info}, nil
+}
+
+// chooseLlamaFormat picks the format for llama-server: the model's chat
+// template as ctxd renders it (the Go template Ollama maps the GGUF's
+// Jinja to), accepted only if the server's own Jinja rendering agrees on a
+// probe conversation; else the plain format, saying why.
+func chooseLlamaFormat(ctx context.Context, want, gguf string, special runcontext.Specials, c *llamacpp.Client, bos string) (runcontext.Format, FormatInfo, error) {
+	plain := runcontext.Plain{Special: special}
+	if want == "plain" {
+		return plain, FormatInfo{Name: plain.Name(), AppendOnly: true, Reason: "backend.format = plain"}, nil
+	}
+	_, jinja, err := llamacpp.ModelInfo(gguf)
+	if err != nil {
+		return nil, FormatInfo{}, err
+	}
+	f, err := chattemplate.FromJinja(jinja, special)
+	if err == nil {
+		err = f.Agrees(func(msgs []api.Message) (string, error) { return c.ApplyTemplate(ctx, msgs) }, bos)
+	}
+	switch {
+	case err == nil:
+		ch := f.Check()
+		return f, FormatInfo{Name: f.Name(), AppendOnly: ch.AppendOnly, Note: ch.Note,
+			Reason: "the model's chat template; llama-server's own Jinja rendering agrees"}, nil
+	case want == "template":
+		return nil, FormatInfo{}, ctxd.Errorf(ctxd.KindInvalid, "daemon: backend.format = template: %v", err)
+	case errors.Is(err, chattemplate.ErrNoTemplate):
+		return plain, FormatInfo{Name: plain.Name(), AppendOnly: true, Reason: "the model has no chat template"}, nil
+	}
+	return plain, FormatInfo{Name: plain.Name(), AppendOnly: true, Reason: fmt.Sprintf("the model's chat template cannot be used (%v)", err)}, nil
+}

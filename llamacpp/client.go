@@ -1,0 +1,376 @@
+package llamacpp
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/ctxd/ctxd"
+)
+
+// Options are fixed for the life of a client.
+type Options struct {
+	Temperature float64 // sampling; 0 is greedy
+	Seed        int
+	APIKey      string // sent as a bearer token when set (llama-server --api-key)
+}
+
+// Client talks to one llama-server.
+type Client struct {
+	base string // http://host:port, or http://unix for a Unix socket
+	http *http.Client
+	opts Options
+	addr string // as given, for messages
+}
+
+var _ ctxd.Backend = (*Client)(nil)
+
+// New returns a client for the server at addr: a base URL
+// (http://127.0.0.1:8080) or the path of a Unix socket (ending in .sock,
+// as llama-server's --host takes it).
+func New(addr string, opts Options) (*Client, error) {
+	c := &Client{opts: opts, addr: addr}
+	tr := &http.Transport{MaxIdleConnsPerHost: 8}
+	switch {
+	case strings.HasSuffix(addr, ".sock") && !strings.Contains(addr, "://"):
+		c.base = "http://unix"
+		tr.DialContext = func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return (&net.Dialer{Timeout: 5 * time.Second}).DialContext(ctx, "unix", addr)
+		}
+	default:
+		u, err := url.Parse(addr)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return nil, fmt.Errorf("llamacpp: %q is neither an http(s) URL nor a .sock path", addr)
+		}
+		c.base = strings.TrimRight(u.String(), "/")
+		tr.DialContext = (&net.Dialer{Timeout: 5 * time.Second}).DialContext
+	}
+	c.http = &http.Client{Transport: tr}
+	return c, nil
+}
+
+// Addr is the server's address as given.
+func (c *Client) Addr() string { return c.addr }
+
+// Errors callers branch on; the errors returned wrap them in *ctxd.Error
+// values of the kinds below.
+var (
+	// ErrUnavailable: the server cannot be reached (KindUnavailable).
+	ErrUnavailable = errors.New("llama-server is not reachable")
+	// ErrSlotsDisabled: slot save, restore and erase need --slot-save-path.
+	ErrSlotsDisabled = errors.New("llama-server has no --slot-save-path")
+	// ErrTooLong: the prompt is over the slot's window (KindDoesNotFit).
+	ErrTooLong = errors.New("prompt exceeds the slot's context")
+)
+
+// apiError is llama-server's error body.
+type apiError struct {
+	Code    int    `json:"code"`
+	Message string `json:"message"`
+	Type    string `json:"type"`
+	NPrompt int    `json:"n_prompt_tokens"`
+	NCtx    int    `json:"n_ctx"`
+}
+
+// do sends a request and decodes a JSON answer into out (unless nil).
+func (c *Client) do(ctx context.Context, method, path string, body, out any) error {
+	resp, err := c.send(ctx, method, path, body)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if out == nil {
+		return nil
+	}
+	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+		return c.wrap(path, fmt.Errorf("decode the answer: %w", err))
+	}
+	return nil
+}
+
+// send sends a request; an error status becomes an error naming the
+// server's message.
+func (c *Client) send(ctx context.Context, method, path string, body any) (*http.Response, error) {
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return nil, err
+		}
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path, rd)
+	if err != nil {
+		return nil, err
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if c.opts.APIKey != "" {
+		req.Header.Set("Authorization", "Bearer "+c.opts.APIKey)
+	}
+	// llama-server closes idle connections on its own schedule; a request
+	// sent on one it has just closed fails with EOF before the server read
+	// it. Marked idempotent (the header is not sent), Go's transport tries
+	// such a request again on a new connection.
+	req.Header["Idempotency-Key"] = nil
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return nil, c.wrap(path, err)
+	}
+	if resp.StatusCode >= 400 {
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+		var e struct {
+			Error apiError `json:"error"`
+		}
+		if json.Unmarshal(b, &e) != nil || e.Error.Message == "" {
+			e.Error = apiError{Code: resp.StatusCode, Message: strings.TrimSpace(string(b))}
+		}
+		return nil, c.statusError(path, resp.StatusCode, e.Error)
+	}
+	return resp, nil
+}
+
+// statusError classifies an error answer.
+func (c *Client) statusError(path string, status int, e apiError) error {
+	msg := fmt.Sprintf("llamacpp: %s: %d %s", path, status, e.Message)
+	switch {
+	case e.Type == "exceed_context_size_error":
+		return &ctxd.Error{Kind: ctxd.KindDoesNotFit, Err: ErrTooLong,
+			Message: fmt.Sprintf("%s (%d prompt tokens, slot window %d)", msg, e.NPrompt, e.NCtx)}
+	case status == http.StatusNotImplemented && strings.HasPrefix(path, "/slots"):
+		return &ctxd.Error{Kind: ctxd.KindConflict, Err: ErrSlotsDisabled, Message: msg}
+	case strings.Contains(e.Message, "does not match the expected"):
+		// Seen with random-weight models: the server's output parser
+		// rejects what the model generated. The request is not at fault.
+		return &ctxd.Error{Kind: ctxd.KindBackend, Message: msg + " (llama-server's output parser rejected what the model generated; asking again usually works)"}
+	case status == http.StatusUnauthorized:
+		return &ctxd.Error{Kind: ctxd.KindBackend, Message: msg + " (check backend.api_key)"}
+	case status >= 500:
+		return &ctxd.Error{Kind: ctxd.KindBackend, Message: msg}
+	}
+	return &ctxd.Error{Kind: ctxd.KindBackend, Message: msg + " (ctxd sent a request the server refused)"}
+}
+
+// wrap classifies a transport error.
+func (c *Client) wrap(path string, err error) error {
+	var oe *net.OpError
+	switch {
+	case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
+		return fmt.Errorf("llamacpp: %s: %w", path, err)
+	case errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.ENOENT), errors.Is(err, syscall.ECONNRESET),
+		errors.As(err, &oe) && oe.Op == "dial":
+		return &ctxd.Error{Kind: ctxd.KindUnavailable, Err: fmt.Errorf("%w: %v", ErrUnavailable, err),
+			Message: fmt.Sprintf("llamacpp: %s: %v at %s: %v", path, ErrUnavailable, c.addr, err)}
+	}
+	return &ctxd.Error{Kind: ctxd.KindBackend, Err: err, Message: fmt.Sprintf("llamacpp: %s: %v", path, err)}
+}
+
+// Health is nil once the server has loaded its model.
+func (c *Client) Health(ctx context.Context) error {
+	return c.do(ctx, http.MethodGet, "/health", nil, nil)
+}
+
+// Props are the server's facts.
+type Props struct {
+	TotalSlots   int    `json:"total_slots"`
+	ModelPath    string `json:"model_path"`
+	ChatTemplate string `json:"chat_template"`
+	BOS          string `json:"bos_token"`
+	EOS          string `json:"eos_token"`
+	Build        string `json:"build_info"`
+	Settings     struct {
+		NCtx int `json:"n_ctx"` // each slot's window
+	} `json:"default_generation_settings"`
+}
+
+// Props reads GET /props.
+func (c *Client) Props(ctx context.Context) (Props, error) {
+	var p Props
+	err := c.do(ctx, http.MethodGet, "/props", nil, &p)
+	return p, err
+}
+
+// Slot is one entry of GET /slots.
+type Slot struct {
+	ID           int  `json:"id"`
+	NCtx         int  `json:"n_ctx"`
+	IsProcessing bool `json:"is_processing"`
+	NPrompt      int  `json:"n_prompt_tokens"`
+}
+
+// Slots reads GET /slots.
+func (c *Client) Slots(ctx context.Context) ([]Slot, error) {
+	var s []Slot
+	err := c.do(ctx, http.MethodGet, "/slots", nil, &s)
+	return s, err
+}
+
+// SaveSlot writes slot's KV cache to filename under the server's
+// --slot-save-path and returns how many tokens it saved.
+func (c *Client) SaveSlot(ctx context.Context, slot int, filename string) (int, error) {
+	var out struct {
+		NSaved int `json:"n_saved"`
+	}
+	err := c.do(ctx, http.MethodPost, "/slots/"+strconv.Itoa(slot)+"?action=save", map[string]string{"filename": filename}, &out)
+	return out.NSaved, err
+}
+
+// RestoreSlot loads filename into slot and returns how many tokens it
+// restored. A failed restore leaves the slot empty.
+func (c *Client) RestoreSlot(ctx context.Context, slot int, filename string) (int, error) {
+	var out struct {
+		NRestored int `json:"n_restored"`
+	}
+	err := c.do(ctx, http.MethodPost, "/slots/"+strconv.Itoa(slot)+"?action=restore", map[string]string{"filename": filename}, &out)
+	return out.NRestored, err
+}
+
+// EraseSlot empties slot.
+func (c *Client) EraseSlot(ctx context.Context, slot int) error {
+	return c.do(ctx, http.MethodPost, "/slots/"+strconv.Itoa(slot)+"?action=erase", nil, nil)
+}
+
+// Tokenize tokenizes text with the server's vocabulary.
+func (c *Client) Tokenize(ctx context.Context, text string, addSpecial bool) ([]int, error) {
+	var out struct {
+		Tokens []int `json:"tokens"`
+	}
+	err := c.do(ctx, http.MethodPost, "/tokenize", map[string]any{"content": text, "add_special": addSpecial, "parse_special": true}, &out)
+	return out.Tokens, err
+}
+
+// ApplyTemplate renders chat messages with the model's own (Jinja)
+// template, with the generation prompt.
+func (c *Client) ApplyTemplate(ctx context.Context, messages any) (string, error) {
+	var out struct {
+		Prompt string `json:"prompt"`
+	}
+	err := c.do(ctx, http.MethodPost, "/apply-template", map[string]any{"messages": messages}, &out)
+	return out.Prompt, err
+}
+
+// chunk is one event of a streamed /completion.
+type chunk struct {
+	Content  string `json:"content"`
+	Stop     bool   `json:"stop"`
+	StopType string `json:"stop_type"`
+	IDSlot   int    `json:"id_slot"`
+	Timings  *struct {
+		CacheN      int     `json:"cache_n"`
+		PromptN     int     `json:"prompt_n"`
+		PromptMs    float64 `json:"prompt_ms"`
+		PredictedN  int     `json:"predicted_n"`
+		PredictedMs float64 `json:"predicted_ms"`
+	} `json:"timings"`
+	Error *apiError `json:"error"`
+}
+
+// Generate streams a completion on req.Slot. The prompt goes as token ids
+// when req.Tokens holds them (what ctxd counted is then what the server
+// caches), else as text. Cancelling ctx closes the request, which stops
+// the generation.
+func (c *Client) Generate(ctx context.Context, req ctxd.GenerateRequest, onToken func(string) error) (ctxd.Generation, error) {
+	body := map[string]any{
+		"stream": true, "cache_prompt": true, "id_slot": req.Slot,
+		"temperature": c.opts.Temperature, "seed": c.opts.Seed,
+	}
+	if len(req.Tokens) > 0 {
+		body["prompt"] = req.Tokens
+	} else {
+		body["prompt"] = req.Prompt
+	}
+	if req.MaxTokens > 0 {
+		body["n_predict"] = req.MaxTokens
+	}
+	if len(req.Stop) > 0 {
+		body["stop"] = req.Stop
+	}
+	gen := ctxd.Generation{BackendCached: -1}
+	start := time.Now()
+	resp, err := c.send(ctx, http.MethodPost, "/completion", body)
+	if err != nil {
+		return gen, err
+	}
+	defer resp.Body.Close()
+	var sb strings.Builder
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 0, 64<<10), 16<<20)
+	done := false
+	for sc.Scan() {
+		data, ok := strings.CutPrefix(sc.Text(), "data: ")
+		if !ok {
+			continue // blank separators, comments
+		}
+		var ch chunk
+		if err := json.Unmarshal([]byte(data), &ch); err != nil {
+			return gen, c.wrap("/completion", fmt.Errorf("bad event %q: %w", data, err))
+		}
+		if ch.Error != nil {
+			if strings.Contains(ch.Error.Message, "does not match the expected") {
+				// The server generated the answer, then its output parser
+				// rejected the text (random weights end on half a UTF-8
+				// character): what streamed is the answer, and the slot
+				// holds it. Kept, and marked.
+				gen.Text, gen.DoneReason = sb.String(), ctxd.DoneIncomplete
+				gen.Note = "llama-server's output parser rejected the end of the generated text (" + ch.Error.Message + ")"
+				if gen.TTFT == 0 {
+					gen.TTFT = time.Since(start)
+				}
+				return gen, nil
+			}
+			return gen, c.statusError("/completion", ch.Error.Code, *ch.Error)
+		}
+		if ch.Content != "" {
+			if sb.Len() == 0 {
+				gen.TTFT = time.Since(start)
+			}
+			sb.WriteString(ch.Content)
+			if err := onToken(ch.Content); err != nil {
+				gen.Text = sb.String()
+				return gen, err
+			}
+		}
+		if ch.Stop {
+			done = true
+			if gen.TTFT == 0 {
+				gen.TTFT = time.Since(start)
+			}
+			gen.DoneReason = ctxd.DoneStop
+			if ch.StopType == "limit" {
+				gen.DoneReason = ctxd.DoneLength
+			}
+			if t := ch.Timings; t != nil {
+				gen.BackendCached = t.CacheN
+				gen.PromptEvalCount = t.CacheN + t.PromptN
+				gen.PromptEvalDuration = time.Duration(t.PromptMs * float64(time.Millisecond))
+				gen.EvalCount = t.PredictedN
+				gen.EvalDuration = time.Duration(t.PredictedMs * float64(time.Millisecond))
+			}
+			break
+		}
+	}
+	gen.Text = sb.String()
+	if err := sc.Err(); err != nil {
+		return gen, c.wrap("/completion", err)
+	}
+	if !done {
+		if err := ctx.Err(); err != nil {
+			return gen, fmt.Errorf("llamacpp: /completion: %w", err)
+		}
+		return gen, c.wrap("/completion", fmt.Errorf("the answer stream ended before its final event: %w", io.ErrUnexpectedEOF))
+	}
+	return gen, nil
+}

@@ -1,0 +1,163 @@
+package llamacpp
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/ollama/ollama/fs/ggml"
+
+	"github.com/ctxd/ctxd/supervise"
+)
+
+// ServeConfig says how to run a private llama-server.
+type ServeConfig struct {
+	Binary string // path to llama-server
+	// Addr is a loopback host:port (port 0 picks a free one) or the path of
+	// a Unix socket ending in .sock.
+	Addr         string
+	Model        string // the GGUF file
+	CtxPerSlot   int    // each slot's window; the server gets CtxPerSlot × Slots
+	Slots        int
+	SlotSavePath string // where slots are saved and restored
+	Threads      int    // 0: the server's default
+	BatchSize    int    // 0: the server's default
+	LogPath      string
+	Env          []string // KEY=VALUE pairs (PATH...)
+	Logger       *slog.Logger
+	OnRestart    func()
+	StopTimeout  time.Duration
+}
+
+// Server is a supervised llama-server.
+type Server struct {
+	*supervise.Process
+	*Client
+}
+
+// Args are the flags a managed server gets: every slot its own window
+// (-np given, so the KV cache is not unified), no host-RAM prompt cache
+// (ctxd keeps prefixes warm in the slots and in saved slot files, and the
+// governor plans memory for the slots only), no web UI.
+func (c ServeConfig) Args(host string, port int) []string {
+	args := []string{"-m", c.Model, "--host", host}
+	if port > 0 {
+		args = append(args, "--port", strconv.Itoa(port))
+	}
+	args = append(args, "-c", strconv.Itoa(c.CtxPerSlot*max(1, c.Slots)), "-np", strconv.Itoa(max(1, c.Slots)),
+		"--slot-save-path", c.SlotSavePath, "--cache-ram", "0", "--no-webui")
+	if c.Threads > 0 {
+		args = append(args, "-t", strconv.Itoa(c.Threads))
+	}
+	if c.BatchSize > 0 {
+		args = append(args, "-b", strconv.Itoa(c.BatchSize))
+	}
+	return args
+}
+
+// Start starts llama-server and returns once it has loaded the model.
+func Start(ctx context.Context, cfg ServeConfig, opts Options) (*Server, error) {
+	bin, err := exec.LookPath(cfg.Binary)
+	if err != nil {
+		return nil, fmt.Errorf("llamacpp: serve: binary %q: %w (set backend.binary or CTXD_LLAMA_SERVER)", cfg.Binary, err)
+	}
+	if err := os.MkdirAll(cfg.SlotSavePath, 0o700); err != nil {
+		return nil, fmt.Errorf("llamacpp: serve: %w", err)
+	}
+	var host, addr string
+	port := 0
+	if strings.HasSuffix(cfg.Addr, ".sock") {
+		host, addr = cfg.Addr, cfg.Addr
+		_ = os.Remove(cfg.Addr) // a stale socket of an earlier run: llama-server will not bind over it
+	} else {
+		h, p, err := net.SplitHostPort(cfg.Addr)
+		if err != nil {
+			return nil, fmt.Errorf("llamacpp: serve: addr %q: %w", cfg.Addr, err)
+		}
+		if ip := net.ParseIP(h); ip == nil || !ip.IsLoopback() {
+			return nil, fmt.Errorf("llamacpp: serve: addr %q: a managed server listens on a loopback address or a Unix socket only", cfg.Addr)
+		}
+		if p == "0" {
+			ln, err := net.Listen("tcp", net.JoinHostPort(h, "0"))
+			if err != nil {
+				return nil, fmt.Errorf("llamacpp: serve: pick a port: %w", err)
+			}
+			p = strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
+			ln.Close()
+		}
+		port, _ = strconv.Atoi(p)
+		host, addr = h, "http://"+net.JoinHostPort(h, p)
+	}
+	client, err := New(addr, opts)
+	if err != nil {
+		return nil, err
+	}
+	args := cfg.Args(host, port)
+	proc, err := supervise.Start(ctx, supervise.Config{
+		Name: "llama-server",
+		Command: func() *exec.Cmd {
+			cmd := exec.Command(bin, args...)
+			cmd.Env = cfg.Env
+			return cmd
+		},
+		LogPath: cfg.LogPath, Ready: client.Health, OnRestart: cfg.OnRestart,
+		StopTimeout: cfg.StopTimeout, Logger: cfg.Logger,
+		ReadyTimeout: 5 * time.Minute, // a large model loads for a while
+	})
+	if err != nil {
+		return nil, fmt.Errorf("llamacpp: %w", err)
+	}
+	if cfg.Logger != nil {
+		cfg.Logger.Info("llama-server is up", "addr", addr, "slots", cfg.Slots, "ctx_per_slot", cfg.CtxPerSlot, "log", cfg.LogPath)
+	}
+	return &Server{Process: proc, Client: client}, nil
+}
+
+// ModelInfo reads a GGUF's metadata the way the governor reads Ollama's
+// /api/show model_info (numbers as float64), and its Jinja chat template.
+func ModelInfo(path string) (map[string]any, string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, "", fmt.Errorf("llamacpp: %w", err)
+	}
+	defer f.Close()
+	g, _, err := ggml.Decode(f, 1024)
+	if err != nil {
+		return nil, "", fmt.Errorf("llamacpp: read %s: %w", path, err)
+	}
+	info := map[string]any{}
+	for k, v := range g.KV() {
+		switch v := v.(type) {
+		case string, bool:
+			info[k] = v
+		case uint8:
+			info[k] = float64(v)
+		case int8:
+			info[k] = float64(v)
+		case uint16:
+			info[k] = float64(v)
+		case int16:
+			info[k] = float64(v)
+		case uint32:
+			info[k] = float64(v)
+		case int32:
+			info[k] = float64(v)
+		case uint64:
+			info[k] = float64(v)
+		case int64:
+			info[k] = float64(v)
+		case float32:
+			info[k] = float64(v)
+		case float64:
+			info[k] = v
+		}
+	}
+	tmpl, _ := info["tokenizer.chat_template"].(string)
+	return info, tmpl, nil
+}
