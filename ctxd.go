@@ -53,35 +53,35 @@ type Event struct {
 // reused, what it did, how long the request waited, and what the governor
 // measured.
 type Summary struct {
-	Session         string       `json:"session"`
-	Turn            int          `json:"turn"`
-	Mode            string       `json:"mode"`
-	Format          string       `json:"format"` // "template" (the model's chat template) or "plain" (ctxd's own)
-	PromptTokens    int          `json:"prompt_tokens"`
-	CachedTokens    int          `json:"cached_tokens"`    // prefix the backend slot is expected to hold
+	Session      string `json:"session"`
+	Turn         int    `json:"turn"`
+	Mode         string `json:"mode"`
+	Format       string `json:"format"` // "template" (the model's chat template) or "plain" (ctxd's own)
+	PromptTokens int    `json:"prompt_tokens"`
+	CachedTokens int    `json:"cached_tokens"` // prefix the backend slot is expected to hold
 	// BackendCachedTokens is what the backend says it reused (llama-server's
 	// cache_n), when it says; ReuseNote explains a difference from CachedTokens.
-	BackendCachedTokens *int   `json:"backend_cached_tokens,omitempty"`
-	ReuseNote           string `json:"reuse_note,omitempty"`
-	EvaluatedTokens int          `json:"evaluated_tokens"` // prompt tokens the backend must evaluate
-	ReusePercent    float64      `json:"reuse_percent"`
-	AnswerTokens    int          `json:"answer_tokens"`
-	TTFTMillis      float64      `json:"ttft_ms"` // from sending to the backend to its first token
-	PromptEvalMs    float64      `json:"backend_prompt_eval_ms"`
-	BackendPromptN  int          `json:"backend_prompt_eval_count"`
-	TotalMillis     float64      `json:"total_ms"`
-	QueueWaitMs     float64      `json:"queue_wait_ms"` // waiting for the session's earlier request and for a slot
-	QueueAhead      int          `json:"queue_ahead"`   // requests ahead of this one when it joined the slot queue
-	Slot            int          `json:"slot"`          // the backend slot that served it
-	DoneReason      string       `json:"done_reason"`
-	DoneNote        string       `json:"done_note,omitempty"` // why an answer is incomplete
-	PrefixBreak     *PrefixBreak `json:"prefix_break,omitempty"`
-	PrefixNote      string       `json:"prefix_note,omitempty"`
-	Codex           CodexPlan    `json:"codex"`
-	Excerpts        int          `json:"excerpts"` // codex excerpts retrieved for this query (RAG)
-	Epoch           int          `json:"epoch"`
-	Governor        []Action     `json:"governor,omitempty"` // what the governor did to make it fit
-	Budget          Budget       `json:"budget"`
+	BackendCachedTokens *int         `json:"backend_cached_tokens,omitempty"`
+	ReuseNote           string       `json:"reuse_note,omitempty"`
+	EvaluatedTokens     int          `json:"evaluated_tokens"` // prompt tokens the backend must evaluate
+	ReusePercent        float64      `json:"reuse_percent"`
+	AnswerTokens        int          `json:"answer_tokens"`
+	TTFTMillis          float64      `json:"ttft_ms"` // from sending to the backend to its first token
+	PromptEvalMs        float64      `json:"backend_prompt_eval_ms"`
+	BackendPromptN      int          `json:"backend_prompt_eval_count"`
+	TotalMillis         float64      `json:"total_ms"`
+	QueueWaitMs         float64      `json:"queue_wait_ms"` // waiting for the session's earlier request and for a slot
+	QueueAhead          int          `json:"queue_ahead"`   // requests ahead of this one when it joined the slot queue
+	Slot                int          `json:"slot"`          // the backend slot that served it
+	DoneReason          string       `json:"done_reason"`
+	DoneNote            string       `json:"done_note,omitempty"` // why an answer is incomplete
+	PrefixBreak         *PrefixBreak `json:"prefix_break,omitempty"`
+	PrefixNote          string       `json:"prefix_note,omitempty"`
+	Codex               CodexPlan    `json:"codex"`
+	Excerpts            int          `json:"excerpts"` // codex excerpts retrieved for this query (RAG)
+	Epoch               int          `json:"epoch"`
+	Governor            []Action     `json:"governor,omitempty"` // what the governor did to make it fit
+	Budget              Budget       `json:"budget"`
 }
 
 // PrefixBreak says where a prompt stopped extending the session's previous

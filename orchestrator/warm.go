@@ -31,9 +31,9 @@ type SlotStore interface {
 // evaluated.
 type WarmConfig struct {
 	Store    SlotStore
-	Dir      string // where the backend writes the files, if ctxd can see it ("" otherwise: no listing, no pruning)
-	Model    string // names the model; part of every fingerprint
-	MaxBytes int64  // files beyond this total are pruned, oldest first; 0: 2 GiB
+	Dir      string        // where the backend writes the files, if ctxd can see it ("" otherwise: no listing, no pruning)
+	Model    string        // names the model; part of every fingerprint
+	MaxBytes int64         // files beyond this total are pruned, oldest first; 0: 2 GiB
 	MaxAge   time.Duration // older files are pruned; 0: 7 days
 }
 

@@ -41,10 +41,10 @@ type waiter struct {
 	session    string
 	prompt     []int
 	restorable int // leading tokens of prompt the backend can restore into any slot from a saved file
-	since   time.Time
-	ahead   int
-	granted chan struct{} // closed when slot is set
-	slot    int
+	since      time.Time
+	ahead      int
+	granted    chan struct{} // closed when slot is set
+	slot       int
 }
 
 // sessionQueue serializes the requests of one session.
@@ -143,13 +143,13 @@ func (s *Scheduler) handOverLocked(id string) {
 // Lease is a slot held by one request. Call Record with what the slot
 // holds afterwards, if that changed, then Release.
 type Lease struct {
-	Slot   int           // the slot's index
-	Cached int           // leading tokens of the prompt the slot holds
+	Slot   int // the slot's index
+	Cached int // leading tokens of the prompt the slot holds
 	// Restore: the slot holds fewer leading tokens of the prompt than the
 	// saved prefix would give it; the caller restores that first.
 	Restore bool
-	Ahead  int           // requests that were waiting ahead of this one
-	Waited time.Duration // time spent waiting for the slot
+	Ahead   int           // requests that were waiting ahead of this one
+	Waited  time.Duration // time spent waiting for the slot
 
 	s        *Scheduler
 	epoch    uint64
@@ -298,9 +298,9 @@ type Status struct {
 type SlotStatus struct {
 	Slot           int    `json:"slot"`
 	Busy           bool   `json:"busy"`
-	Session        string `json:"session,omitempty"` // serving now, or served last
-	HeldTokens     int    `json:"held_tokens"`       // tokens ctxd expects the slot to hold
-	Prefix         string `json:"prefix,omitempty"`  // the stable prefix it holds
+	Session        string `json:"session,omitempty"`         // serving now, or served last
+	HeldTokens     int    `json:"held_tokens"`               // tokens ctxd expects the slot to hold
+	Prefix         string `json:"prefix,omitempty"`          // the stable prefix it holds
 	MeasuredCached *int   `json:"measured_cached,omitempty"` // the backend's last measured reuse on it
 }
 
