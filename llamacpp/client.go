@@ -13,6 +13,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -28,10 +29,11 @@ type Options struct {
 
 // Client talks to one llama-server.
 type Client struct {
-	base string // http://host:port, or http://unix for a Unix socket
-	http *http.Client
-	opts Options
-	addr string // as given, for messages
+	base  string // http://host:port, or http://unix for a Unix socket
+	http  *http.Client
+	opts  Options
+	addr  string       // as given, for messages
+	slots atomic.Int64 // the server's total_slots, once Props has read it
 }
 
 var _ ctxd.Backend = (*Client)(nil)
@@ -196,11 +198,24 @@ type Props struct {
 	} `json:"default_generation_settings"`
 }
 
-// Props reads GET /props.
+// Props reads GET /props. The client checks slot ids against the
+// total_slots it finds: llama-server takes an id out of range modulo its
+// slot count instead of refusing it.
 func (c *Client) Props(ctx context.Context) (Props, error) {
 	var p Props
 	err := c.do(ctx, http.MethodGet, "/props", nil, &p)
+	if err == nil && p.TotalSlots > 0 {
+		c.slots.Store(int64(p.TotalSlots))
+	}
 	return p, err
+}
+
+// checkSlot refuses a slot id the server does not have.
+func (c *Client) checkSlot(slot int) error {
+	if n := c.slots.Load(); slot < 0 || n > 0 && int64(slot) >= n {
+		return ctxd.Errorf(ctxd.KindInternal, "llamacpp: slot %d out of range: the server has %d slots (it would take the id modulo its slot count)", slot, n)
+	}
+	return nil
 }
 
 // Slot is one entry of GET /slots.
@@ -221,6 +236,9 @@ func (c *Client) Slots(ctx context.Context) ([]Slot, error) {
 // SaveSlot writes slot's KV cache to filename under the server's
 // --slot-save-path and returns how many tokens it saved.
 func (c *Client) SaveSlot(ctx context.Context, slot int, filename string) (int, error) {
+	if err := c.checkSlot(slot); err != nil {
+		return 0, err
+	}
 	var out struct {
 		NSaved int `json:"n_saved"`
 	}
@@ -231,6 +249,9 @@ func (c *Client) SaveSlot(ctx context.Context, slot int, filename string) (int, 
 // RestoreSlot loads filename into slot and returns how many tokens it
 // restored. A failed restore leaves the slot empty.
 func (c *Client) RestoreSlot(ctx context.Context, slot int, filename string) (int, error) {
+	if err := c.checkSlot(slot); err != nil {
+		return 0, err
+	}
 	var out struct {
 		NRestored int `json:"n_restored"`
 	}
@@ -240,6 +261,9 @@ func (c *Client) RestoreSlot(ctx context.Context, slot int, filename string) (in
 
 // EraseSlot empties slot.
 func (c *Client) EraseSlot(ctx context.Context, slot int) error {
+	if err := c.checkSlot(slot); err != nil {
+		return err
+	}
 	return c.do(ctx, http.MethodPost, "/slots/"+strconv.Itoa(slot)+"?action=erase", nil, nil)
 }
 
@@ -278,11 +302,30 @@ type chunk struct {
 	Error *apiError `json:"error"`
 }
 
+// finish applies a completion's final event: why it stopped, and the
+// server's measurements.
+func (ch chunk) finish(gen *ctxd.Generation) {
+	gen.DoneReason = ctxd.DoneStop
+	if ch.StopType == "limit" {
+		gen.DoneReason = ctxd.DoneLength
+	}
+	if t := ch.Timings; t != nil {
+		gen.BackendCached = t.CacheN
+		gen.PromptEvalCount = t.CacheN + t.PromptN
+		gen.PromptEvalDuration = time.Duration(t.PromptMs * float64(time.Millisecond))
+		gen.EvalCount = t.PredictedN
+		gen.EvalDuration = time.Duration(t.PredictedMs * float64(time.Millisecond))
+	}
+}
+
 // Generate streams a completion on req.Slot. The prompt goes as token ids
 // when req.Tokens holds them (what ctxd counted is then what the server
 // caches), else as text. Cancelling ctx closes the request, which stops
 // the generation.
 func (c *Client) Generate(ctx context.Context, req ctxd.GenerateRequest, onToken func(string) error) (ctxd.Generation, error) {
+	if err := c.checkSlot(req.Slot); err != nil {
+		return ctxd.Generation{BackendCached: -1}, err
+	}
 	body := map[string]any{
 		"stream": true, "cache_prompt": true, "id_slot": req.Slot,
 		"temperature": c.opts.Temperature, "seed": c.opts.Seed,
@@ -348,17 +391,7 @@ func (c *Client) Generate(ctx context.Context, req ctxd.GenerateRequest, onToken
 			if gen.TTFT == 0 {
 				gen.TTFT = time.Since(start)
 			}
-			gen.DoneReason = ctxd.DoneStop
-			if ch.StopType == "limit" {
-				gen.DoneReason = ctxd.DoneLength
-			}
-			if t := ch.Timings; t != nil {
-				gen.BackendCached = t.CacheN
-				gen.PromptEvalCount = t.CacheN + t.PromptN
-				gen.PromptEvalDuration = time.Duration(t.PromptMs * float64(time.Millisecond))
-				gen.EvalCount = t.PredictedN
-				gen.EvalDuration = time.Duration(t.PredictedMs * float64(time.Millisecond))
-			}
+			ch.finish(&gen)
 			break
 		}
 	}
