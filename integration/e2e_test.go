@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/ctxd/ctxd/client"
+	"github.com/ctxd/ctxd/config"
 	"github.com/ctxd/ctxd/daemon"
 	"github.com/ctxd/ctxd/internal/ollamatest"
 	"github.com/ctxd/ctxd/internal/socktest"
@@ -40,7 +41,18 @@ func ask(t *testing.T, c *client.Client, session, query string) (*ctxd.Summary, 
 func TestSessionReusesPrefixAndSurvivesRestart(t *testing.T) {
 	needOllama(t)
 	state := t.TempDir()
-	cfg := baseConfig(t, state, codexDir(t, 4500))
+	sessionSurvivesRestart(t, baseConfig(t, state, codexDir(t, 4500)))
+}
+
+// TestSessionOnLlamaServerSurvivesRestart is the same on llama-server.
+func TestSessionOnLlamaServerSurvivesRestart(t *testing.T) {
+	needLlamaServer(t)
+	sessionSurvivesRestart(t, llamaConfig(t, t.TempDir(), codexDir(t, 4500)))
+}
+
+// sessionSurvivesRestart runs a 3-turn session through the socket, then
+// restarts the daemon and continues it.
+func sessionSurvivesRestart(t *testing.T, cfg config.Config) {
 	d := start(t, cfg, true)
 
 	var prev *ctxd.Summary
@@ -120,7 +132,16 @@ func raw(t *testing.T, socket, method, path, contentType string, body []byte) (i
 
 func TestBadInputGetsClearErrors(t *testing.T) {
 	needOllama(t)
-	cfg := baseConfig(t, t.TempDir(), codexDir(t, 2000))
+	badInputGetsClearErrors(t, baseConfig(t, t.TempDir(), codexDir(t, 2000)))
+}
+
+// TestBadInputOnLlamaServer is the same on llama-server.
+func TestBadInputOnLlamaServer(t *testing.T) {
+	needLlamaServer(t)
+	badInputGetsClearErrors(t, llamaConfig(t, t.TempDir(), codexDir(t, 2000)))
+}
+
+func badInputGetsClearErrors(t *testing.T, cfg config.Config) {
 	cfg.Daemon.MaxBodyBytes = 64 << 10
 	cfg.Limits.MaxChars = 40000
 	d := start(t, cfg, true)

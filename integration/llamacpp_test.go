@@ -4,6 +4,10 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/ctxd/ctxd"
@@ -54,5 +58,125 @@ func TestLlamaServerSession(t *testing.T) {
 				prev = sum
 			}
 		})
+	}
+}
+
+// serverPID finds the managed llama-server of a state directory.
+func serverPID(t *testing.T, state string) int {
+	t.Helper()
+	dirs, _ := filepath.Glob("/proc/[0-9]*")
+	for _, d := range dirs {
+		cmdline, err := os.ReadFile(filepath.Join(d, "cmdline"))
+		if err == nil && strings.Contains(string(cmdline), filepath.Join(state, "llamacpp", "slots")) {
+			pid, _ := strconv.Atoi(filepath.Base(d))
+			return pid
+		}
+	}
+	t.Fatal("no llama-server process of this state directory")
+	return 0
+}
+
+// TestLlamaServerStickySlotsAndWarmRestarts runs two sessions on two slots
+// of a managed llama-server. The first request saves its slot; the second
+// session gets the saved prefix restored into the empty slot instead of
+// evaluating it (and instead of evicting the first session's
+// conversation); each then returns to its own slot. After llama-server is
+// killed and restarted by the supervisor, and after the daemon itself
+// restarts, the next request restores the prefix. The server's measured
+// reuse agrees with ctxd's expectation on every request.
+func TestLlamaServerStickySlotsAndWarmRestarts(t *testing.T) {
+	needLlamaServer(t)
+	mc := templatedModels()[0] // ChatML: its answers end cleanly
+	state := t.TempDir()
+	cfg := llamaConfig(t, state, codexDir(t, 4500))
+	cfg.Backend.GGUF, cfg.Backend.Model, cfg.Backend.Slots = modelPath(t, mc), mc.Name, 2
+	d := start(t, cfg, true)
+	var stable int
+	check := func(session, q string, wantSlot int, want func(sum *ctxd.Summary) (int, string)) *ctxd.Summary {
+		t.Helper()
+		sum, _ := ask(t, d.client, session, q)
+		measured := -1
+		if sum.BackendCachedTokens != nil {
+			measured = *sum.BackendCachedTokens
+		}
+		cached, why := want(sum)
+		t.Logf("%s %q: slot %d, %d prompt tokens, %d cached (measured %d) %s", session, q, sum.Slot, sum.PromptTokens, sum.CachedTokens, measured, sum.ReuseNote)
+		if sum.CachedTokens != cached || (wantSlot >= 0 && sum.Slot != wantSlot) {
+			t.Errorf("%s %q: slot %d with %d cached, want slot %d with %d (%s)", session, q, sum.Slot, sum.CachedTokens, wantSlot, cached, why)
+		}
+		if sum.DoneReason != ctxd.DoneIncomplete && measured < sum.CachedTokens {
+			t.Errorf("%s %q: the server reused %d, ctxd expected %d", session, q, measured, sum.CachedTokens)
+		}
+		return sum
+	}
+	a1 := check("A", "What does Handler3 return?", 0, func(*ctxd.Summary) (int, string) { return 0, "cold" })
+	for _, b := range a1.Budget.Blocks[:5] {
+		stable += b.Tokens
+	}
+	stable++ // BOS: the prompt's first token belongs to no block
+	stableIs := func(why string) func(*ctxd.Summary) (int, string) {
+		return func(*ctxd.Summary) (int, string) { return stable, why }
+	}
+	b1 := check("B", "Which handler serves kind 7?", 1, stableIs("the saved prefix restored into the empty slot"))
+	check("A", "And kind 8?", 0, func(*ctxd.Summary) (int, string) { return a1.PromptTokens, "its own slot" })
+	check("B", "And kind 9?", 1, func(*ctxd.Summary) (int, string) { return b1.PromptTokens, "its own slot" })
+
+	if err := syscall.Kill(serverPID(t, state), syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool {
+		var st daemon.Status
+		return d.client.GetJSON(context.Background(), "/v1/status", &st) == nil && st.Backend.Restarts == 1
+	})
+	check("A", "After the crash?", -1, stableIs("the server restarted: the prefix restored"))
+
+	if err := d.stop(); err != nil {
+		t.Fatal(err)
+	}
+	d = start(t, cfg, true)
+	check("C", "After the daemon restarted?", -1, stableIs("the daemon restarted: the prefix restored from the file the first run saved"))
+}
+
+// TestLlamaServerCancelStopsGeneration cancels a request after its first
+// pieces: llama-server's log shows the slot released with the prompt and
+// a few tokens, not the 1,800 the answer was allowed, and nothing is
+// recorded.
+func TestLlamaServerCancelStopsGeneration(t *testing.T) {
+	needLlamaServer(t)
+	state := t.TempDir()
+	cfg := llamaConfig(t, state, codexDir(t, 1500))
+	cfg.Limits.AnswerReserve = 1800 // greedy random weights repeat one token: a long, valid answer
+	d := start(t, cfg, true)
+	ctx, cancel := context.WithCancel(context.Background())
+	pieces := 0
+	_, err := d.client.Ask(ctx, ctxd.AskRequest{Session: "cancelled", Query: "Tell me everything."}, func(string) {
+		if pieces++; pieces == 3 {
+			cancel()
+		}
+	})
+	if err == nil {
+		t.Skipf("the answer ended on its own after %d pieces", pieces)
+	}
+	var s ctxd.SessionTurns
+	if err := d.client.GetJSON(context.Background(), "/v1/sessions/cancelled", &s); err != nil || len(s.Turns) != 0 {
+		t.Errorf("the cancelled answer was recorded: %+v %v", s, err)
+	}
+	// The same question again renders the same prompt: its size is the
+	// cancelled one's.
+	sum, _ := ask(t, d.client, "cancelled", "Tell me everything.")
+	b, err := os.ReadFile(filepath.Join(state, "llamacpp", "llama-server.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	releases := regexp.MustCompile(`release: id +\d+ \| task \d+ \| stop processing: n_tokens = (\d+)`).FindAllStringSubmatch(string(b), -1)
+	if len(releases) != 2 {
+		t.Fatalf("%d slot releases in llama-server's log, want the cancelled request's and the next", len(releases))
+	}
+	held, _ := strconv.Atoi(releases[0][1])
+	generated := held - sum.PromptTokens
+	t.Logf("cancelled after %d pieces: the slot was released holding %d tokens: the %d-token prompt and %d generated of %d allowed",
+		pieces, held, sum.PromptTokens, generated, cfg.Limits.AnswerReserve)
+	if generated > cfg.Limits.AnswerReserve/3 {
+		t.Errorf("llama-server generated %d tokens of the cancelled answer: it did not stop", generated)
 	}
 }

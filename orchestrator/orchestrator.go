@@ -310,7 +310,7 @@ func reuseNote(expected, measured, prompt int) string {
 	case measured == expected, measured == prompt-1 && expected == prompt:
 		return "" // a backend always evaluates at least the last token
 	case measured > expected:
-		return fmt.Sprintf("the backend reused %d tokens, %d more than ctxd expected: the slot also held the previous answer's tokens, which the prompt repeats", measured, measured-expected)
+		return fmt.Sprintf("the backend reused %d tokens, %d more than ctxd expected: the slot held more of this prompt than ctxd counted on (the previous answer's tokens, or a restored slot's conversation)", measured, measured-expected)
 	}
 	return fmt.Sprintf("the backend reused %d tokens, %d fewer than ctxd expected: the slot lost part of its prefix (server restarted, cache evicted, or another client used the slot)", measured, expected-measured)
 }

@@ -453,3 +453,67 @@ func TestRAGPutsExcerptsInTheVolatileTail(t *testing.T) {
 		t.Errorf("second RAG turn broke the prefix: %+v", sum.PrefixBreak)
 	}
 }
+
+// fakeSlotStore records saves and restores; restore returns what save
+// stored, or fails for names it never saved.
+type fakeSlotStore struct {
+	mu       sync.Mutex
+	saved    map[string]int
+	restores int
+	fail     bool
+}
+
+func (f *fakeSlotStore) SaveSlot(_ context.Context, slot int, name string) (int, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.saved[name] = 1 << 20 // "everything the slot held"
+	return f.saved[name], nil
+}
+
+func (f *fakeSlotStore) RestoreSlot(_ context.Context, slot int, name string) (int, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.restores++
+	n, ok := f.saved[name]
+	if !ok || f.fail {
+		return 0, errors.New("fake: no such file")
+	}
+	return n, nil
+}
+
+// TestWarmRestartRestoresTheSavedPrefix: the first request on a stable
+// prefix saves its slot; after the backend restarts (the scheduler forgets
+// every slot), the next request gets the prefix restored, not evaluated;
+// a failed restore falls back to evaluating.
+func TestWarmRestartRestoresTheSavedPrefix(t *testing.T) {
+	t.Parallel()
+	h := newTest(t, governor.Limits{NumCtx: 100000, AnswerReserve: 64}, 1)
+	store := &fakeSlotStore{saved: map[string]int{}}
+	var err error
+	h.o, err = New(Config{
+		Identity: runcontext.Identity{Name: "t", Persona: "Be brief."},
+		Limits:   governor.Limits{NumCtx: 100000, AnswerReserve: 64}, Sigils: h.o.cfg.Sigils,
+		Warm: &WarmConfig{Store: store, Model: "m"},
+	}, h.backend, tokencount.New(fake.Tokenizer{}, nil), h.store, h.env, h.sched)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := h.ask(t, "s", "q1")
+	if len(store.saved) != 1 || first.CachedTokens != 0 {
+		t.Fatalf("after the first request: %d saved slots, %d cached", len(store.saved), first.CachedTokens)
+	}
+	stable := first.Budget.Blocks[0].Tokens + first.Budget.Blocks[1].Tokens + first.Budget.Blocks[2].Tokens + first.Budget.Blocks[3].Tokens + first.Budget.Blocks[4].Tokens
+	h.sched.Forget() // the backend restarted
+	sum := h.ask(t, "s", "q2")
+	if store.restores != 1 || sum.CachedTokens != stable {
+		t.Errorf("after a restart: %d restores, %d cached, want the stable prefix's %d restored", store.restores, sum.CachedTokens, stable)
+	}
+	if len(store.saved) != 1 {
+		t.Errorf("the same prefix was saved again: %d files", len(store.saved))
+	}
+	h.sched.Forget()
+	store.fail = true
+	if sum = h.ask(t, "s", "q3"); sum.CachedTokens != 0 {
+		t.Errorf("after a failed restore ctxd expects %d cached tokens, want 0", sum.CachedTokens)
+	}
+}

@@ -212,12 +212,16 @@ func (s *Scheduler) dispatchLocked() {
 				continue
 			}
 			lcp := LCP(s.slots[i].held, w.prompt)
-			worth, loss := max(lcp, w.restorable), len(s.slots[i].held)-lcp
-			switch {
-			case worth > bestWorth,
-				// What a tie costs: only where ctxd picks the slot (Ollama's
-				// runner takes the lowest, and ctxd must predict it).
-				worth == bestWorth && s.lruTies && (loss < bestLoss || loss == bestLoss && s.slots[i].lastUsed < s.slots[best].lastUsed):
+			worth, loss := lcp, 0
+			if s.lruTies {
+				// Where ctxd picks the slot, a slot is worth what it holds of
+				// the prompt or what a restore gives it, less the other
+				// session's tokens it would lose. (Ollama's runner takes the
+				// longest prefix, the lowest on a tie, and ctxd must predict it.)
+				loss = len(s.slots[i].held) - lcp
+				worth = max(lcp, w.restorable) - loss
+			}
+			if worth > bestWorth || worth == bestWorth && s.lruTies && (loss < bestLoss || loss == bestLoss && s.slots[i].lastUsed < s.slots[best].lastUsed) {
 				best, bestWorth, bestLoss = i, worth, loss
 			}
 		}
