@@ -205,7 +205,7 @@ func (s *Scheduler) AcquireRestorable(ctx context.Context, session string, promp
 // dispatchLocked hands free slots to the oldest waiters.
 func (s *Scheduler) dispatchLocked() {
 	for len(s.queue) > 0 {
-		best, bestWorth, bestLoss := -1, -1, 0
+		best, bestWorth, bestLoss := -1, 0, 0 // worth may be negative: any free slot beats none
 		w := s.queue[0]
 		for i := range s.slots {
 			if s.slots[i].busy {
@@ -221,7 +221,7 @@ func (s *Scheduler) dispatchLocked() {
 				loss = len(s.slots[i].held) - lcp
 				worth = max(lcp, w.restorable) - loss
 			}
-			if worth > bestWorth || worth == bestWorth && s.lruTies && (loss < bestLoss || loss == bestLoss && s.slots[i].lastUsed < s.slots[best].lastUsed) {
+			if best < 0 || worth > bestWorth || worth == bestWorth && s.lruTies && (loss < bestLoss || loss == bestLoss && s.slots[i].lastUsed < s.slots[best].lastUsed) {
 				best, bestWorth, bestLoss = i, worth, loss
 			}
 		}

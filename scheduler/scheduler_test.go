@@ -295,3 +295,27 @@ func TestChosenSlotsKeepConversationsWarm(t *testing.T) {
 		t.Errorf("the third session took slot %d, want the least recently used, 0", x.Slot)
 	}
 }
+
+// TestChosenSlotIsGrantedWhenEveryChoiceLoses: a prompt that shares
+// nothing with what the only slot holds, with nothing to restore, still
+// gets the slot (its worth is negative: taking it loses the conversation).
+func TestChosenSlotIsGrantedWhenEveryChoiceLoses(t *testing.T) {
+	t.Parallel()
+	s := New(Options{Slots: 1, LeastRecentTies: true})
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	a, err := s.AcquireRestorable(ctx, "a", []int{1, 2, 3, 4}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.Record([]int{1, 2, 3, 4})
+	a.Release()
+	b, err := s.AcquireRestorable(ctx, "b", []int{9, 8}, 0)
+	if err != nil {
+		t.Fatalf("a prompt unlike the slot's content was never granted the free slot: %v", err)
+	}
+	if b.Slot != 0 || b.Cached != 0 || b.Restore {
+		t.Errorf("b: slot %d, cached %d, restore %v", b.Slot, b.Cached, b.Restore)
+	}
+	b.Release()
+}
