@@ -40,6 +40,11 @@ $(DEMO_MODEL): FORCE | $(CTXD)
 run: build ollama $(DEMO_MODEL)
 	$(CTXD) serve --config ctxd.toml
 
+# llama.cpp's llama-server cannot come from the package registries: it is
+# used from CTXD_LLAMA_SERVER, or beside the project (../shared/bin), when
+# there; tests that need it skip without it.
+LLAMA_SERVER ?= $(or $(CTXD_LLAMA_SERVER),$(wildcard ../shared/bin/llama-server))
+
 # The whole suite, the integration tests on the real Ollama included; then
 # the backend-facing tests again on the newer Ollama the adapter supports.
 COMPAT_VERSION := v0.17.4
@@ -55,7 +60,8 @@ test: ollama $(BIN)/ollama-$(COMPAT_VERSION)
 # allocations, cold/warm TTFT, depth policies). BENCH_FLAGS="--phases agents"
 # measures some phases and keeps the others.
 bench: build ollama
-	$(CTXD) bench --ollama $(OLLAMA) --ollama-version $(OLLAMA_VERSION) --out docs/bench --doc docs/benchmarks.md --readme README.md $(BENCH_FLAGS)
+	$(CTXD) bench --ollama $(OLLAMA) --ollama-version $(OLLAMA_VERSION) --llama-server "$(LLAMA_SERVER)" \
+		--out docs/bench --doc docs/benchmarks.md --readme README.md $(BENCH_FLAGS)
 	$(GO) test -run '^$$' -bench Compose -benchmem ./runcontext/
 	CTXD_REQUIRE_OLLAMA=1 CTXD_OLLAMA_BIN=$(abspath $(OLLAMA)) $(GO) test -count=1 -run '^$$' -bench . -benchtime 1x -timeout 60m ./integration/
 

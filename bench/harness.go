@@ -3,7 +3,6 @@ package bench
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -14,7 +13,6 @@ import (
 	"github.com/ctxd/ctxd"
 	"github.com/ctxd/ctxd/client"
 	"github.com/ctxd/ctxd/config"
-	"github.com/ctxd/ctxd/daemon"
 	"github.com/ctxd/ctxd/llamatok"
 	"github.com/ctxd/ctxd/modelgen"
 	"github.com/ctxd/ctxd/ollama"
@@ -30,9 +28,10 @@ type Config struct {
 	Model       modelgen.Config
 	NumCtx      int
 	AnswerToks  int
-	Turns       int // multi-turn session length
-	ColdRepeats int // cold first turns measured (the session's own included)
-	Overhead    int // requests for the sidecar-overhead measurement
+	CAGRatio    float64 // codex.cag_ratio of the daemons; 0: the default
+	Turns       int     // multi-turn session length
+	ColdRepeats int     // cold first turns measured (the session's own included)
+	Overhead    int     // requests for the sidecar-overhead measurement
 	ScalingPcts []int
 
 	// The many-agents phase: Agents sessions of AgentTurns turns each, all
@@ -45,6 +44,16 @@ type Config struct {
 	AgentModel     modelgen.Config
 	AgentModelPath string
 
+	// The llama-server phase (skipped without LlamaServerBin): the agents'
+	// model on llama-server and on Ollama at codex sizes LlamaSizes, two
+	// agents interleaving LlamaInterleaveTurns turns on one and two slots,
+	// and a restart at LlamaRestartTokens, cold and restored.
+	LlamaServerBin       string
+	LlamaNumCtx          int
+	LlamaSizes           []int
+	LlamaInterleaveTurns int
+	LlamaRestartTokens   int
+
 	Phases []string // phases to run (see AllPhases); empty: all
 	Log    func(format string, args ...any)
 }
@@ -56,10 +65,11 @@ const (
 	PhaseCompose   = "compose"
 	PhaseScaling   = "scaling"
 	PhaseAgents    = "agents"
+	PhaseLlama     = "llamacpp"
 )
 
 // AllPhases are the phases in the order they run.
-var AllPhases = []string{PhaseMultiTurn, PhaseOverhead, PhaseCompose, PhaseScaling, PhaseAgents}
+var AllPhases = []string{PhaseMultiTurn, PhaseOverhead, PhaseCompose, PhaseScaling, PhaseAgents, PhaseLlama}
 
 // DefaultConfig is the harness as `make bench` runs it: a 28M-parameter
 // model whose cold prompt evaluation takes visible time on a 2-core CPU.
@@ -73,6 +83,7 @@ func DefaultConfig() Config {
 		NumCtx: 4096, AnswerToks: 8, Turns: 20, ColdRepeats: 3, Overhead: 30,
 		ScalingPcts: []int{10, 30, 50, 69, 85},
 		Agents:      8, AgentTurns: 25, AgentSlots: []int{1, 2}, AgentModel: modelgen.DemoConfig(),
+		LlamaNumCtx: 16384, LlamaSizes: []int{2000, 8000, 14000}, LlamaInterleaveTurns: 20, LlamaRestartTokens: 8000,
 		Log: func(string, ...any) {},
 	}
 }
@@ -143,27 +154,15 @@ func startStack(ctx context.Context, cfg Config, m modelgen.Config, path string,
 	dc.Backend.NumCtx, dc.Backend.NumBatch = numCtx, 512
 	dc.Limits.AnswerReserve, dc.Limits.MaxDepth = cfg.AnswerToks, 0
 	dc.Codex.Path, dc.Codex.Watch = codexDir, false
-	d, err := daemon.New(dc, daemon.Options{Logger: slog.New(slog.DiscardHandler), Version: "bench"})
+	if cfg.CAGRatio > 0 {
+		dc.Codex.CAGRatio = cfg.CAGRatio
+	}
+	ds, err := runDaemon(ctx, dc)
 	if err != nil {
 		return fail(err)
 	}
-	ln, err := daemon.Listen(dc.Daemon.Socket)
-	if err != nil {
-		return fail(err)
-	}
-	dctx, cancel := context.WithCancel(ctx)
-	ready, done := make(chan struct{}), make(chan error, 1)
-	go func() { done <- d.Run(dctx, ln, func() { close(ready) }) }()
-	cleanups = append(cleanups, func() { cancel(); <-done; ln.Close() })
-	select {
-	case <-ready:
-	case err := <-done:
-		return fail(fmt.Errorf("daemon stopped: %w", err))
-	case <-time.After(5 * time.Minute):
-		return fail(fmt.Errorf("daemon not ready within 5 minutes"))
-	}
-	st.socket = dc.Daemon.Socket
-	st.ctxd = client.New(dc.Daemon.Socket)
+	cleanups = append(cleanups, ds.stop)
+	st.socket, st.ctxd = dc.Daemon.Socket, ds.ctxd
 	return st, nil
 }
 
@@ -246,6 +245,18 @@ func Run(ctx context.Context, cfg Config, prev *Report) (*Report, error) {
 		}
 		r.Agents = runs
 		r.Ran[PhaseAgents] = now
+	}
+	if want(PhaseLlama) {
+		if cfg.LlamaServerBin == "" {
+			cfg.Log("llama-server phase skipped: no llama-server binary (--llama-server)")
+		} else {
+			run, err := llamaPhase(ctx, cfg)
+			if err != nil {
+				return nil, fmt.Errorf("bench: llamacpp: %w", err)
+			}
+			r.Llama = &run
+			r.Ran[PhaseLlama] = now
+		}
 	}
 	if r.Machine.CPU == "" {
 		r.Machine = machine

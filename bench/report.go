@@ -37,6 +37,7 @@ type Report struct {
 	Compose          Compose           `json:"compose"`
 	Scaling          []Scale           `json:"scaling"`
 	Agents           []AgentRun        `json:"agents,omitempty"`
+	Llama            *LlamaRun         `json:"llamacpp,omitempty"`
 }
 
 // PreviousOverhead is an earlier run's overhead and when it ran.
@@ -205,7 +206,65 @@ func (r *Report) Markdown(dir string) string {
 	}
 	fmt.Fprintf(&b, "\n![cold and warm TTFT by codex size](%s/scaling.png)\n\n", dir)
 	r.agentsMarkdown(&b)
+	r.llamaMarkdown(&b)
 	return b.String()
+}
+
+// llamaMarkdown writes the llama-server section.
+func (r *Report) llamaMarkdown(b *strings.Builder) {
+	l := r.Llama
+	if l == nil {
+		return
+	}
+	fmt.Fprintf(b, "### llama-server and Ollama, one model\n\nMeasured %s. The same generated model (%s) on llama-server (%s, managed by ctxd, prompts as token ids) and on Ollama %s, through ctxd, in one run. Cold: a session's first turn after the codex loaded; warm: its next three turns (client-side time to first token, medians). The last column sends the prompt ctxd rendered, as the same token ids, straight to the same llama-server slot, paired with the request through ctxd that rendered it.\n\n",
+		r.ranAt(PhaseLlama), l.Model, l.Server, r.Machine.Ollama)
+	b.WriteString("| codex + stable blocks | llama-server cold | llama-server warm (tokens evaluated) | Ollama cold | Ollama warm | ctxd − raw llama-server, p50 |\n|---|---|---|---|---|---|\n")
+	for _, s := range l.Sizes {
+		var ev []float64
+		for _, e := range s.LlamaWarmEvaluated {
+			ev = append(ev, float64(e))
+		}
+		fmt.Fprintf(b, "| %s tokens | %.0f ms | %.0f ms (%.0f) | %.0f ms | %.0f ms | %.2f ms |\n", thousands(s.StableTokens),
+			s.LlamaColdMs, percentile(s.LlamaWarmMs, 0.5), percentile(ev, 0.5), s.OllamaColdMs, percentile(s.OllamaWarmMs, 0.5), s.OverheadP50)
+	}
+	b.WriteString("\nTwo agents taking turns (A B A B …) over one codex: on one shared slot each turn re-evaluates its own conversation after the codex; on two slots ctxd gives each agent its own (the second got the saved prefix restored). Time to first token, and in brackets the tokens llama-server evaluated (prompt − `cache_n`), turn by turn:\n\n")
+	b.WriteString("| turn |")
+	for _, ir := range l.Interleave {
+		fmt.Fprintf(b, " A, %d slot(s) | B, %d slot(s) |", ir.Slots, ir.Slots)
+	}
+	b.WriteString("\n|---|")
+	for range l.Interleave {
+		b.WriteString("---|---|")
+	}
+	b.WriteString("\n")
+	turns := 0
+	for _, ir := range l.Interleave {
+		turns = max(turns, len(ir.TTFTMs)/2)
+	}
+	for t := range turns {
+		fmt.Fprintf(b, "| %d |", t+1)
+		for _, ir := range l.Interleave {
+			for i := 2 * t; i < 2*t+2; i++ {
+				if i < len(ir.TTFTMs) && i < len(ir.Evaluated) {
+					fmt.Fprintf(b, " %.0f ms (%d) |", ir.TTFTMs[i], ir.Evaluated[i])
+				} else {
+					b.WriteString(" |")
+				}
+			}
+		}
+		b.WriteString("\n")
+	}
+	for _, ir := range l.Interleave {
+		var t, e []float64
+		for i := 2; i < len(ir.TTFTMs) && i < len(ir.Evaluated); i++ {
+			t, e = append(t, ir.TTFTMs[i]), append(e, float64(ir.Evaluated[i]))
+		}
+		fmt.Fprintf(b, "\nOn %d slot(s), turns 2 on: median %.0f ms, %.0f tokens evaluated.", ir.Slots, percentile(t, 0.5), percentile(e, 0.5))
+	}
+	b.WriteString("\n")
+	rs := l.Restart
+	fmt.Fprintf(b, "\nAfter a restart (llama-server killed, the supervisor starts it again), with %s stable tokens: the first turn on a fresh state took %.0f ms (cold); the first turn after the restart, with the prefix restored from the slot ctxd saved, %.0f ms: **%.0f×** (target ≥ 20×).\n\n",
+		thousands(rs.StableTokens), rs.ColdMs, rs.RestoredMs, rs.Ratio)
 }
 
 // agentsMarkdown writes the many-agents section.

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/ctxd/ctxd/bench"
+	"github.com/ctxd/ctxd/internal/llamaservertest"
 	"github.com/ctxd/ctxd/internal/ollamatest"
 )
 
@@ -97,5 +98,46 @@ func TestBenchHarnessSmoke(t *testing.T) {
 		if info, err := os.Stat(filepath.Join(dir, "bench", f)); err != nil || info.Size() == 0 {
 			t.Errorf("%s: %v", f, err)
 		}
+	}
+}
+
+// TestBenchLlamaPhaseSmoke runs the llama-server phase small and checks
+// every part is reported; it asserts no times.
+func TestBenchLlamaPhaseSmoke(t *testing.T) {
+	needLlamaServer(t)
+	needOllama(t)
+	cfg := bench.DefaultConfig()
+	cfg.OllamaBin, cfg.LlamaServerBin = ollamatest.Binary(t), llamaservertest.Binary(t)
+	cfg.AgentModel = templatedModels()[0]
+	cfg.AgentModelPath = modelPath(t, cfg.AgentModel)
+	cfg.Phases = []string{bench.PhaseLlama}
+	cfg.LlamaNumCtx, cfg.LlamaSizes, cfg.LlamaInterleaveTurns, cfg.LlamaRestartTokens = 4096, []int{500, 1500}, 3, 1000
+	cfg.Log = t.Logf
+	r, err := bench.Run(context.Background(), cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := r.Llama
+	if l == nil || len(l.Sizes) != 2 || len(l.Interleave) != 2 || l.Restart.ColdMs <= 0 || l.Restart.RestoredMs <= 0 {
+		t.Fatalf("llama phase: %+v", l)
+	}
+	for _, s := range l.Sizes {
+		if len(s.LlamaWarmMs) != 3 || len(s.OllamaWarmMs) != 3 || len(s.PairedCtxdMs) != 5 || s.StableTokens <= 0 {
+			t.Errorf("size %d: %+v", s.TargetTokens, s)
+		}
+	}
+	for _, ir := range l.Interleave {
+		if len(ir.TTFTMs) != 6 || len(ir.Evaluated) != 6 {
+			t.Errorf("interleave on %d slots: %+v", ir.Slots, ir)
+		}
+	}
+	// On two slots each agent's later turns find its conversation: they
+	// evaluate fewer tokens than on one shared slot.
+	one, two := l.Interleave[0].Evaluated, l.Interleave[1].Evaluated
+	if two[len(two)-1] >= one[len(one)-1] {
+		t.Errorf("last turn evaluated %d tokens on two slots, %d on one", two[len(two)-1], one[len(one)-1])
+	}
+	if !strings.Contains(r.Markdown("bench"), "llama-server and Ollama, one model") {
+		t.Error("the report lacks the llama-server section")
 	}
 }

@@ -1,0 +1,350 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/ctxd/ctxd"
+	"github.com/ctxd/ctxd/client"
+	"github.com/ctxd/ctxd/config"
+	"github.com/ctxd/ctxd/daemon"
+	"github.com/ctxd/ctxd/llamacpp"
+	"github.com/ctxd/ctxd/llamatok"
+	"github.com/ctxd/ctxd/modelgen"
+)
+
+// LlamaRun is the llama-server phase: the same generated model on
+// llama-server (through ctxd, and raw) and on Ollama (through ctxd), in one
+// run.
+type LlamaRun struct {
+	Model      string          `json:"model"`
+	Server     string          `json:"server"`
+	Sizes      []LlamaSize     `json:"sizes"`
+	Interleave []InterleaveRun `json:"interleave"`
+	Restart    RestartRun      `json:"restart"`
+}
+
+// LlamaSize is one codex size.
+type LlamaSize struct {
+	TargetTokens int `json:"target_tokens"`
+	StableTokens int `json:"stable_tokens"` // the stable blocks, codex included, as the plan counts them
+	// Warm turns of one session (time to first token, client side).
+	LlamaWarmMs  []float64 `json:"llama_warm_ms"`
+	OllamaWarmMs []float64 `json:"ollama_warm_ms"`
+	// Tokens llama-server evaluated on each warm turn (prompt − cache_n).
+	LlamaWarmEvaluated []int   `json:"llama_warm_evaluated"`
+	LlamaColdMs        float64 `json:"llama_cold_ms"`
+	OllamaColdMs       float64 `json:"ollama_cold_ms"`
+	// Paired: the same prompt's ids through ctxd, then raw to the same
+	// llama-server slot; both find it cached.
+	PairedCtxdMs []float64 `json:"paired_ctxd_ms"`
+	PairedRawMs  []float64 `json:"paired_raw_ms"`
+	OverheadP50  float64   `json:"overhead_p50_ms"` // pairwise ctxd − raw
+}
+
+// InterleaveRun is two agents taking turns over one codex.
+type InterleaveRun struct {
+	Slots     int       `json:"slots"`
+	TTFTMs    []float64 `json:"ttft_ms"`   // per turn, A B A B ...
+	Evaluated []int     `json:"evaluated"` // tokens the server evaluated per turn (prompt − cache_n)
+}
+
+// RestartRun is time to first token on an 8k-token codex right after the
+// server starts: cold (nothing saved) and restored from the saved slot.
+type RestartRun struct {
+	StableTokens int     `json:"stable_tokens"`
+	ColdMs       float64 `json:"cold_ms"`
+	RestoredMs   float64 `json:"restored_ms"`
+	Ratio        float64 `json:"cold_over_restored"`
+}
+
+// llamaStack is the daemon in front of a managed llama-server.
+type llamaStack struct {
+	ctxd  *client.Client
+	raw   *llamacpp.Client
+	state string
+	stop  func()
+}
+
+func startLlamaStack(ctx context.Context, cfg Config, modelPath, codexDir, state string, numCtx, slots int) (*llamaStack, error) {
+	dc := config.Default(config.Env{UID: os.Getuid(), Home: state})
+	dc.Daemon.Socket = filepath.Join(state, "s.sock")
+	dc.Daemon.StateDir = state
+	dc.Daemon.LogLevel = "warn"
+	dc.Backend.Kind, dc.Backend.Binary, dc.Backend.GGUF, dc.Backend.Model = "llamacpp", cfg.LlamaServerBin, modelPath, "bench"
+	dc.Backend.NumCtx, dc.Backend.Slots = numCtx, slots
+	dc.Limits.AnswerReserve, dc.Limits.MaxDepth = cfg.AnswerToks, 0
+	dc.Codex.Path, dc.Codex.Watch = codexDir, false
+	if cfg.CAGRatio > 0 {
+		dc.Codex.CAGRatio = cfg.CAGRatio
+	}
+	st, err := runDaemon(ctx, dc)
+	if err != nil {
+		return nil, err
+	}
+	var status daemon.Status
+	if err := st.ctxd.GetJSON(ctx, "/v1/status", &status); err != nil {
+		st.stop()
+		return nil, err
+	}
+	raw, err := llamacpp.New(status.Backend.URL, llamacpp.Options{})
+	if err != nil {
+		st.stop()
+		return nil, err
+	}
+	if _, err := raw.Props(ctx); err != nil {
+		st.stop()
+		return nil, err
+	}
+	return &llamaStack{ctxd: st.ctxd, raw: raw, state: state, stop: st.stop}, nil
+}
+
+// llamaPhase measures llama-server against Ollama on the demo model.
+func llamaPhase(ctx context.Context, cfg Config) (LlamaRun, error) {
+	m := cfg.AgentModel
+	run := LlamaRun{Model: fmt.Sprintf("%s (%.1fM parameters), num_ctx %d", m.Name, float64(m.Params())/1e6, cfg.LlamaNumCtx)}
+	if _, err := modelgen.Ensure(cfg.AgentModelPath, m); err != nil {
+		return run, err
+	}
+	tok, err := llamatok.Open(cfg.AgentModelPath)
+	if err != nil {
+		return run, err
+	}
+	defer tok.Close()
+	work, err := os.MkdirTemp("", "ctxd-bench-llama-")
+	if err != nil {
+		return run, err
+	}
+	defer os.RemoveAll(work)
+
+	// Codex sizes, llama-server and Ollama side by side; the codex loads
+	// whole at every size.
+	cfg.CAGRatio = 0.95
+	ost, err := startStack(ctx, cfg, m, cfg.AgentModelPath, cfg.LlamaNumCtx, 1)
+	if err != nil {
+		return run, err
+	}
+	defer ost.stop()
+	lst, err := startLlamaStack(ctx, cfg, cfg.AgentModelPath, "", filepath.Join(work, "sizes"), cfg.LlamaNumCtx, 1)
+	if err != nil {
+		return run, err
+	}
+	defer lst.stop()
+	if p, err := lst.raw.Props(ctx); err == nil {
+		run.Server = p.Build
+	}
+	for _, target := range cfg.LlamaSizes {
+		cfg.Log("llama-server: codex of about %d tokens", target)
+		dir := filepath.Join(work, fmt.Sprintf("codex-%d", target))
+		if err := writeCodex(tok, dir, target); err != nil {
+			return run, err
+		}
+		s := LlamaSize{TargetTokens: target}
+		for _, side := range []struct {
+			c     *client.Client
+			cold  *float64
+			warm  *[]float64
+			label string
+		}{{lst.ctxd, &s.LlamaColdMs, &s.LlamaWarmMs, "llama"}, {ost.ctxd, &s.OllamaColdMs, &s.OllamaWarmMs, "ollama"}} {
+			st, err := side.c.LoadCodex(ctx, dir, nil)
+			if err != nil {
+				return run, err
+			}
+			s.StableTokens = st.Plan.StableTokens
+			session := fmt.Sprintf("size-%d", target)
+			for i := range 4 {
+				sum, t, err := ask(ctx, side.c, session, question(target+i))
+				if err != nil {
+					return run, fmt.Errorf("%s: %w", side.label, err)
+				}
+				if i == 0 {
+					*side.cold = ms(t)
+					continue
+				}
+				*side.warm = append(*side.warm, ms(t))
+				if side.label == "llama" {
+					s.LlamaWarmEvaluated = append(s.LlamaWarmEvaluated, evaluated(sum))
+				}
+			}
+		}
+		// Paired overhead on llama-server: a new session with the same
+		// question renders the same prompt; its ids go raw to the same slot.
+		for i := range 6 {
+			session := fmt.Sprintf("pair-%d-%d", target, i)
+			_, tc, err := ask(ctx, lst.ctxd, session, question(0))
+			if err != nil {
+				return run, err
+			}
+			var lp ctxd.LastPrompt
+			if err := lst.ctxd.GetJSON(ctx, "/v1/sessions/"+session+"/prompt", &lp); err != nil {
+				return run, err
+			}
+			ids, err := tok.Tokenize(lp.Prompt)
+			if err != nil {
+				return run, err
+			}
+			start := time.Now()
+			var first time.Duration
+			if _, err := lst.raw.Generate(ctx, ctxd.GenerateRequest{Tokens: ids, Slot: 0, MaxTokens: cfg.AnswerToks}, func(string) error {
+				if first == 0 {
+					first = time.Since(start)
+				}
+				return nil
+			}); err != nil {
+				return run, err
+			}
+			if first == 0 {
+				first = time.Since(start)
+			}
+			if i == 0 {
+				continue // the first pair moves the slot to this prompt
+			}
+			s.PairedCtxdMs, s.PairedRawMs = append(s.PairedCtxdMs, ms(tc)), append(s.PairedRawMs, ms(first))
+		}
+		var diffs []float64
+		for i := range s.PairedCtxdMs {
+			diffs = append(diffs, s.PairedCtxdMs[i]-s.PairedRawMs[i])
+		}
+		s.OverheadP50 = percentile(diffs, 0.5)
+		cfg.Log("  stable %d tokens: llama-server cold %.0f ms, warm p50 %.0f ms; Ollama cold %.0f ms, warm p50 %.0f ms; ctxd − raw p50 %.2f ms",
+			s.StableTokens, s.LlamaColdMs, percentile(s.LlamaWarmMs, 0.5), s.OllamaColdMs, percentile(s.OllamaWarmMs, 0.5), s.OverheadP50)
+		run.Sizes = append(run.Sizes, s)
+	}
+	lst.stop()
+	ost.stop()
+
+	// Two agents interleaving over one codex: one shared slot, then a slot each.
+	mid := filepath.Join(work, "codex-mid")
+	if err := writeCodex(tok, mid, cfg.LlamaRestartTokens); err != nil {
+		return run, err
+	}
+	for _, slots := range []int{1, 2} {
+		cfg.Log("llama-server: two agents interleaving %d turns each on %d slot(s)", cfg.LlamaInterleaveTurns, slots)
+		st, err := startLlamaStack(ctx, cfg, cfg.AgentModelPath, mid, filepath.Join(work, fmt.Sprintf("inter-%d", slots)), cfg.LlamaNumCtx, slots)
+		if err != nil {
+			return run, err
+		}
+		ir := InterleaveRun{Slots: slots}
+		for turn := range cfg.LlamaInterleaveTurns {
+			for a, agent := range []string{"A", "B"} {
+				sum, t, err := ask(ctx, st.ctxd, agent, question(2*turn+a))
+				if err != nil {
+					st.stop()
+					return run, err
+				}
+				ir.TTFTMs, ir.Evaluated = append(ir.TTFTMs, ms(t)), append(ir.Evaluated, evaluated(sum))
+			}
+		}
+		st.stop()
+		run.Interleave = append(run.Interleave, ir)
+	}
+
+	// Restart: cold start on a fresh state, then a restart restored from
+	// the slot the first request saved.
+	cfg.Log("llama-server: time to first token after a restart, cold and restored")
+	rst, err := startLlamaStack(ctx, cfg, cfg.AgentModelPath, mid, filepath.Join(work, "restart"), cfg.LlamaNumCtx, 1)
+	if err != nil {
+		return run, err
+	}
+	defer rst.stop()
+	sum, cold, err := ask(ctx, rst.ctxd, "r1", question(1))
+	if err != nil {
+		return run, err
+	}
+	run.Restart = RestartRun{StableTokens: sum.Codex.StableTokens, ColdMs: ms(cold)}
+	pid, err := llamaPID(rst.state)
+	if err != nil {
+		return run, err
+	}
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		return run, err
+	}
+	for deadline := time.Now().Add(2 * time.Minute); ; {
+		var s daemon.Status
+		if rst.ctxd.GetJSON(ctx, "/v1/status", &s) == nil && s.Backend.Restarts >= 1 && s.Ready {
+			break
+		}
+		if time.Now().After(deadline) {
+			return run, fmt.Errorf("llama-server not restarted within 2 minutes")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	_, restored, err := ask(ctx, rst.ctxd, "r2", question(2))
+	if err != nil {
+		return run, err
+	}
+	run.Restart.RestoredMs = ms(restored)
+	run.Restart.Ratio = run.Restart.ColdMs / run.Restart.RestoredMs
+	cfg.Log("  cold %.0f ms, restored %.0f ms: %.0f×", run.Restart.ColdMs, run.Restart.RestoredMs, run.Restart.Ratio)
+	return run, nil
+}
+
+// evaluated is the prompt tokens the backend evaluated: all of them where
+// it did not measure its reuse.
+func evaluated(sum *ctxd.Summary) int {
+	if sum.BackendCachedTokens == nil {
+		return sum.PromptTokens
+	}
+	return sum.PromptTokens - *sum.BackendCachedTokens
+}
+
+// llamaPID finds the managed llama-server of a state directory.
+func llamaPID(state string) (int, error) {
+	dirs, _ := filepath.Glob("/proc/[0-9]*")
+	for _, d := range dirs {
+		cmdline, err := os.ReadFile(filepath.Join(d, "cmdline"))
+		if err == nil && strings.Contains(string(cmdline), filepath.Join(state, "llamacpp", "slots")) {
+			var pid int
+			fmt.Sscan(filepath.Base(d), &pid)
+			return pid, nil
+		}
+	}
+	return 0, fmt.Errorf("bench: no llama-server of %s", state)
+}
+
+// daemonStack is an in-process daemon and its client.
+type daemonStack struct {
+	ctxd *client.Client
+	stop func()
+}
+
+// runDaemon runs a daemon with dc until stop, once it is ready.
+func runDaemon(ctx context.Context, dc config.Config) (*daemonStack, error) {
+	d, err := daemon.New(dc, daemon.Options{Logger: slog.New(slog.DiscardHandler), Version: "bench",
+		BackendEnv: []string{"PATH=" + os.Getenv("PATH")}})
+	if err != nil {
+		return nil, err
+	}
+	ln, err := daemon.Listen(dc.Daemon.Socket)
+	if err != nil {
+		return nil, err
+	}
+	dctx, cancel := context.WithCancel(ctx)
+	ready, done := make(chan struct{}), make(chan error, 1)
+	go func() { done <- d.Run(dctx, ln, func() { close(ready) }) }()
+	stopped := false
+	stop := func() {
+		if !stopped {
+			stopped = true
+			cancel()
+			<-done
+			ln.Close()
+		}
+	}
+	select {
+	case <-ready:
+	case err := <-done:
+		ln.Close()
+		return nil, fmt.Errorf("daemon stopped: %w", err)
+	case <-time.After(5 * time.Minute):
+		stop()
+		return nil, fmt.Errorf("daemon not ready within 5 minutes")
+	}
+	return &daemonStack{ctxd: client.New(dc.Daemon.Socket), stop: stop}, nil
+}
