@@ -13,6 +13,9 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
+	"strings"
+	"unicode/utf8"
 
 	"github.com/ollama/ollama/fs/ggml"
 	"github.com/x448/float16"
@@ -23,7 +26,7 @@ var corpus string
 
 // Version changes whenever the same Config would write different bytes,
 // so caches of generated models can key on it.
-const Version = "3"
+const Version = "4"
 
 // Vocabulary kinds.
 const (
@@ -197,7 +200,8 @@ func Write(ws io.WriteSeeker, c Config) error {
 	for k, v := range maps {
 		kv[k] = v
 	}
-	if err := ggml.WriteGGUF(ws, kv, c.tensors()); err != nil {
+	tokens, _ := kv["tokenizer.ggml.tokens"].([]string)
+	if err := ggml.WriteGGUF(ws, kv, c.tensors(brokenUTF8(tokens, kv["tokenizer.ggml.model"] == "gpt2"))); err != nil {
 		return fmt.Errorf("modelgen: write gguf: %w", err)
 	}
 	return nil
@@ -210,7 +214,44 @@ func (c Config) fileType() int {
 	return 0 // ALL_F32
 }
 
-func (c Config) tensors() []ggml.Tensor {
+// brokenUTF8 lists the tokens whose text alone is not valid UTF-8: the
+// byte tokens of non-ASCII bytes, and (byte-level BPE) merges that split a
+// character.
+func brokenUTF8(tokens []string, byteLevel bool) []int {
+	var ids []int
+	for id, t := range tokens {
+		var b []byte
+		switch {
+		case byteLevel:
+			for _, r := range t {
+				if x, ok := runeToByte[r]; ok {
+					b = append(b, x)
+				} else {
+					b = utf8.AppendRune(b, r) // a special token's own text
+				}
+			}
+		case len(t) == 6 && strings.HasPrefix(t, "<0x") && strings.HasSuffix(t, ">"):
+			x, err := strconv.ParseUint(t[3:5], 16, 8)
+			if err != nil {
+				continue
+			}
+			b = []byte{byte(x)}
+		default:
+			b = []byte(t)
+		}
+		if !utf8.Valid(b) {
+			ids = append(ids, id)
+		}
+	}
+	return ids
+}
+
+// tensors are the weights. The output rows of the tokens in mute are zero:
+// their logit is 0 where the others spread around it, so with the usual
+// top-k sampling the model never emits them. A trained model does not
+// emit half a character; a random one would, every few tokens, and
+// llama-server's output parser rejects text that is not valid UTF-8.
+func (c Config) tensors(mute []int) []ggml.Tensor {
 	rng := rand.New(rand.NewPCG(c.Seed, 0x637478640a))
 	e, f, v := uint64(c.Embedding), uint64(c.FeedForward), uint64(c.VocabSize)
 	kvDim := e / uint64(c.Heads) * uint64(c.KVHeads)
@@ -221,7 +262,7 @@ func (c Config) tensors() []ggml.Tensor {
 	ts := []ggml.Tensor{
 		matrix("token_embd.weight", v, e),
 		ones("output_norm.weight", e),
-		matrix("output.weight", v, e),
+		zeroRows(matrix("output.weight", v, e), mute),
 	}
 	for i := range c.Layers {
 		p := fmt.Sprintf("blk.%d.", i)
@@ -255,6 +296,16 @@ func (c Config) randomTensor(rng *rand.Rand, name string, shape []uint64, scale 
 		binary.LittleEndian.PutUint32(buf[4*i:], math.Float32bits(float32((rng.Float64()*2-1)*scale)))
 	}
 	return ggml.Tensor{Name: name, Kind: 0, Shape: shape, WriterTo: bytesWriter(buf)}
+}
+
+// zeroRows zeroes rows of a matrix from randomTensor.
+func zeroRows(t ggml.Tensor, rows []int) ggml.Tensor {
+	buf := t.WriterTo.(bytesWriter)
+	rowBytes := len(buf) / int(t.Shape[0])
+	for _, r := range rows {
+		clear(buf[r*rowBytes : (r+1)*rowBytes])
+	}
+	return t
 }
 
 func ones(name string, n uint64) ggml.Tensor {

@@ -152,3 +152,35 @@ func TestEnsureRewritesOnlyStaleModels(t *testing.T) {
 		t.Errorf("Current of a non-GGUF file = %v, %v; want false, nil", ok, err)
 	}
 }
+
+// TestHalfCharactersAreMuted: the tokens that are not valid UTF-8 on their
+// own (the byte tokens of non-ASCII bytes; in byte-level BPE also merges
+// that split a character) are the ones whose output rows are zeroed, and
+// no whole character or marker is.
+func TestHalfCharactersAreMuted(t *testing.T) {
+	for _, vocab := range []string{VocabSPM, VocabBPE} {
+		c := DefaultConfig()
+		c.Vocab, c.Template = vocab, TemplateChatML
+		kv, err := c.tokenizerKV()
+		if err != nil {
+			t.Fatal(err)
+		}
+		tokens := kv["tokenizer.ggml.tokens"].([]string)
+		muted := brokenUTF8(tokens, vocab == VocabBPE)
+		if len(muted) < 128 {
+			t.Errorf("%s: %d tokens muted, want at least the 128 non-ASCII bytes", vocab, len(muted))
+		}
+		for _, id := range muted {
+			if tok := tokens[id]; tok == "<|im_start|>" || tok == "<|im_end|>" || tok == "<s>" || tok == "</s>" || tok == "<|endoftext|>" || tok == "a" || tok == "<0x41>" {
+				t.Errorf("%s: %q muted", vocab, tok)
+			}
+		}
+	}
+	if got := brokenUTF8([]string{"<0x41>", "<0xE2>", "é", "<0xZZ>"}, false); len(got) != 1 || got[0] != 1 {
+		t.Errorf("SentencePiece: muted %v, want [1]", got)
+	}
+	é := string([]rune{byteToRune[0xC3], byteToRune[0xA9]})
+	if got := brokenUTF8([]string{é, string(byteToRune[0xC3]), "a"}, true); len(got) != 1 || got[0] != 1 {
+		t.Errorf("byte-level BPE: muted %v, want [1]", got)
+	}
+}
