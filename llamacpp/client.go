@@ -309,6 +309,13 @@ func (ch chunk) finish(gen *ctxd.Generation) {
 	if ch.StopType == "limit" {
 		gen.DoneReason = ctxd.DoneLength
 	}
+	ch.measured(gen)
+}
+
+// measured applies the server's measurements an event carries (every
+// event does, with timings_per_token: an answer its output parser cuts
+// short keeps the prompt's).
+func (ch chunk) measured(gen *ctxd.Generation) {
 	if t := ch.Timings; t != nil {
 		gen.BackendCached = t.CacheN
 		gen.PromptEvalCount = t.CacheN + t.PromptN
@@ -327,7 +334,7 @@ func (c *Client) Generate(ctx context.Context, req ctxd.GenerateRequest, onToken
 		return ctxd.Generation{BackendCached: -1}, err
 	}
 	body := map[string]any{
-		"stream": true, "cache_prompt": true, "id_slot": req.Slot,
+		"stream": true, "cache_prompt": true, "id_slot": req.Slot, "timings_per_token": true,
 		"temperature": c.opts.Temperature, "seed": c.opts.Seed,
 	}
 	if len(req.Tokens) > 0 {
@@ -340,6 +347,9 @@ func (c *Client) Generate(ctx context.Context, req ctxd.GenerateRequest, onToken
 	}
 	if len(req.Stop) > 0 {
 		body["stop"] = req.Stop
+	}
+	if onToken == nil {
+		onToken = func(string) error { return nil }
 	}
 	gen := ctxd.Generation{BackendCached: -1}
 	start := time.Now()
@@ -376,6 +386,7 @@ func (c *Client) Generate(ctx context.Context, req ctxd.GenerateRequest, onToken
 			}
 			return gen, c.statusError("/completion", ch.Error.Code, *ch.Error)
 		}
+		ch.measured(&gen)
 		if ch.Content != "" {
 			if sb.Len() == 0 {
 				gen.TTFT = time.Since(start)

@@ -265,3 +265,55 @@ func tooLong(t *testing.T, f fixture) {
 		t.Errorf("%v is not ErrTooLong", err)
 	}
 }
+
+// TestOutputParserRejection: llama-server's output parser rejects text that
+// is not valid UTF-8 (random-weight models emit stray byte tokens) and
+// ends the stream with an error event instead of its final message. The
+// answer so far is kept and marked incomplete, with the prompt's
+// measurements from the last event that carried them; the stream is the
+// real server's (prompt of 20 tokens, timings_per_token on).
+func TestOutputParserRejection(t *testing.T) {
+	t.Parallel()
+	stream := `data: {"index":0,"content":"ecause","tokens":[2046],"stop":false,"id_slot":-1,"tokens_predicted":1,"tokens_evaluated":20,"timings":{"cache_n":12,"prompt_n":8,"prompt_ms":1.6,"prompt_per_token_ms":0.08,"prompt_per_second":12500.0,"predicted_n":1,"predicted_ms":0.001,"predicted_per_token_ms":0.0,"predicted_per_second":0.0}}
+
+data: {"index":0,"content":"start","tokens":[960],"stop":false,"id_slot":-1,"tokens_predicted":2,"tokens_evaluated":20,"timings":{"cache_n":12,"prompt_n":8,"prompt_ms":1.6,"prompt_per_token_ms":0.08,"prompt_per_second":12500.0,"predicted_n":2,"predicted_ms":0.414,"predicted_per_token_ms":0.414,"predicted_per_second":2415.458937198068}}
+
+data: {"error":{"code":500,"message":"The model produced output that does not match the expected Content-only format","type":"server_error"}}
+
+`
+	for _, c := range []struct {
+		name      string
+		stream    string
+		cached, n int
+	}{
+		{"with timings", stream, 12, 20},
+		{"without timings", strings.ReplaceAll(stream, `"timings"`, `"other"`), -1, 0},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var sent map[string]any
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				json.NewDecoder(r.Body).Decode(&sent)
+				w.Header().Set("Content-Type", "text/event-stream")
+				w.Write([]byte(c.stream))
+			}))
+			defer srv.Close()
+			cl, err := New(srv.URL, Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			gen, err := cl.Generate(context.Background(), ctxd.GenerateRequest{Tokens: []int{1, 2, 3}}, nil)
+			if err != nil {
+				t.Fatalf("the answer so far is lost: %v", err)
+			}
+			if sent["timings_per_token"] != true {
+				t.Errorf("request %v does not ask for timings on every event", sent)
+			}
+			if gen.Text != "ecausestart" || gen.DoneReason != ctxd.DoneIncomplete || !strings.Contains(gen.Note, "Content-only") {
+				t.Errorf("generation %+v", gen)
+			}
+			if gen.BackendCached != c.cached || gen.PromptEvalCount != c.n {
+				t.Errorf("measured %d cached of %d, want %d of %d", gen.BackendCached, gen.PromptEvalCount, c.cached, c.n)
+			}
+		})
+	}
+}

@@ -243,7 +243,10 @@ func (o *Orchestrator) Ask(ctx context.Context, req ctxd.AskRequest, onToken fun
 		if n, err := o.count.Text(gen.Text); err == nil {
 			sum.AnswerTokens = n
 		}
-		sum.DoneNote = "the backend ended the answer without its final message, so the answer may be cut short and the backend's timings are missing"
+		sum.DoneNote = "the backend ended the answer without its final message, so the answer may be cut short"
+		if gen.PromptEvalCount == 0 {
+			sum.DoneNote += " and the backend's timings are missing"
+		}
 		if gen.Note != "" {
 			sum.DoneNote += " (" + gen.Note + ")"
 		}
