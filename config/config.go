@@ -60,10 +60,15 @@ type Backend struct {
 	Format    string   `toml:"format"`     // auto (the model's chat template if it has one), template, or plain
 	// SlotSavePath: llamacpp, external: the server's --slot-save-path as
 	// ctxd sees it, for warm restarts ("": none). Managed: state_dir/llamacpp/slots.
-	SlotSavePath string  `toml:"slot_save_path"`
-	APIKey       string  `toml:"api_key"` // llamacpp: the server's --api-key, if it has one
-	Temperature  float64 `toml:"temperature"`
-	Seed         int     `toml:"seed"`
+	SlotSavePath string `toml:"slot_save_path"`
+	APIKey       string `toml:"api_key"` // llamacpp: the server's --api-key, if it has one
+	// CacheRAMMB: llamacpp, managed: the server's host-memory prompt cache
+	// (--cache-ram), counted in the memory plan beside the KV cache; 0 (the
+	// default) turns it off: ctxd keeps prefixes warm in the slots and in
+	// saved slot files instead.
+	CacheRAMMB  int     `toml:"cache_ram_mb"`
+	Temperature float64 `toml:"temperature"`
+	Seed        int     `toml:"seed"`
 }
 
 // ServerBinary is the managed server's binary: Binary, or the kind's own
@@ -284,6 +289,11 @@ func (c Config) Validate() error {
 	}
 	if b.NumBatch < 0 || b.NumThread < 0 {
 		bad("backend.num_batch", "num_batch and num_thread must not be negative")
+	}
+	if b.CacheRAMMB < 0 {
+		bad("backend.cache_ram_mb", "%d must not be negative", b.CacheRAMMB)
+	} else if b.CacheRAMMB > 0 && (b.Kind != "llamacpp" || b.Mode != "managed") {
+		bad("backend.cache_ram_mb", "is for a managed llama-server only (backend.kind = \"llamacpp\", backend.mode = \"managed\")")
 	}
 	if b.Temperature < 0 {
 		bad("backend.temperature", "%v must not be negative", b.Temperature)

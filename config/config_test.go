@@ -113,12 +113,14 @@ func TestValidateNamesField(t *testing.T) {
 		"daemon.socket":         func(c *Config) { c.Daemon.Socket = "/" + strings.Repeat("s", 120) },
 		"daemon.max_body_bytes": func(c *Config) { c.Daemon.MaxBodyBytes = 10 },
 		"backend.model":         func(c *Config) { c.Backend.Model = "" },
+		"backend.cache_ram_mb":  func(c *Config) { c.Backend.CacheRAMMB = 512 }, // Ollama has no such cache
+		"backend.cache_ram_mb ": func(c *Config) { c.Backend.Kind, c.Backend.CacheRAMMB = "llamacpp", -1 },
 	}
 	for field, mutate := range cases {
 		c := Default(env)
 		mutate(&c)
 		err := c.Validate()
-		if err == nil || !strings.Contains(err.Error(), field) {
+		if err == nil || !strings.Contains(err.Error(), strings.TrimSpace(field)) {
 			t.Errorf("%s: error %v does not name it", field, err)
 		}
 	}

@@ -55,7 +55,7 @@ func (d *Daemon) openLlamaCpp(ctx context.Context, onRestart func()) (_ *Model, 
 		slotDir = filepath.Join(dir, "slots")
 		srv, err := llamacpp.Start(ctx, llamacpp.ServeConfig{
 			Binary: b.ServerBinary(), Addr: b.Listen, Model: gguf,
-			CtxPerSlot: m.Window.NumCtx, Slots: b.Slots, SlotSavePath: slotDir,
+			CtxPerSlot: m.Window.NumCtx, Slots: b.Slots, SlotSavePath: slotDir, CacheRAMMiB: b.CacheRAMMB,
 			Threads: b.NumThread, BatchSize: b.NumBatch,
 			LogPath: filepath.Join(dir, "llama-server.log"), Env: d.opts.BackendEnv,
 			Logger: d.log, OnRestart: onRestart,

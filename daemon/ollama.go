@@ -167,15 +167,16 @@ func (d *Daemon) planWindow(facts ollama.Facts) (governor.ModelFacts, governor.W
 	b := d.cfg.Backend
 	plan, err := governor.PlanWindow(governor.PlanRequest{
 		Facts: mf, CacheType: cacheType, Slots: b.Slots,
-		Memory:    governor.Memory{Source: reading.Source, Total: reading.TotalBytes, Free: reading.FreeBytes},
-		Headroom:  int64(d.cfg.Limits.MemoryHeadroomMB) << 20,
+		Memory: governor.Memory{Source: reading.Source, Total: reading.TotalBytes, Free: reading.FreeBytes},
+		// A managed llama-server's prompt cache is memory like the headroom.
+		Headroom:  int64(d.cfg.Limits.MemoryHeadroomMB+b.CacheRAMMB) << 20,
 		Requested: b.NumCtx, Max: b.MaxNumCtx, Min: 2*d.cfg.Limits.AnswerReserve + 256,
 	})
 	if err != nil {
 		return mf, plan, ctxd.Errorf(ctxd.KindInvalid, "daemon: backend.num_ctx: %w", err)
 	}
 	d.log.Info("window planned", "num_ctx", plan.NumCtx, "slots", plan.Slots, "kv_cache", plan.CacheType, "kv_bytes", plan.KVBytes,
-		"weights_bytes", plan.WeightsBytes, "memory_source", reading.Source, "free_bytes", reading.FreeBytes, "reason", plan.Reason)
+		"weights_bytes", plan.WeightsBytes, "headroom_bytes", plan.HeadroomBytes, "memory_source", reading.Source, "free_bytes", reading.FreeBytes, "reason", plan.Reason)
 	return mf, plan, nil
 }
 

@@ -26,6 +26,7 @@ type ServeConfig struct {
 	CtxPerSlot   int    // each slot's window; the server gets CtxPerSlot × Slots
 	Slots        int
 	SlotSavePath string // where slots are saved and restored
+	CacheRAMMiB  int    // the host-memory prompt cache (--cache-ram); 0: none
 	Threads      int    // 0: the server's default
 	BatchSize    int    // 0: the server's default
 	LogPath      string
@@ -42,16 +43,16 @@ type Server struct {
 }
 
 // Args are the flags a managed server gets: every slot its own window
-// (-np given, so the KV cache is not unified), no host-RAM prompt cache
-// (ctxd keeps prefixes warm in the slots and in saved slot files, and the
-// governor plans memory for the slots only), no web UI.
+// (-np given, so the KV cache is not unified), the host-RAM prompt cache
+// the memory plan counted (none by default: ctxd keeps prefixes warm in
+// the slots and in saved slot files), no web UI.
 func (c ServeConfig) Args(host string, port int) []string {
 	args := []string{"-m", c.Model, "--host", host}
 	if port > 0 {
 		args = append(args, "--port", strconv.Itoa(port))
 	}
 	args = append(args, "-c", strconv.Itoa(c.CtxPerSlot*max(1, c.Slots)), "-np", strconv.Itoa(max(1, c.Slots)),
-		"--slot-save-path", c.SlotSavePath, "--cache-ram", "0", "--no-webui")
+		"--slot-save-path", c.SlotSavePath, "--cache-ram", strconv.Itoa(max(0, c.CacheRAMMiB)), "--no-webui")
 	if c.Threads > 0 {
 		args = append(args, "-t", strconv.Itoa(c.Threads))
 	}
