@@ -45,12 +45,13 @@ run: build ollama $(DEMO_MODEL)
 # there; tests that need it skip without it.
 LLAMA_SERVER ?= $(or $(CTXD_LLAMA_SERVER),$(wildcard ../shared/bin/llama-server))
 
-# The whole suite, the integration tests on the real Ollama included; then
-# the backend-facing tests again on the newer Ollama the adapter supports.
+# The whole suite, the integration tests on the real Ollama and (where it
+# is found) the real llama-server included; then the backend-facing tests
+# again on the newer Ollama the adapter supports (llama-server's ran once).
 COMPAT_VERSION := v0.17.4
 test: ollama $(BIN)/ollama-$(COMPAT_VERSION)
 	CTXD_REQUIRE_OLLAMA=1 CTXD_OLLAMA_BIN=$(abspath $(OLLAMA)) $(GO) test -count=1 -timeout 30m ./...
-	CTXD_REQUIRE_OLLAMA=1 CTXD_OLLAMA_BIN=$(abspath $(BIN)/ollama-$(COMPAT_VERSION)) $(GO) test -count=1 -timeout 30m ./ollama/ ./integration/
+	CTXD_REQUIRE_OLLAMA=1 CTXD_LLAMA_SERVER=off CTXD_OLLAMA_BIN=$(abspath $(BIN)/ollama-$(COMPAT_VERSION)) $(GO) test -count=1 -timeout 30m ./ollama/ ./integration/
 
 
 # Benchmarks on the real backend: the harness (multi-turn three ways,

@@ -17,6 +17,7 @@ import (
 	"github.com/ctxd/ctxd/client"
 	"github.com/ctxd/ctxd/config"
 	"github.com/ctxd/ctxd/daemon"
+	"github.com/ctxd/ctxd/internal/llamaservertest"
 	"github.com/ctxd/ctxd/internal/ollamatest"
 	"github.com/ctxd/ctxd/internal/socktest"
 )
@@ -287,13 +288,58 @@ func waitFor(t *testing.T, cond func() bool) {
 // TestWindowThatCannotFitStopsStartUp: an explicit num_ctx whose KV cache
 // does not fit the memory ends Run with the numbers, as documented, rather
 // than retrying for ever.
-func TestWindowThatCannotFitStopsStartUp(t *testing.T) {
-	needOllama(t)
-	cfg := baseConfig(t, t.TempDir(), "")
-	cfg.Backend.NumCtx = 400_000_000
-	d, err := daemon.New(cfg, daemon.Options{Logger: slog.New(slog.NewTextHandler(testWriter{t}, nil)), BackendEnv: []string{"PATH=" + os.Getenv("PATH")}})
+// TestLlamaServerDownOrModelMissing: an external llama-server that is not
+// there is a 503 naming it while the daemon stays up; a managed one whose
+// model file is missing, or an external one whose model ctxd cannot read,
+// stops start-up with an error naming the key to fix.
+func TestLlamaServerDownOrModelMissing(t *testing.T) {
+	needLlamaServer(t)
+	cfg := llamaConfig(t, t.TempDir(), "")
+	cfg.Backend.Mode, cfg.Backend.URL = "external", "http://127.0.0.1:1"
+	start(t, cfg, false)
+	waitFor(t, func() bool {
+		status, body := raw(t, cfg.Daemon.Socket, "GET", "/v1/health", "", nil)
+		return status == 503 && strings.Contains(body, "not reachable")
+	})
+	if status, body := raw(t, cfg.Daemon.Socket, "POST", "/v1/ask", "application/json", []byte(`{"session":"s","query":"hi"}`)); status != 503 || !strings.Contains(body, "not reachable") {
+		t.Errorf("ask with llama-server down: %d %s", status, body)
+	}
+
+	missing := llamaConfig(t, t.TempDir(), "")
+	missing.Backend.GGUF = filepath.Join(t.TempDir(), "gone.gguf")
+	if err := runUntilStopped(t, missing); err == nil || !strings.Contains(err.Error(), "backend.gguf") || !strings.Contains(err.Error(), "gone.gguf") {
+		t.Errorf("managed llama-server without its model file: Run ended with %v", err)
+	}
+
+	// An external server whose model ctxd cannot read: ctxd counts tokens
+	// with the model file, so it says which key names it.
+	model := modelPath(t, testModel())
+	copied := filepath.Join(t.TempDir(), "copy.gguf")
+	data, err := os.ReadFile(model)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if err := os.WriteFile(copied, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	url := llamaservertest.Start(t, copied, "-c", "2048")
+	if err := os.Remove(copied); err != nil {
+		t.Fatal(err)
+	}
+	unreadable := llamaConfig(t, t.TempDir(), "")
+	unreadable.Backend.Mode, unreadable.Backend.URL, unreadable.Backend.GGUF = "external", url, ""
+	if err := runUntilStopped(t, unreadable); err == nil || !strings.Contains(err.Error(), "backend.gguf") || !strings.Contains(err.Error(), "copy.gguf") {
+		t.Errorf("external llama-server with a model ctxd cannot read: Run ended with %v", err)
+	}
+}
+
+// runUntilStopped runs a daemon that is expected to stop on its own (a
+// configuration that cannot work) and returns Run's error.
+func runUntilStopped(t *testing.T, cfg config.Config) error {
+	t.Helper()
+	d, err := daemon.New(cfg, daemon.Options{Logger: slog.New(slog.NewTextHandler(testWriter{t}, nil)), BackendEnv: []string{"PATH=" + os.Getenv("PATH")}})
+	if err != nil {
+		return err
 	}
 	ln, err := daemon.Listen(cfg.Daemon.Socket)
 	if err != nil {
@@ -304,10 +350,20 @@ func TestWindowThatCannotFitStopsStartUp(t *testing.T) {
 	go func() { done <- d.Run(context.Background(), ln, nil) }()
 	select {
 	case err := <-done:
-		if err == nil || !strings.Contains(err.Error(), "num_ctx 400000000") || !strings.Contains(err.Error(), "free") {
+		return err
+	case <-time.After(2 * time.Minute):
+		t.Fatal("the daemon kept running with a configuration that cannot work")
+		return nil
+	}
+}
+
+func TestWindowThatCannotFitStopsStartUp(t *testing.T) {
+	needOllama(t)
+	forEachBackend(t, func(t *testing.T, b backend) {
+		cfg := b.config(t, t.TempDir(), "")
+		cfg.Backend.NumCtx = 400_000_000
+		if err := runUntilStopped(t, cfg); err == nil || !strings.Contains(err.Error(), "num_ctx 400000000") || !strings.Contains(err.Error(), "free") {
 			t.Errorf("Run ended with %v, want the numbers of the window that does not fit", err)
 		}
-	case <-time.After(2 * time.Minute):
-		t.Fatal("the daemon kept running with a window that cannot fit")
-	}
+	})
 }

@@ -71,65 +71,69 @@ func TestKVEstimateMatchesBackend(t *testing.T) {
 
 func TestOverflowIsCondensedNeverCut(t *testing.T) {
 	needOllama(t)
-	cfg := baseConfig(t, t.TempDir(), codexDir(t, 1500))
-	cfg.Backend.NumCtx = 1280
-	cfg.Limits.MaxDepth = 0 // no depth limit: only the window forces the governor's hand
-	d := start(t, cfg, true)
-	condensed := false
-	for i := range 40 {
-		sum, _ := ask(t, d.client, "long", "Tell me about handler number "+strconv.Itoa(i)+" and what it returns.")
-		if sum.BackendPromptN != sum.PromptTokens {
-			t.Fatalf("turn %d: the backend evaluated %d prompt tokens, ctxd sent %d: something was cut", sum.Turn, sum.BackendPromptN, sum.PromptTokens)
-		}
-		if sum.PromptTokens+sum.Budget.AnswerReserve > sum.Budget.NumCtx {
-			t.Fatalf("turn %d: %d tokens + %d reserve over num_ctx %d", sum.Turn, sum.PromptTokens, sum.Budget.AnswerReserve, sum.Budget.NumCtx)
-		}
-		for _, a := range sum.Governor {
-			t.Logf("turn %d: governor %s: %s (turns %d, tokens %d, epoch %d)", sum.Turn, a.Kind, a.Reason, a.TurnsDropped, a.TokensDropped, a.Epoch)
-			if a.Kind == "condense" {
-				condensed = true
+	forEachBackend(t, func(t *testing.T, b backend) {
+		cfg := b.config(t, t.TempDir(), codexDir(t, 1500))
+		cfg.Backend.NumCtx = 1280
+		cfg.Limits.MaxDepth = 0 // no depth limit: only the window forces the governor's hand
+		d := start(t, cfg, true)
+		condensed := false
+		for i := range 40 {
+			sum, _ := ask(t, d.client, "long", "Tell me about handler number "+strconv.Itoa(i)+" and what it returns.")
+			if sum.BackendPromptN != sum.PromptTokens {
+				t.Fatalf("turn %d: the backend evaluated %d prompt tokens, ctxd sent %d: something was cut", sum.Turn, sum.BackendPromptN, sum.PromptTokens)
+			}
+			if sum.PromptTokens+sum.Budget.AnswerReserve > sum.Budget.NumCtx {
+				t.Fatalf("turn %d: %d tokens + %d reserve over num_ctx %d", sum.Turn, sum.PromptTokens, sum.Budget.AnswerReserve, sum.Budget.NumCtx)
+			}
+			for _, a := range sum.Governor {
+				t.Logf("turn %d: governor %s: %s (turns %d, tokens %d, epoch %d)", sum.Turn, a.Kind, a.Reason, a.TurnsDropped, a.TokensDropped, a.Epoch)
+				if a.Kind == "condense" {
+					condensed = true
+				}
+			}
+			if condensed {
+				if sum.Epoch < 1 || sum.PrefixBreak == nil || sum.PrefixBreak.Block != "state" {
+					t.Errorf("condensation not visible: epoch %d break %+v", sum.Epoch, sum.PrefixBreak)
+				}
+				break
 			}
 		}
-		if condensed {
-			if sum.Epoch < 1 || sum.PrefixBreak == nil || sum.PrefixBreak.Block != "state" {
-				t.Errorf("condensation not visible: epoch %d break %+v", sum.Epoch, sum.PrefixBreak)
-			}
-			break
+		if !condensed {
+			t.Fatal("40 turns in a 1280-token window never needed condensing")
 		}
-	}
-	if !condensed {
-		t.Fatal("40 turns in a 1280-token window never needed condensing")
-	}
-	status, body := raw(t, cfg.Daemon.Socket, "POST", "/v1/ask", "application/json",
-		[]byte(`{"session":"long","query":"`+strings.Repeat("handler kind ", 600)+`"}`))
-	if status != 422 || !strings.Contains(body, "reserved for the answer") || !strings.Contains(body, "query=") {
-		t.Errorf("a query larger than the window: %d %s", status, body)
-	}
+		status, body := raw(t, cfg.Daemon.Socket, "POST", "/v1/ask", "application/json",
+			[]byte(`{"session":"long","query":"`+strings.Repeat("handler kind ", 600)+`"}`))
+		if status != 422 || !strings.Contains(body, "reserved for the answer") || !strings.Contains(body, "query=") {
+			t.Errorf("a query larger than the window: %d %s", status, body)
+		}
+	})
 }
 
 func TestDepthCompactionOnRealBackend(t *testing.T) {
 	needOllama(t)
-	cfg := baseConfig(t, t.TempDir(), codexDir(t, 3000))
-	cfg.Limits.MaxDepth = 4
-	d := start(t, cfg, true)
-	for turn := 1; turn <= 7; turn++ {
-		sum, _ := ask(t, d.client, "depth", "Question "+strconv.Itoa(turn)+" about the handlers?")
-		switch {
-		case turn == 6:
-			if len(sum.Governor) != 1 || sum.Governor[0].Kind != "compact" || sum.Governor[0].TurnsDropped != 3 || sum.Epoch != 1 {
-				t.Fatalf("turn 6: governor %+v epoch %d", sum.Governor, sum.Epoch)
-			}
-			if sum.PrefixBreak == nil || sum.PrefixBreak.Block != "state" {
-				t.Errorf("turn 6: break %+v", sum.PrefixBreak)
-			}
-			// The stable blocks before the conversation stay cached.
-			if sum.CachedTokens < sum.Budget.Blocks[0].Tokens+sum.Budget.Blocks[1].Tokens {
-				t.Errorf("turn 6 re-evaluates the stable blocks: %d cached", sum.CachedTokens)
-			}
-		case turn > 1:
-			if len(sum.Governor) != 0 || sum.PrefixBreak != nil || sum.ReusePercent < 90 {
-				t.Errorf("turn %d: governor %+v break %+v reuse %.1f%%", turn, sum.Governor, sum.PrefixBreak, sum.ReusePercent)
+	forEachBackend(t, func(t *testing.T, b backend) {
+		cfg := b.config(t, t.TempDir(), codexDir(t, 3000))
+		cfg.Limits.MaxDepth = 4
+		d := start(t, cfg, true)
+		for turn := 1; turn <= 7; turn++ {
+			sum, _ := ask(t, d.client, "depth", "Question "+strconv.Itoa(turn)+" about the handlers?")
+			switch {
+			case turn == 6:
+				if len(sum.Governor) != 1 || sum.Governor[0].Kind != "compact" || sum.Governor[0].TurnsDropped != 3 || sum.Epoch != 1 {
+					t.Fatalf("turn 6: governor %+v epoch %d", sum.Governor, sum.Epoch)
+				}
+				if sum.PrefixBreak == nil || sum.PrefixBreak.Block != "state" {
+					t.Errorf("turn 6: break %+v", sum.PrefixBreak)
+				}
+				// The stable blocks before the conversation stay cached.
+				if sum.CachedTokens < sum.Budget.Blocks[0].Tokens+sum.Budget.Blocks[1].Tokens {
+					t.Errorf("turn 6 re-evaluates the stable blocks: %d cached", sum.CachedTokens)
+				}
+			case turn > 1:
+				if len(sum.Governor) != 0 || sum.PrefixBreak != nil || sum.ReusePercent < 90 {
+					t.Errorf("turn %d: governor %+v break %+v reuse %.1f%%", turn, sum.Governor, sum.PrefixBreak, sum.ReusePercent)
+				}
 			}
 		}
-	}
+	})
 }

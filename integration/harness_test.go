@@ -42,6 +42,28 @@ func llamaConfig(t testing.TB, stateDir, codex string) config.Config {
 	return c
 }
 
+// backend is a model server the socket suite runs against.
+type backend struct {
+	name   string
+	config func(t testing.TB, stateDir, codex string) config.Config
+}
+
+// forEachBackend runs fn as a subtest on Ollama and on llama-server (which
+// skips with a message where the binary is missing). Call needOllama
+// first: the Ollama subtest always runs, so the test never passes on
+// skipped subtests alone.
+func forEachBackend(t *testing.T, fn func(t *testing.T, b backend)) {
+	t.Helper()
+	for _, b := range []backend{{"ollama", baseConfig}, {"llamacpp", llamaConfig}} {
+		t.Run(b.name, func(t *testing.T) {
+			if b.name == "llamacpp" {
+				needLlamaServer(t)
+			}
+			fn(t, b)
+		})
+	}
+}
+
 // testModel is small enough to load and evaluate quickly on two cores.
 func testModel() modelgen.Config {
 	c := modelgen.DefaultConfig()

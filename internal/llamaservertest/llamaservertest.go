@@ -2,7 +2,7 @@
 // The binary cannot be installed from this project's registries, so it is
 // found through CTXD_LLAMA_SERVER, beside the project at
 // ../shared/bin/llama-server, or on PATH; without it (or on a machine it
-// cannot start on) tests skip and say why.
+// cannot start on, or with CTXD_LLAMA_SERVER=off) tests skip and say why.
 package llamaservertest
 
 import (
@@ -21,7 +21,9 @@ import (
 // Binary returns the llama-server binary, or skips the test.
 func Binary(tb testing.TB) string {
 	tb.Helper()
-	if p := os.Getenv("CTXD_LLAMA_SERVER"); p != "" {
+	if p := os.Getenv("CTXD_LLAMA_SERVER"); p == "off" {
+		tb.Skip("CTXD_LLAMA_SERVER=off: the llama-server tests are turned off")
+	} else if p != "" {
 		if _, err := os.Stat(p); err != nil {
 			tb.Skipf("CTXD_LLAMA_SERVER=%s: %v", p, err)
 		}
