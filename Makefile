@@ -13,7 +13,7 @@ OLLAMA_PIN := $(BIN)/ollama-$(OLLAMA_VERSION)
 # big enough that a cold prompt takes visible time on a laptop CPU.
 DEMO_MODEL := var/models/ctxd-demo.gguf
 
-.PHONY: all build ollama run test bench vet fmt clean FORCE
+.PHONY: all build ollama run run-llamacpp test bench vet fmt clean FORCE
 all: build
 
 build: $(CTXD)
@@ -39,6 +39,11 @@ $(DEMO_MODEL): FORCE | $(CTXD)
 # repository as the codex. Ask it from another terminal: bin/ctxd ask "..."
 run: build ollama $(DEMO_MODEL)
 	$(CTXD) serve --config ctxd.toml
+
+# The same demo on llama.cpp's llama-server (LLAMA_SERVER, below).
+run-llamacpp: build $(DEMO_MODEL)
+	@test -n "$(LLAMA_SERVER)" || { echo "llama-server not found: set CTXD_LLAMA_SERVER to its binary"; exit 1; }
+	CTXD_LLAMA_SERVER=$(abspath $(LLAMA_SERVER)) $(CTXD) serve --config ctxd-llamacpp.toml
 
 # llama.cpp's llama-server cannot come from the package registries: it is
 # used from CTXD_LLAMA_SERVER, or beside the project (../shared/bin), when

@@ -47,7 +47,7 @@ type Backend struct {
 	Kind      string   `toml:"kind"`        // "ollama" or "llamacpp" (llama.cpp's llama-server)
 	Mode      string   `toml:"mode"`        // "managed": ctxd runs the server; "external": ctxd connects to URL
 	URL       string   `toml:"url"`         // external: the server's base URL (llamacpp: or a .sock path)
-	Binary    string   `toml:"binary"`      // managed: the server binary; "": ollama or llama-server by kind
+	Binary    string   `toml:"binary"`      // managed: the server binary; "": ollama, or $CTXD_LLAMA_SERVER else llama-server, by kind
 	Listen    string   `toml:"listen"`      // managed: loopback host:port (port 0 picks one); llamacpp: or a .sock path
 	Model     string   `toml:"model"`       // model name on the server
 	GGUF      string   `toml:"gguf"`        // managed: GGUF file imported as Model at start ("" to use an existing model)
@@ -139,6 +139,9 @@ type Env struct {
 	XDGRuntimeDir string
 	XDGStateHome  string
 	Home          string
+	// LlamaServer ($CTXD_LLAMA_SERVER) is llama-server's binary where a
+	// llamacpp backend's binary is not set.
+	LlamaServer string
 }
 
 // DefaultSocket is where the daemon listens and clients dial by default.
@@ -200,6 +203,9 @@ func Load(path string, env Env) (Config, error) {
 	}
 	if c.Sigils == nil {
 		c.Sigils = Default(env).Sigils
+	}
+	if c.Backend.Kind == "llamacpp" && c.Backend.Binary == "" {
+		c.Backend.Binary = env.LlamaServer
 	}
 	// Defaults are absolute, so a relative path came from the file.
 	dir := filepath.Dir(path)

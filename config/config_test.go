@@ -82,6 +82,30 @@ scopes = ["ask", "search_codex"]
 	}
 }
 
+// TestLlamaServerBinary: a llamacpp backend without a binary takes
+// $CTXD_LLAMA_SERVER, else llama-server on PATH; a binary in the file wins.
+func TestLlamaServerBinary(t *testing.T) {
+	e := env
+	e.LlamaServer = "/opt/llama/llama-server"
+	for _, c := range []struct{ file, want string }{
+		{"[backend]\nkind = \"llamacpp\"\ngguf = \"/m.gguf\"\n", "/opt/llama/llama-server"},
+		{"[backend]\nkind = \"llamacpp\"\nbinary = \"/usr/bin/llama-server\"\n", "/usr/bin/llama-server"},
+		{"[backend]\nkind = \"ollama\"\n", "ollama"},
+	} {
+		cfg, err := Load(writeConfig(t, c.file), e)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := cfg.Backend.ServerBinary(); got != c.want {
+			t.Errorf("%q: binary %q, want %q", c.file, got, c.want)
+		}
+	}
+	cfg, err := Load(writeConfig(t, "[backend]\nkind = \"llamacpp\"\n"), env)
+	if err != nil || cfg.Backend.ServerBinary() != "llama-server" {
+		t.Errorf("without CTXD_LLAMA_SERVER: %q, %v", cfg.Backend.ServerBinary(), err)
+	}
+}
+
 func TestLoadErrorsNameTheKey(t *testing.T) {
 	cases := map[string]string{
 		"typo":       "[backend]\nmodle = \"x\"\n",
@@ -122,6 +146,20 @@ func TestValidateNamesField(t *testing.T) {
 		err := c.Validate()
 		if err == nil || !strings.Contains(err.Error(), strings.TrimSpace(field)) {
 			t.Errorf("%s: error %v does not name it", field, err)
+		}
+	}
+}
+
+// TestRepositoryConfigs: the configurations make run and make run-llamacpp
+// use load and validate.
+func TestRepositoryConfigs(t *testing.T) {
+	for _, name := range []string{"ctxd.toml", "ctxd-llamacpp.toml"} {
+		c, err := Load(filepath.Join("..", name), env)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Validate(); err != nil {
+			t.Errorf("%s: %v", name, err)
 		}
 	}
 }

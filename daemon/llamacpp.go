@@ -116,6 +116,8 @@ func (d *Daemon) openLlamaCpp(ctx context.Context, onRestart func()) (_ *Model, 
 	m.Backend, m.Tokenizer, m.TokenizerID = client, tok, filepath.Base(gguf)
 	if slotDir != "" {
 		m.Warm = &orchestrator.WarmConfig{Store: client, Dir: slotDir, Model: filepath.Base(gguf) + "@" + m.Info.Version}
+	} else {
+		d.log.Info("warm restarts are off: set backend.slot_save_path to the server's --slot-save-path to turn them on")
 	}
 	return m, nil
 }

@@ -111,6 +111,7 @@ func processEnv() config.Env {
 	return config.Env{
 		UID: os.Getuid(), XDGRuntimeDir: os.Getenv("XDG_RUNTIME_DIR"),
 		XDGStateHome: os.Getenv("XDG_STATE_HOME"), Home: os.Getenv("HOME"),
+		LlamaServer: os.Getenv("CTXD_LLAMA_SERVER"),
 	}
 }
 
