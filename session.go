@@ -51,5 +51,6 @@ type PromptBlock struct {
 type LastPrompt struct {
 	Session string        `json:"session"`
 	Prompt  string        `json:"prompt"`
+	Stop    []string      `json:"stop"` // the stop sequences sent with it
 	Blocks  []PromptBlock `json:"blocks"`
 }

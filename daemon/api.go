@@ -248,7 +248,7 @@ func (d *Daemon) handleLastPrompt(w http.ResponseWriter, r *http.Request) {
 		writeError(w, ctxd.Errorf(ctxd.KindNotFound, "session %q sent no prompt since the daemon started", id))
 		return
 	}
-	lp := ctxd.LastPrompt{Session: id, Prompt: rendered.Prompt()}
+	lp := ctxd.LastPrompt{Session: id, Prompt: rendered.Prompt(), Stop: e.orch.Stop()}
 	for k, name := range runcontext.BlockNames {
 		lp.Blocks = append(lp.Blocks, ctxd.PromptBlock{Name: name, Offset: rendered.Offset(k), Bytes: len(rendered.Blocks[k])})
 	}

@@ -120,6 +120,9 @@ func (o *Orchestrator) LastPrompt(id string) (runcontext.Rendered, bool) {
 	return p.rendered, ok
 }
 
+// Stop is the stop sequences every request sends with its prompt.
+func (o *Orchestrator) Stop() []string { return o.cfg.Format.Stop() }
+
 // DeleteSession deletes a session once its running request, if any, has
 // finished, and forgets everything held of it.
 func (o *Orchestrator) DeleteSession(ctx context.Context, id string) error {
