@@ -52,6 +52,7 @@ type Config struct {
 	LlamaNumCtx          int
 	LlamaSizes           []int
 	LlamaInterleaveTurns int
+	LlamaPairs           int // paired ctxd/raw requests per codex size
 	LlamaRestartTokens   int
 
 	Phases []string // phases to run (see AllPhases); empty: all
@@ -83,7 +84,7 @@ func DefaultConfig() Config {
 		NumCtx: 4096, AnswerToks: 8, Turns: 20, ColdRepeats: 3, Overhead: 30,
 		ScalingPcts: []int{10, 30, 50, 69, 85},
 		Agents:      8, AgentTurns: 25, AgentSlots: []int{1, 2}, AgentModel: modelgen.DemoConfig(),
-		LlamaNumCtx: 16384, LlamaSizes: []int{2000, 8000, 14000}, LlamaInterleaveTurns: 20, LlamaRestartTokens: 8000,
+		LlamaNumCtx: 16384, LlamaSizes: []int{2000, 8000, 14000}, LlamaInterleaveTurns: 20, LlamaRestartTokens: 8000, LlamaPairs: 30,
 		Log: func(string, ...any) {},
 	}
 }

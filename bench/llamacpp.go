@@ -46,6 +46,12 @@ type LlamaSize struct {
 	PairedCtxdMs []float64 `json:"paired_ctxd_ms"`
 	PairedRawMs  []float64 `json:"paired_raw_ms"`
 	OverheadP50  float64   `json:"overhead_p50_ms"` // pairwise ctxd − raw
+	// Inside: the client's time to first token through ctxd minus ctxd's
+	// own measurement of llama-server's (from sending the ids).
+	OwnMs []float64 `json:"own_ms"`
+	// Tokens the server evaluated for each pair: through ctxd, raw.
+	PairedEvaluated [][2]int `json:"paired_evaluated"`
+	OwnP50          float64  `json:"own_p50_ms"`
 }
 
 // InterleaveRun is two agents taking turns over one codex.
@@ -175,45 +181,71 @@ func llamaPhase(ctx context.Context, cfg Config) (LlamaRun, error) {
 		}
 		// Paired overhead on llama-server: a new session with the same
 		// question renders the same prompt; its ids go raw to the same slot.
-		for i := range 6 {
+		// Which goes first alternates, so whatever the server does between
+		// requests falls on both sides alike; the first pair only moves the
+		// slot to this prompt.
+		for i := range cfg.LlamaPairs + 1 {
 			session := fmt.Sprintf("pair-%d-%d", target, i)
-			_, tc, err := ask(ctx, lst.ctxd, session, question(0))
-			if err != nil {
-				return run, err
+			var evalCtxd, evalRaw int
+			viaCtxd := func() (float64, float64, error) {
+				sum, tc, err := ask(ctx, lst.ctxd, session, question(0))
+				if err != nil {
+					return 0, 0, err
+				}
+				evalCtxd = evaluated(sum)
+				return ms(tc), ms(tc) - sum.TTFTMillis, nil
 			}
-			var lp ctxd.LastPrompt
-			if err := lst.ctxd.GetJSON(ctx, "/v1/sessions/"+session+"/prompt", &lp); err != nil {
-				return run, err
-			}
-			ids, err := tok.Tokenize(lp.Prompt)
-			if err != nil {
-				return run, err
-			}
-			start := time.Now()
-			var first time.Duration
-			if _, err := lst.raw.Generate(ctx, ctxd.GenerateRequest{Tokens: ids, Slot: 0, MaxTokens: cfg.AnswerToks}, func(string) error {
+			raw := func() (float64, error) {
+				var lp ctxd.LastPrompt
+				if err := lst.ctxd.GetJSON(ctx, "/v1/sessions/pair-"+fmt.Sprint(target)+"-0/prompt", &lp); err != nil {
+					return 0, err
+				}
+				ids, err := tok.Tokenize(lp.Prompt)
+				if err != nil {
+					return 0, err
+				}
+				start := time.Now()
+				var first time.Duration
+				gen, err := lst.raw.Generate(ctx, ctxd.GenerateRequest{Tokens: ids, Slot: 0, MaxTokens: cfg.AnswerToks, Stop: lp.Stop}, func(string) error {
+					if first == 0 {
+						first = time.Since(start)
+					}
+					return nil
+				})
+				if err != nil {
+					return 0, err
+				}
+				evalRaw = len(ids) - gen.BackendCached
 				if first == 0 {
 					first = time.Since(start)
 				}
-				return nil
-			}); err != nil {
+				return ms(first), nil
+			}
+			var c, own, r float64
+			var err error
+			if i%2 == 0 {
+				if c, own, err = viaCtxd(); err == nil {
+					r, err = raw()
+				}
+			} else if r, err = raw(); err == nil {
+				c, own, err = viaCtxd()
+			}
+			if err != nil {
 				return run, err
 			}
-			if first == 0 {
-				first = time.Since(start)
-			}
 			if i == 0 {
-				continue // the first pair moves the slot to this prompt
+				continue
 			}
-			s.PairedCtxdMs, s.PairedRawMs = append(s.PairedCtxdMs, ms(tc)), append(s.PairedRawMs, ms(first))
+			s.PairedCtxdMs, s.PairedRawMs, s.OwnMs = append(s.PairedCtxdMs, c), append(s.PairedRawMs, r), append(s.OwnMs, own)
+			s.PairedEvaluated = append(s.PairedEvaluated, [2]int{evalCtxd, evalRaw})
 		}
 		var diffs []float64
 		for i := range s.PairedCtxdMs {
 			diffs = append(diffs, s.PairedCtxdMs[i]-s.PairedRawMs[i])
 		}
-		s.OverheadP50 = percentile(diffs, 0.5)
-		cfg.Log("  stable %d tokens: llama-server cold %.0f ms, warm p50 %.0f ms; Ollama cold %.0f ms, warm p50 %.0f ms; ctxd − raw p50 %.2f ms",
-			s.StableTokens, s.LlamaColdMs, percentile(s.LlamaWarmMs, 0.5), s.OllamaColdMs, percentile(s.OllamaWarmMs, 0.5), s.OverheadP50)
+		s.OverheadP50, s.OwnP50 = percentile(diffs, 0.5), percentile(s.OwnMs, 0.5)
+		cfg.Log("  stable %d tokens: llama-server cold %.0f ms, warm p50 %.0f ms; Ollama cold %.0f ms, warm p50 %.0f ms; ctxd − raw p50 %.2f ms, inside p50 %.2f ms",
+			s.StableTokens, s.LlamaColdMs, percentile(s.LlamaWarmMs, 0.5), s.OllamaColdMs, percentile(s.OllamaWarmMs, 0.5), s.OverheadP50, s.OwnP50)
 		run.Sizes = append(run.Sizes, s)
 	}
 	lst.stop()

@@ -73,11 +73,24 @@ const (
 	endMarker   = "<!-- bench:end -->"
 )
 
-// README markers delimit the figures of README.md the harness owns.
+// README markers delimit the figures of README.md the harness owns: the
+// main paragraph (required), and llama-server's (where the README has its
+// markers and the report has the phase).
 const (
-	readmeBegin = "<!-- bench:readme:begin (written by `ctxd bench`) -->"
-	readmeEnd   = "<!-- bench:readme:end -->"
+	readmeBegin      = "<!-- bench:readme:begin (written by `ctxd bench`) -->"
+	readmeEnd        = "<!-- bench:readme:end -->"
+	readmeLlamaBegin = "<!-- bench:readme-llamacpp:begin (written by `ctxd bench`) -->"
+	readmeLlamaEnd   = "<!-- bench:readme-llamacpp:end -->"
 )
+
+// replaceBetween replaces what lies between the markers begin and end.
+func replaceBetween(text, begin, end, content string) (string, bool) {
+	i, j := strings.Index(text, begin), strings.Index(text, end)
+	if i < 0 || j < i {
+		return text, false
+	}
+	return text[:i] + begin + "\n" + content + end + text[j+len(end):], true
+}
 
 // Write saves results.json and scaling.png in dir, replaces the harness's
 // section of the Markdown file doc (created if missing) and, if readme is
@@ -123,13 +136,33 @@ func (r *Report) Write(dir, doc, readme string) error {
 	if err != nil {
 		return err
 	}
-	text = string(old)
-	i, j = strings.Index(text, readmeBegin), strings.Index(text, readmeEnd)
-	if i < 0 || j < i {
+	text, ok := replaceBetween(string(old), readmeBegin, readmeEnd, r.ReadmeFigures())
+	if !ok {
 		return fmt.Errorf("bench: %s has no %s ... %s markers for the figures", readme, readmeBegin, readmeEnd)
 	}
-	text = text[:i] + readmeBegin + "\n" + r.ReadmeFigures() + readmeEnd + text[j+len(readmeEnd):]
+	if r.Llama != nil {
+		text, _ = replaceBetween(text, readmeLlamaBegin, readmeLlamaEnd, r.ReadmeLlamaFigures())
+	}
 	return os.WriteFile(readme, []byte(text), 0o644)
+}
+
+// ReadmeLlamaFigures is the README's paragraph on llama-server against
+// Ollama: the codex size nearest 8k tokens, and the restart.
+func (r *Report) ReadmeLlamaFigures() string {
+	l := r.Llama
+	if l == nil || len(l.Sizes) == 0 {
+		return ""
+	}
+	s := l.Sizes[0]
+	for _, x := range l.Sizes {
+		if abs(x.TargetTokens-8000) < abs(s.TargetTokens-8000) {
+			s = x
+		}
+	}
+	rs := l.Restart
+	return fmt.Sprintf("Measured with `make bench` on the same machine and model, side by side ([docs/benchmarks.md](docs/benchmarks.md)): over a codex of %s stable tokens, llama-server through ctxd evaluates the first question in %.1f s and answers the next ones in %.0f ms (median time to first token), where Ollama %s takes %.1f s and %.0f ms; ctxd adds %.2f ms (median) to llama-server's own time for the same token ids. After llama-server is killed and restarted, the first answer over a %s-token codex starts in %.0f ms, its prefix restored from the slot ctxd saved, instead of %.1f s cold (%.0f×).\n",
+		thousands(s.StableTokens), s.LlamaColdMs/1000, percentile(s.LlamaWarmMs, 0.5), r.Machine.Ollama, s.OllamaColdMs/1000, percentile(s.OllamaWarmMs, 0.5), s.OverheadP50,
+		thousands(rs.StableTokens), rs.RestoredMs, rs.ColdMs/1000, rs.Ratio)
 }
 
 // ReadmeFigures is the README's paragraph of measured figures.
@@ -216,16 +249,30 @@ func (r *Report) llamaMarkdown(b *strings.Builder) {
 	if l == nil {
 		return
 	}
-	fmt.Fprintf(b, "### llama-server and Ollama, one model\n\nMeasured %s. The same generated model (%s) on llama-server (%s, managed by ctxd, prompts as token ids) and on Ollama %s, through ctxd, in one run. Cold: a session's first turn after the codex loaded; warm: its next three turns (client-side time to first token, medians). The last column sends the prompt ctxd rendered, as the same token ids, straight to the same llama-server slot, paired with the request through ctxd that rendered it.\n\n",
-		r.ranAt(PhaseLlama), l.Model, l.Server, r.Machine.Ollama)
-	b.WriteString("| codex + stable blocks | llama-server cold | llama-server warm (tokens evaluated) | Ollama cold | Ollama warm | ctxd − raw llama-server, p50 |\n|---|---|---|---|---|---|\n")
+	pairs := 0
+	if len(l.Sizes) > 0 {
+		pairs = len(l.Sizes[0].PairedCtxdMs)
+	}
+	fmt.Fprintf(b, "### llama-server and Ollama, one model\n\nMeasured %s. The same generated model (%s) on llama-server (%s, managed by ctxd, prompts as token ids) and on Ollama %s, through ctxd, in one run. Cold: a session's first turn after the codex loaded; warm: its next three turns (client-side time to first token, medians). ctxd − raw: %d pairs, the prompt ctxd rendered for a new session with the same question, as the same token ids with the same stop sequences, through ctxd and straight to the same llama-server slot, taking turns at going first (each evaluates the prompt's last token only); the difference of client-side times to first token, pair by pair (both sides' times vary by a few ms with the server's own, so this median carries that noise). ctxd inside: the client's time to first token through the socket minus ctxd's own measurement of llama-server's (from sending the ids), the same requests.\n\n",
+		r.ranAt(PhaseLlama), l.Model, l.Server, r.Machine.Ollama, pairs)
+	b.WriteString("| codex + stable blocks | llama-server cold | llama-server warm (tokens evaluated) | Ollama cold | Ollama warm | ctxd − raw llama-server, p50 | ctxd inside, p50 |\n|---|---|---|---|---|---|---|\n")
 	for _, s := range l.Sizes {
 		var ev []float64
 		for _, e := range s.LlamaWarmEvaluated {
 			ev = append(ev, float64(e))
 		}
-		fmt.Fprintf(b, "| %s tokens | %.0f ms | %.0f ms (%.0f) | %.0f ms | %.0f ms | %.2f ms |\n", thousands(s.StableTokens),
-			s.LlamaColdMs, percentile(s.LlamaWarmMs, 0.5), percentile(ev, 0.5), s.OllamaColdMs, percentile(s.OllamaWarmMs, 0.5), s.OverheadP50)
+		fmt.Fprintf(b, "| %s tokens | %.0f ms | %.0f ms (%.0f) | %.0f ms | %.0f ms | %.2f ms | %.2f ms |\n", thousands(s.StableTokens),
+			s.LlamaColdMs, percentile(s.LlamaWarmMs, 0.5), percentile(ev, 0.5), s.OllamaColdMs, percentile(s.OllamaWarmMs, 0.5), s.OverheadP50, s.OwnP50)
+	}
+	if n := len(l.Sizes); n > 1 {
+		lo, hi := l.Sizes[0], l.Sizes[n-1]
+		worst := 0.0
+		for _, s := range l.Sizes {
+			worst = max(worst, s.OverheadP50)
+		}
+		fmt.Fprintf(b, "\nFrom the smallest codex to the largest (%.1f× the tokens), a warm turn grows %.1f× on llama-server and %.1f× on Ollama. On llama-server every warm turn evaluates about the same few new tokens; what grows is their attention over the context the slot holds, the server's own work, while ctxd's share (ctxd − raw) stays at most %.2f ms.\n",
+			float64(hi.StableTokens)/float64(lo.StableTokens), percentile(hi.LlamaWarmMs, 0.5)/percentile(lo.LlamaWarmMs, 0.5),
+			percentile(hi.OllamaWarmMs, 0.5)/percentile(lo.OllamaWarmMs, 0.5), worst)
 	}
 	b.WriteString("\nTwo agents taking turns (A B A B …) over one codex: on one shared slot each turn re-evaluates its own conversation after the codex; on two slots ctxd gives each agent its own (the second got the saved prefix restored). Time to first token, and in brackets the tokens llama-server evaluated (prompt − `cache_n`), turn by turn:\n\n")
 	b.WriteString("| turn |")

@@ -111,7 +111,7 @@ func TestBenchLlamaPhaseSmoke(t *testing.T) {
 	cfg.AgentModel = templatedModels()[0]
 	cfg.AgentModelPath = modelPath(t, cfg.AgentModel)
 	cfg.Phases = []string{bench.PhaseLlama}
-	cfg.LlamaNumCtx, cfg.LlamaSizes, cfg.LlamaInterleaveTurns, cfg.LlamaRestartTokens = 4096, []int{500, 1500}, 3, 1000
+	cfg.LlamaNumCtx, cfg.LlamaSizes, cfg.LlamaInterleaveTurns, cfg.LlamaRestartTokens, cfg.LlamaPairs = 4096, []int{500, 1500}, 3, 1000, 4
 	cfg.Log = t.Logf
 	r, err := bench.Run(context.Background(), cfg, nil)
 	if err != nil {
@@ -122,7 +122,7 @@ func TestBenchLlamaPhaseSmoke(t *testing.T) {
 		t.Fatalf("llama phase: %+v", l)
 	}
 	for _, s := range l.Sizes {
-		if len(s.LlamaWarmMs) != 3 || len(s.OllamaWarmMs) != 3 || len(s.PairedCtxdMs) != 5 || s.StableTokens <= 0 {
+		if len(s.LlamaWarmMs) != 3 || len(s.OllamaWarmMs) != 3 || len(s.PairedCtxdMs) != 4 || len(s.PairedRawMs) != 4 || len(s.OwnMs) != 4 || s.StableTokens <= 0 {
 			t.Errorf("size %d: %+v", s.TargetTokens, s)
 		}
 	}
