@@ -73,6 +73,7 @@ type Service struct {
 // loaded is one load's outcome, swapped whole.
 type loaded struct {
 	path      string
+	body      string         // the codex block's body: a reload that renders the same one changed nothing
 	retriever ctxd.Retriever // nil in CAG mode
 	stats     ctxd.CodexStats
 }
@@ -188,7 +189,7 @@ func (s *Service) loadLocked(ctx context.Context, path string, progress func(ctx
 	if err != nil {
 		return nil, err
 	}
-	l := &loaded{path: path}
+	l := &loaded{path: path, body: block.Body}
 	reindexed := 0
 	if plan.Mode == runcontext.ModeRAG {
 		if s.index == nil {
@@ -210,7 +211,10 @@ func (s *Service) loadLocked(ctx context.Context, path string, progress func(ctx
 	s.log.Info("codex loaded", "name", c.Name, "files", len(c.Files), "bytes", c.Bytes(), "tokens", c.Tokens,
 		"skipped", len(c.Skipped), "redactions", c.Redactions(), "mode", plan.Mode, "reindexed", reindexed,
 		"ms", l.stats.LoadMillis, "reason", plan.Reason)
-	if old != nil {
+	switch {
+	case old != nil && old.body == l.body && old.path == l.path:
+		s.log.Info("codex unchanged: the cached prefix stays valid", "mode", plan.Mode, "files", l.stats.Files)
+	case old != nil:
 		s.log.Info("codex replaced; a changed codex block makes the backend rebuild its cached prefix from there", "mode", plan.Mode, "files", l.stats.Files)
 	}
 	return l, nil

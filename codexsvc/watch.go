@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/fsnotify/fsnotify"
@@ -48,12 +49,16 @@ func (s *Service) watchTree(ctx context.Context, root string, watching chan<- st
 		return
 	}
 	defer w.Close()
+	// The daemon's own state (sessions, caches, saved slots) may lie inside
+	// the codex tree, as with make run's: its writes are not the codex's
+	// changes, and watching them would reload on every answer.
+	own := s.ownDir()
 	addTree := func(dir string) {
 		_ = filepath.WalkDir(dir, func(p string, e fs.DirEntry, err error) error {
 			if err != nil || !e.IsDir() {
 				return nil
 			}
-			if e.Name() == ".git" {
+			if e.Name() == ".git" || own(p) {
 				return filepath.SkipDir
 			}
 			if err := w.Add(p); err != nil {
@@ -80,6 +85,9 @@ func (s *Service) watchTree(ctx context.Context, root string, watching chan<- st
 			if !ok {
 				return
 			}
+			if own(ev.Name) {
+				continue
+			}
 			if ev.Has(fsnotify.Create) {
 				if info, err := os.Stat(ev.Name); err == nil && info.IsDir() {
 					addTree(ev.Name)
@@ -99,5 +107,22 @@ func (s *Service) watchTree(ctx context.Context, root string, watching chan<- st
 				s.log.Error("codex reload failed; keeping the previous codex", "err", err)
 			}
 		}
+	}
+}
+
+// ownDir reports whether a path is the daemon's state directory or under
+// it.
+func (s *Service) ownDir() func(string) bool {
+	state, err := filepath.Abs(s.cfg.StateDir)
+	if err != nil || s.cfg.StateDir == "" {
+		return func(string) bool { return false }
+	}
+	return func(p string) bool {
+		p, err := filepath.Abs(p)
+		if err != nil {
+			return false
+		}
+		rel, err := filepath.Rel(state, p)
+		return err == nil && rel != ".." && !strings.HasPrefix(rel, "../")
 	}
 }
