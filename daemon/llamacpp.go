@@ -78,19 +78,29 @@ func (d *Daemon) openLlamaCpp(ctx context.Context, onRestart func()) (_ *Model, 
 		return nil, err
 	}
 	m.Info.URL, m.Info.Version = client.Addr(), "llama-server "+props.Build
+	local := true // the model file is readable here: count and read facts locally
 	if b.Mode == "external" {
 		if gguf == "" {
 			gguf = props.ModelPath
 		}
-		if _, err := os.Stat(gguf); err != nil {
-			return nil, ctxd.Errorf(ctxd.KindInvalid, "daemon: the server's model %s is not readable here (%v): set backend.gguf to the model file; ctxd counts tokens with it", gguf, err)
-		}
-		facts, err := ggufFacts(gguf)
-		if err != nil {
-			return nil, err
-		}
-		if m.Facts, err = governor.FactsFromModelInfo(facts.Info); err != nil {
-			return nil, err
+		_, statErr := os.Stat(gguf)
+		switch {
+		case statErr != nil && b.GGUF != "":
+			return nil, ctxd.Errorf(ctxd.KindInvalid, "daemon: backend.gguf %s is not readable (%v): name the server's model file as ctxd sees it, or leave it empty to count tokens with the server", gguf, statErr)
+		case statErr != nil:
+			local = false
+			d.log.Info("the server's model file is not readable here: counting tokens with the server's /tokenize (a request per count; set backend.gguf to count locally)", "model", gguf, "err", statErr)
+			if m.Facts, err = remoteFacts(ctx, client); err != nil {
+				return nil, err
+			}
+		default:
+			facts, err := ggufFacts(gguf)
+			if err != nil {
+				return nil, err
+			}
+			if m.Facts, err = governor.FactsFromModelInfo(facts.Info); err != nil {
+				return nil, err
+			}
 		}
 		m.Window = governor.WindowPlan{NumCtx: props.Settings.NCtx, Slots: props.TotalSlots, CacheType: governor.CacheF16,
 			Reason: "set by the external server (/props: its slots and each slot's window)"}
@@ -104,12 +114,27 @@ func (d *Daemon) openLlamaCpp(ctx context.Context, onRestart func()) (_ *Model, 
 	m.Info.NumCtx, m.Info.Slots, m.Info.KVCacheType = m.Window.NumCtx, m.Window.Slots, string(m.Window.CacheType)
 	m.Info.Architecture = m.Facts.Architecture
 	m.Info.TrainedCtx = m.Facts.ContextLength
-	tok, err := llamatok.Open(gguf)
-	if err != nil {
-		return nil, fmt.Errorf("daemon: tokenizer for %s: %w", gguf, err)
+	var tok interface {
+		ctxd.Tokenizer
+		Special() []string
+		Close() error
+	}
+	jinja := props.ChatTemplate
+	if local {
+		lt, err := llamatok.Open(gguf)
+		if err != nil {
+			return nil, fmt.Errorf("daemon: tokenizer for %s: %w", gguf, err)
+		}
+		tok = lt
+		if _, jinja, err = llamacpp.ModelInfo(gguf); err != nil {
+			lt.Close()
+			return nil, err
+		}
+	} else if tok, err = llamacpp.NewTokenizer(ctx, client, props); err != nil {
+		return nil, err
 	}
 	closers = append(closers, tok.Close)
-	if m.Format, m.Info.Format, err = chooseLlamaFormat(ctx, b.Format, gguf, tok.Special(), client, props.BOS); err != nil {
+	if m.Format, m.Info.Format, err = chooseLlamaFormat(ctx, b.Format, jinja, tok.Special(), client, props.BOS); err != nil {
 		return nil, err
 	}
 	d.log.Info("prompt format", "format", m.Info.Format.Name, "append_only", m.Info.Format.AppendOnly, "reason", m.Info.Format.Reason)
@@ -134,17 +159,14 @@ func ggufFacts(path string) (facts ollama.Facts, err error) {
 }
 
 // chooseLlamaFormat picks the format for llama-server: the model's chat
-// template as ctxd renders it (the Go template Ollama maps the GGUF's
-// Jinja to), accepted only if the server's own Jinja rendering agrees on a
+// template as ctxd renders it (the Go template Ollama maps the Jinja
+// template to: the GGUF's, or the server's /props chat_template when the
+// model file is not readable here), accepted only if the server's own Jinja rendering agrees on a
 // probe conversation; else the plain format, saying why.
-func chooseLlamaFormat(ctx context.Context, want, gguf string, special runcontext.Specials, c *llamacpp.Client, bos string) (runcontext.Format, FormatInfo, error) {
+func chooseLlamaFormat(ctx context.Context, want, jinja string, special runcontext.Specials, c *llamacpp.Client, bos string) (runcontext.Format, FormatInfo, error) {
 	plain := runcontext.Plain{Special: special}
 	if want == "plain" {
 		return plain, FormatInfo{Name: plain.Name(), AppendOnly: true, Reason: "backend.format = plain"}, nil
-	}
-	_, jinja, err := llamacpp.ModelInfo(gguf)
-	if err != nil {
-		return nil, FormatInfo{}, err
 	}
 	f, err := chattemplate.FromJinja(jinja, special)
 	if err == nil {
@@ -161,4 +183,17 @@ func chooseLlamaFormat(ctx context.Context, want, gguf string, special runcontex
 		return plain, FormatInfo{Name: plain.Name(), AppendOnly: true, Reason: "the model has no chat template"}, nil
 	}
 	return plain, FormatInfo{Name: plain.Name(), AppendOnly: true, Reason: fmt.Sprintf("the model's chat template cannot be used (%v)", err)}, nil
+}
+
+// remoteFacts reads what the governor needs of a model whose file ctxd
+// cannot read from the server's /v1/models: its trained window, width and
+// weights. The layer shapes stay unknown, so KV memory is not estimated
+// (the server allocated its own).
+func remoteFacts(ctx context.Context, c *llamacpp.Client) (governor.ModelFacts, error) {
+	meta, err := c.ModelMeta(ctx)
+	if err != nil {
+		return governor.ModelFacts{}, fmt.Errorf("daemon: the served model's facts: %w", err)
+	}
+	return governor.ModelFacts{Architecture: "unknown (model file not readable here)", ContextLength: meta.NCtxTrain,
+		Embedding: meta.NEmbd, WeightsBytes: meta.Size}, nil
 }

@@ -68,7 +68,7 @@ func TestTokenCountsMatchBackend(t *testing.T) {
 						t.Fatal(err)
 					}
 					if lc != nil {
-						got, err := lc.Tokenize(context.Background(), p, true)
+						got, err := lc.Tokenize(context.Background(), p, true, true)
 						if err != nil {
 							t.Fatal(err)
 						}

@@ -311,8 +311,9 @@ func TestLlamaServerDownOrModelMissing(t *testing.T) {
 		t.Errorf("managed llama-server without its model file: Run ended with %v", err)
 	}
 
-	// An external server whose model ctxd cannot read: ctxd counts tokens
-	// with the model file, so it says which key names it.
+	// An external server with backend.gguf naming a file that is not
+	// there: the key is wrong, and the error says so. (With the key empty,
+	// ctxd counts through the server: TestExternalLlamaServerWithoutTheModelFile.)
 	model := modelPath(t, testModel())
 	copied := filepath.Join(t.TempDir(), "copy.gguf")
 	data, err := os.ReadFile(model)
@@ -327,9 +328,9 @@ func TestLlamaServerDownOrModelMissing(t *testing.T) {
 		t.Fatal(err)
 	}
 	unreadable := llamaConfig(t, t.TempDir(), "")
-	unreadable.Backend.Mode, unreadable.Backend.URL, unreadable.Backend.GGUF = "external", url, ""
+	unreadable.Backend.Mode, unreadable.Backend.URL, unreadable.Backend.GGUF = "external", url, copied
 	if err := runUntilStopped(t, unreadable); err == nil || !strings.Contains(err.Error(), "backend.gguf") || !strings.Contains(err.Error(), "copy.gguf") {
-		t.Errorf("external llama-server with a model ctxd cannot read: Run ended with %v", err)
+		t.Errorf("external llama-server with backend.gguf naming a missing file: Run ended with %v", err)
 	}
 }
 

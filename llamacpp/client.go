@@ -267,13 +267,40 @@ func (c *Client) EraseSlot(ctx context.Context, slot int) error {
 	return c.do(ctx, http.MethodPost, "/slots/"+strconv.Itoa(slot)+"?action=erase", nil, nil)
 }
 
-// Tokenize tokenizes text with the server's vocabulary.
-func (c *Client) Tokenize(ctx context.Context, text string, addSpecial bool) ([]int, error) {
+// Tokenize tokenizes text with the server's vocabulary: with the special
+// tokens a prompt starts with if addSpecial, and special-token text parsed
+// into those tokens if parseSpecial (as the server does with a text prompt).
+func (c *Client) Tokenize(ctx context.Context, text string, addSpecial, parseSpecial bool) ([]int, error) {
 	var out struct {
 		Tokens []int `json:"tokens"`
 	}
-	err := c.do(ctx, http.MethodPost, "/tokenize", map[string]any{"content": text, "add_special": addSpecial, "parse_special": true}, &out)
+	err := c.do(ctx, http.MethodPost, "/tokenize", map[string]any{"content": text, "add_special": addSpecial, "parse_special": parseSpecial}, &out)
 	return out.Tokens, err
+}
+
+// ModelMeta is what GET /v1/models says of the served model.
+type ModelMeta struct {
+	NVocab    int   `json:"n_vocab"`
+	NCtxTrain int   `json:"n_ctx_train"`
+	NEmbd     int   `json:"n_embd"`
+	NParams   int64 `json:"n_params"`
+	Size      int64 `json:"size"` // bytes of weights
+}
+
+// ModelMeta reads the served model's facts from GET /v1/models.
+func (c *Client) ModelMeta(ctx context.Context) (ModelMeta, error) {
+	var out struct {
+		Data []struct {
+			Meta ModelMeta `json:"meta"`
+		} `json:"data"`
+	}
+	if err := c.do(ctx, http.MethodGet, "/v1/models", nil, &out); err != nil {
+		return ModelMeta{}, err
+	}
+	if len(out.Data) == 0 {
+		return ModelMeta{}, errors.New("llamacpp: /v1/models lists no model")
+	}
+	return out.Data[0].Meta, nil
 }
 
 // ApplyTemplate renders chat messages with the model's own (Jinja)

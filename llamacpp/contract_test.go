@@ -159,8 +159,14 @@ func TestEveryFixture(t *testing.T) {
 		"error-slot-erase-without-slot-save-path.json": func(t *testing.T, f fixture) {
 			kindIs(t, replay(t, f).EraseSlot(ctx, 0), ctxd.KindConflict, "--slot-save-path")
 		},
+		"v1-models.json": func(t *testing.T, f fixture) {
+			m, err := replay(t, f).ModelMeta(ctx)
+			if err != nil || m.NVocab != 512 || m.NCtxTrain != 2048 || m.NEmbd != 64 || m.Size != 1171200 {
+				t.Errorf("model meta %+v, %v", m, err)
+			}
+		},
 		"tokenize-plain.json": func(t *testing.T, f fixture) {
-			ids, err := replay(t, f).Tokenize(ctx, "Once upon a time", true)
+			ids, err := replay(t, f).Tokenize(ctx, "Once upon a time", true, true)
 			if err != nil || !slices.Equal(ids, []int{1, 403, 407, 261, 378}) {
 				t.Errorf("tokens %v, %v", ids, err)
 			}
@@ -215,7 +221,6 @@ func TestEveryFixture(t *testing.T) {
 		"v1-chat-completions.json":             "the OpenAI-compatible routes are not the adapter's: it uses the native API",
 		"v1-chat-completions-stream.json":      "the OpenAI-compatible routes are not the adapter's",
 		"v1-completions.json":                  "the OpenAI-compatible routes are not the adapter's",
-		"v1-models.json":                       "the OpenAI-compatible routes are not the adapter's",
 	}
 	files, _ := filepath.Glob(filepath.Join("testdata", "fixtures", "*.json"))
 	if len(files) != len(cases)+len(notSent) {

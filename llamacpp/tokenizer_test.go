@@ -1,0 +1,73 @@
+package llamacpp
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"testing"
+)
+
+// TestTokenizerProbesSpecials: the texts that parse to one special token
+// (and not when read as text) are found, from the template, bos and eos,
+// and the known vocabularies; a text that is one ordinary token either way
+// is not special. Counts are the server's.
+func TestTokenizerProbesSpecials(t *testing.T) {
+	t.Parallel()
+	special := map[string]int{"<|im_start|>": 1000, "<|im_end|>": 1001, "<s>": 1, "<|fim_prefix|>": 1002}
+	ordinary := map[string]int{"<b>": 500} // one token, but not a special one
+	var calls int
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls++
+		var req struct {
+			Content      string `json:"content"`
+			AddSpecial   bool   `json:"add_special"`
+			ParseSpecial bool   `json:"parse_special"`
+		}
+		if r.URL.Path != "/tokenize" || json.NewDecoder(r.Body).Decode(&req) != nil {
+			http.Error(w, "bad request", 400)
+			return
+		}
+		var ids []int
+		if req.AddSpecial {
+			ids = append(ids, 1)
+		}
+		if id, ok := special[req.Content]; ok && req.ParseSpecial {
+			ids = append(ids, id)
+		} else if id, ok := ordinary[req.Content]; ok {
+			ids = append(ids, id)
+		} else {
+			for _, b := range []byte(req.Content) {
+				ids = append(ids, int(b))
+			}
+		}
+		json.NewEncoder(w).Encode(map[string]any{"tokens": ids})
+	}))
+	defer srv.Close()
+	c, err := New(srv.URL, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, err := NewTokenizer(t.Context(), c, Props{ChatTemplate: "{{ '<|im_start|>' + m.role }}<b>{{ '<|im_end|>' }}", BOS: "<s>", EOS: "</s>"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"<|fim_prefix|>", "<|im_start|>", "<|im_end|>", "<s>"}
+	if got := tok.Special(); !slices.Equal(got, want) {
+		t.Errorf("specials %q, want %q (longest first)", got, want)
+	}
+	if ids, err := tok.Tokenize("ab"); err != nil || !slices.Equal(ids, []int{1, 'a', 'b'}) {
+		t.Errorf("Tokenize: %v, %v", ids, err)
+	}
+	if n, err := tok.CountText("ab"); err != nil || n != 2 {
+		t.Errorf("CountText: %d, %v", n, err)
+	}
+	before := calls
+	if ids, err := tok.TokenizeText(""); err != nil || len(ids) != 0 || calls != before {
+		t.Errorf("an empty piece: %v, %v, %d requests", ids, err, calls-before)
+	}
+	srv.Close()
+	if _, err := tok.Tokenize("ab"); err == nil {
+		t.Error("a server gone: no error")
+	}
+}
