@@ -2,7 +2,6 @@ package daemon
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -164,25 +163,13 @@ func ggufFacts(path string) (facts ollama.Facts, err error) {
 // model file is not readable here), accepted only if the server's own Jinja rendering agrees on a
 // probe conversation; else the plain format, saying why.
 func chooseLlamaFormat(ctx context.Context, want, jinja string, special runcontext.Specials, c *llamacpp.Client, bos string) (runcontext.Format, FormatInfo, error) {
-	plain := runcontext.Plain{Special: special}
-	if want == "plain" {
-		return plain, FormatInfo{Name: plain.Name(), AppendOnly: true, Reason: "backend.format = plain"}, nil
-	}
-	f, err := chattemplate.FromJinja(jinja, special)
-	if err == nil {
-		err = f.Agrees(func(msgs []api.Message) (string, error) { return c.ApplyTemplate(ctx, msgs) }, bos)
-	}
-	switch {
-	case err == nil:
-		ch := f.Check()
-		return f, FormatInfo{Name: f.Name(), AppendOnly: ch.AppendOnly, Note: ch.Note,
-			Reason: "the model's chat template; llama-server's own Jinja rendering agrees"}, nil
-	case want == "template":
-		return nil, FormatInfo{}, ctxd.Errorf(ctxd.KindInvalid, "daemon: backend.format = template: %v", err)
-	case errors.Is(err, chattemplate.ErrNoTemplate):
-		return plain, FormatInfo{Name: plain.Name(), AppendOnly: true, Reason: "the model has no chat template"}, nil
-	}
-	return plain, FormatInfo{Name: plain.Name(), AppendOnly: true, Reason: fmt.Sprintf("the model's chat template cannot be used (%v)", err)}, nil
+	return pickFormat(want, special, "the model's chat template; llama-server's own Jinja rendering agrees", func() (*chattemplate.Format, error) {
+		f, err := chattemplate.FromJinja(jinja, special)
+		if err != nil {
+			return nil, err
+		}
+		return f, f.Agrees(func(msgs []api.Message) (string, error) { return c.ApplyTemplate(ctx, msgs) }, bos)
+	})
 }
 
 // remoteFacts reads what the governor needs of a model whose file ctxd

@@ -43,16 +43,24 @@ type FormatInfo struct {
 // chooseFormat picks the format backend.format asks for: the model's chat
 // template (checked), or ctxd's plain format for a model without one.
 func chooseFormat(want string, facts ollama.Facts, special runcontext.Specials) (runcontext.Format, FormatInfo, error) {
+	return pickFormat(want, special, "the model's chat template, rendered with Ollama's own template code",
+		func() (*chattemplate.Format, error) { return chattemplate.New(facts.Template, facts.Stop, special) })
+}
+
+// pickFormat applies backend.format (want) to the model's template, which
+// load reads and checks: plain when asked; else the template when it
+// loads (reason says why it is trusted); else an error if the template
+// was required, or plain, saying why.
+func pickFormat(want string, special runcontext.Specials, reason string, load func() (*chattemplate.Format, error)) (runcontext.Format, FormatInfo, error) {
 	plain := runcontext.Plain{Special: special}
 	if want == "plain" {
 		return plain, FormatInfo{Name: plain.Name(), AppendOnly: true, Reason: "backend.format = plain"}, nil
 	}
-	f, err := chattemplate.New(facts.Template, facts.Stop, special)
+	f, err := load()
 	switch {
 	case err == nil:
 		c := f.Check()
-		return f, FormatInfo{Name: f.Name(), AppendOnly: c.AppendOnly, Note: c.Note,
-			Reason: "the model's chat template, rendered with Ollama's own template code"}, nil
+		return f, FormatInfo{Name: f.Name(), AppendOnly: c.AppendOnly, Note: c.Note, Reason: reason}, nil
 	case want == "template":
 		return nil, FormatInfo{}, ctxd.Errorf(ctxd.KindInvalid, "daemon: backend.format = template: %v", err)
 	case errors.Is(err, chattemplate.ErrNoTemplate):
