@@ -290,8 +290,8 @@ func waitFor(t *testing.T, cond func() bool) {
 // than retrying for ever.
 // TestLlamaServerDownOrModelMissing: an external llama-server that is not
 // there is a 503 naming it while the daemon stays up; a managed one whose
-// model file is missing, or an external one whose model ctxd cannot read,
-// stops start-up with an error naming the key to fix.
+// model file is missing, or an external one whose backend.gguf names a
+// missing file, stops start-up with an error naming the key to fix.
 func TestLlamaServerDownOrModelMissing(t *testing.T) {
 	needLlamaServer(t)
 	cfg := llamaConfig(t, t.TempDir(), "")

@@ -7,7 +7,6 @@ package llamaservertest
 
 import (
 	"context"
-	"fmt"
 	"net"
 	"net/http"
 	"os"
@@ -16,6 +15,8 @@ import (
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/ctxd/ctxd/internal/reporoot"
 )
 
 // Binary returns the llama-server binary, or skips the test.
@@ -29,7 +30,7 @@ func Binary(tb testing.TB) string {
 		}
 		return p
 	}
-	if root, err := repoRoot(); err == nil {
+	if root, err := reporoot.Find(); err == nil {
 		p := filepath.Join(root, "..", "shared", "bin", "llama-server")
 		if _, err := os.Stat(p); err == nil {
 			return p
@@ -40,23 +41,6 @@ func Binary(tb testing.TB) string {
 	}
 	tb.Skip("llama-server not found (CTXD_LLAMA_SERVER, ../shared/bin/llama-server, PATH): the test needs llama.cpp's server")
 	return ""
-}
-
-func repoRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", fmt.Errorf("llamaservertest: no go.mod above the working directory")
-		}
-		dir = parent
-	}
 }
 
 // Start runs llama-server on model with args (after -m, --host and

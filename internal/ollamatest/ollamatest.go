@@ -9,12 +9,12 @@ package ollamatest
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"path/filepath"
 	"sync"
 	"testing"
 
+	"github.com/ctxd/ctxd/internal/reporoot"
 	"github.com/ctxd/ctxd/modelgen"
 	"github.com/ctxd/ctxd/ollama"
 )
@@ -25,7 +25,7 @@ func Binary(tb testing.TB) string {
 	tb.Helper()
 	path := os.Getenv("CTXD_OLLAMA_BIN")
 	if path == "" {
-		root, err := repoRoot()
+		root, err := reporoot.Find()
 		if err != nil {
 			tb.Fatal(err)
 		}
@@ -38,23 +38,6 @@ func Binary(tb testing.TB) string {
 		tb.Skipf("ollama binary %s missing (run `make ollama`); set CTXD_REQUIRE_OLLAMA=1 to fail instead", path)
 	}
 	return path
-}
-
-func repoRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", fmt.Errorf("ollamatest: no go.mod above the working directory")
-		}
-		dir = parent
-	}
 }
 
 // Start runs a private ollama serve for the test and stops it at cleanup.
