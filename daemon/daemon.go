@@ -370,11 +370,15 @@ func (d *Daemon) start(ctx context.Context) (err error) {
 	counter := tokencount.New(e.model.Tokenizer, d.log)
 	e.sched = scheduler.New(scheduler.Options{Slots: e.model.Window.Slots, LeastRecentTies: e.model.ChoosesSlots})
 	mf, cacheType := e.model.Facts, e.model.Window.CacheType
+	kvBytes := func(n int) int64 { return mf.KVBytes(cacheType, n) }
+	if len(mf.HeadCountKV) == 0 { // layer shapes unknown: not reported, rather than 0
+		kvBytes = nil
+	}
 	e.orch, err = orchestrator.New(orchestrator.Config{
 		Identity: d.identity(),
 		Format:   e.model.Format,
 		Limits:   e.limits,
-		KVBytes:  func(n int) int64 { return mf.KVBytes(cacheType, n) },
+		KVBytes:  kvBytes,
 		Sigils:   d.sigils,
 		TopK:     d.cfg.Codex.TopK,
 		Warm:     e.model.Warm,

@@ -2,9 +2,12 @@ package daemon
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 
 	"github.com/ollama/ollama/api"
 
@@ -21,9 +24,9 @@ import (
 // openLlamaCpp is the Opener for llama.cpp's llama-server: in managed mode
 // it plans the window from the GGUF and starts a supervised server with
 // one window per slot and a slot save path under the state directory; in
-// external mode it reads the server's slots and window from /props. The
-// model file must be on this machine: ctxd counts tokens with it, and
-// sends the prompt as token ids.
+// external mode it reads the server's slots and window from /props. ctxd
+// counts tokens with the model file where it can read it, else with the
+// server's /tokenize, and sends the prompt as token ids.
 func (d *Daemon) openLlamaCpp(ctx context.Context, onRestart func()) (_ *Model, err error) {
 	b := d.cfg.Backend
 	m := &Model{Info: BackendInfo{Mode: b.Mode, Kind: b.Kind, Model: b.Model}, ChoosesSlots: true}
@@ -82,7 +85,7 @@ func (d *Daemon) openLlamaCpp(ctx context.Context, onRestart func()) (_ *Model, 
 		if gguf == "" {
 			gguf = props.ModelPath
 		}
-		_, statErr := os.Stat(gguf)
+		statErr := readable(gguf)
 		switch {
 		case statErr != nil && b.GGUF != "":
 			return nil, ctxd.Errorf(ctxd.KindInvalid, "daemon: backend.gguf %s is not readable (%v): name the server's model file as ctxd sees it, or leave it empty to count tokens with the server", gguf, statErr)
@@ -129,17 +132,24 @@ func (d *Daemon) openLlamaCpp(ctx context.Context, onRestart func()) (_ *Model, 
 			lt.Close()
 			return nil, err
 		}
-	} else if tok, err = llamacpp.NewTokenizer(ctx, client, props); err != nil {
-		return nil, err
+	} else {
+		if tok, err = llamacpp.NewTokenizer(ctx, client, props); err != nil {
+			return nil, err
+		}
+		jinja = ownTemplate(jinja, tok.Special(), d.log)
 	}
 	closers = append(closers, tok.Close)
 	if m.Format, m.Info.Format, err = chooseLlamaFormat(ctx, b.Format, jinja, tok.Special(), client, props.BOS); err != nil {
 		return nil, err
 	}
 	d.log.Info("prompt format", "format", m.Info.Format.Name, "append_only", m.Info.Format.AppendOnly, "reason", m.Info.Format.Reason)
-	m.Backend, m.Tokenizer, m.TokenizerID = client, tok, filepath.Base(gguf)
+	name := filepath.Base(gguf)
+	if gguf == "" {
+		name = b.Model
+	}
+	m.Backend, m.Tokenizer, m.TokenizerID = client, tok, name
 	if slotDir != "" {
-		m.Warm = &orchestrator.WarmConfig{Store: client, Dir: slotDir, Model: filepath.Base(gguf) + "@" + m.Info.Version}
+		m.Warm = &orchestrator.WarmConfig{Store: client, Dir: slotDir, Model: name + "@" + m.Info.Version}
 	} else {
 		d.log.Info("warm restarts are off: set backend.slot_save_path to the server's --slot-save-path to turn them on")
 	}
@@ -183,4 +193,37 @@ func remoteFacts(ctx context.Context, c *llamacpp.Client) (governor.ModelFacts, 
 	}
 	return governor.ModelFacts{Architecture: "unknown (model file not readable here)", ContextLength: meta.NCtxTrain,
 		Embedding: meta.NEmbd, WeightsBytes: meta.Size}, nil
+}
+
+// readable reports why the model file cannot be read here, or nil.
+func readable(path string) error {
+	if path == "" {
+		return errors.New("the server reports no model path")
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	_, err = f.Read(make([]byte, 4))
+	return err
+}
+
+// ownTemplate returns the template /props reports, or "" when it is not
+// the model's own: llama-server reports a ChatML fallback for a model
+// without a template, whose markers are then plain text in the
+// vocabulary. A template whose marker-like texts include none of the
+// vocabulary's special tokens is taken as such a fallback.
+func ownTemplate(jinja string, special []string, log *slog.Logger) string {
+	markers := llamacpp.TemplateMarkers(jinja)
+	if len(markers) == 0 {
+		return jinja
+	}
+	for _, m := range markers {
+		if slices.Contains(special, m) {
+			return jinja
+		}
+	}
+	log.Info("the server's chat template is not the model's: none of its markers is a special token of the vocabulary (llama-server's fallback for a model without one)", "markers", markers)
+	return ""
 }

@@ -16,13 +16,15 @@ import (
 // use.
 type Tokenizer struct {
 	c       *Client
+	ctx     context.Context // ended by Close: a count in flight stops
+	cancel  context.CancelFunc
 	timeout time.Duration
 	special []string
 }
 
 // tokenizeTimeout bounds one count: the interface has no context, and a
 // server that stops answering must not hold a request forever.
-const tokenizeTimeout = 60 * time.Second
+const tokenizeTimeout = 30 * time.Second
 
 // knownSpecials are special token texts of widespread chat vocabularies,
 // probed beside those the template names, so that content spelling one
@@ -39,45 +41,46 @@ var knownSpecials = []string{
 }
 
 // markerLike finds the texts in a chat template that look like special
-// tokens: <…>, <|…|>, <｜…｜> and [UPPER] markers.
-var markerLike = regexp.MustCompile(`<[|｜]?[^<>\s'"{}%]{1,48}[|｜]?>|\[/?[A-Z_]{2,32}\]`)
+// tokens: <…>, <|…|>, <｜…｜> and [MARKER] markers.
+var markerLike = regexp.MustCompile(`<[|｜]?[^<>\s'"{}%]{1,48}[|｜]?>|\[/?[A-Za-z_]{2,32}\]`)
 
 // NewTokenizer probes which texts the server's vocabulary turns into
 // special tokens: the template's markers, bos and eos, and the known
-// texts of common vocabularies. A text is special when parsing special
-// tokens makes it one token and reading it as plain text does not.
+// texts of common vocabularies. A text is taken as special when it
+// tokenizes to one token: the API cannot tell a control or user-defined
+// token (which llama.cpp splits out of text even when not parsing special
+// tokens) from an ordinary token that happens to look like a marker, and
+// escaping one of those only adds a zero-width space.
 func NewTokenizer(ctx context.Context, c *Client, p Props) (*Tokenizer, error) {
 	t := &Tokenizer{c: c, timeout: tokenizeTimeout}
-	candidates := append(markerLike.FindAllString(p.ChatTemplate, -1), p.BOS, p.EOS)
+	candidates := append(TemplateMarkers(p.ChatTemplate), p.BOS, p.EOS)
 	candidates = append(candidates, knownSpecials...)
 	slices.Sort(candidates)
 	for _, s := range slices.Compact(candidates) {
 		if s == "" {
 			continue
 		}
-		parsed, err := c.Tokenize(ctx, s, false, true)
+		ids, err := c.Tokenize(ctx, s, false, true)
 		if err != nil {
 			return nil, fmt.Errorf("llamacpp: probing special tokens: %w", err)
 		}
-		if len(parsed) != 1 {
-			continue
-		}
-		plain, err := c.Tokenize(ctx, s, false, false)
-		if err != nil {
-			return nil, fmt.Errorf("llamacpp: probing special tokens: %w", err)
-		}
-		if !slices.Equal(plain, parsed) {
+		if len(ids) == 1 {
 			t.special = append(t.special, s)
 		}
 	}
 	slices.SortStableFunc(t.special, func(a, b string) int { return len(b) - len(a) })
+	t.ctx, t.cancel = context.WithCancel(context.Background())
 	return t, nil
 }
 
+// TemplateMarkers lists the texts in a chat template that look like
+// special tokens: <…>, <|…|>, <｜…｜> and [MARKER] markers.
+func TemplateMarkers(template string) []string { return markerLike.FindAllString(template, -1) }
+
 // Special lists the texts found to tokenize to special tokens, longest
 // first. Unlike a tokenizer reading the model file it cannot list the
-// whole vocabulary's: special tokens that neither the template nor a
-// common vocabulary names are not in it.
+// whole vocabulary's: special tokens that neither the template (as
+// literal text) nor a common vocabulary names are not in it.
 func (t *Tokenizer) Special() []string { return slices.Clone(t.special) }
 
 // Tokenize tokenizes a whole prompt as the server would a text prompt:
@@ -98,7 +101,7 @@ func (t *Tokenizer) tokenize(text string, addSpecial bool) ([]int, error) {
 	if text == "" && !addSpecial {
 		return nil, nil
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), t.timeout)
+	ctx, cancel := context.WithTimeout(t.ctx, t.timeout)
 	defer cancel()
 	ids, err := t.c.Tokenize(ctx, text, addSpecial, true)
 	if err != nil {
@@ -107,5 +110,8 @@ func (t *Tokenizer) tokenize(text string, addSpecial bool) ([]int, error) {
 	return ids, nil
 }
 
-// Close does nothing: the vocabulary is the server's.
-func (t *Tokenizer) Close() error { return nil }
+// Close stops counts in flight; the vocabulary is the server's.
+func (t *Tokenizer) Close() error {
+	t.cancel()
+	return nil
+}

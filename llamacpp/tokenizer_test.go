@@ -8,14 +8,15 @@ import (
 	"testing"
 )
 
-// TestTokenizerProbesSpecials: the texts that parse to one special token
-// (and not when read as text) are found, from the template, bos and eos,
-// and the known vocabularies; a text that is one ordinary token either way
-// is not special. Counts are the server's.
+// TestTokenizerProbesSpecials: the texts that parse to one token are
+// found, from the template, bos and eos, and the known vocabularies (a
+// user-defined token is one token whether special tokens are parsed or
+// not); a marker-like text of several tokens is not special. Counts are
+// the server's, and Close stops them.
 func TestTokenizerProbesSpecials(t *testing.T) {
 	t.Parallel()
 	special := map[string]int{"<|im_start|>": 1000, "<|im_end|>": 1001, "<s>": 1, "<|fim_prefix|>": 1002}
-	ordinary := map[string]int{"<b>": 500} // one token, but not a special one
+	userDefined := map[string]int{"<think>": 2000} // split out of text even unparsed
 	var calls int
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		calls++
@@ -34,7 +35,7 @@ func TestTokenizerProbesSpecials(t *testing.T) {
 		}
 		if id, ok := special[req.Content]; ok && req.ParseSpecial {
 			ids = append(ids, id)
-		} else if id, ok := ordinary[req.Content]; ok {
+		} else if id, ok := userDefined[req.Content]; ok {
 			ids = append(ids, id)
 		} else {
 			for _, b := range []byte(req.Content) {
@@ -52,7 +53,7 @@ func TestTokenizerProbesSpecials(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"<|fim_prefix|>", "<|im_start|>", "<|im_end|>", "<s>"}
+	want := []string{"<|fim_prefix|>", "<|im_start|>", "<|im_end|>", "<think>", "<s>"}
 	if got := tok.Special(); !slices.Equal(got, want) {
 		t.Errorf("specials %q, want %q (longest first)", got, want)
 	}
@@ -66,8 +67,9 @@ func TestTokenizerProbesSpecials(t *testing.T) {
 	if ids, err := tok.TokenizeText(""); err != nil || len(ids) != 0 || calls != before {
 		t.Errorf("an empty piece: %v, %v, %d requests", ids, err, calls-before)
 	}
-	srv.Close()
+	tok.Close()
 	if _, err := tok.Tokenize("ab"); err == nil {
-		t.Error("a server gone: no error")
+		t.Error("a closed tokenizer counted")
 	}
+	srv.Close()
 }
