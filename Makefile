@@ -43,7 +43,7 @@ run: build ollama $(DEMO_MODEL)
 # The same demo on llama.cpp's llama-server (LLAMA_SERVER, below).
 run-llamacpp: build $(DEMO_MODEL)
 	@test -n "$(LLAMA_SERVER)" || { echo "llama-server not found: set CTXD_LLAMA_SERVER to its binary"; exit 1; }
-	CTXD_LLAMA_SERVER=$(abspath $(LLAMA_SERVER)) $(CTXD) serve --config ctxd-llamacpp.toml
+	CTXD_LLAMA_SERVER=$(if $(findstring /,$(LLAMA_SERVER)),$(abspath $(LLAMA_SERVER)),$(LLAMA_SERVER)) $(CTXD) serve --config ctxd-llamacpp.toml
 
 # llama.cpp's llama-server cannot come from the package registries: it is
 # used from CTXD_LLAMA_SERVER, or beside the project (../shared/bin), when

@@ -50,7 +50,7 @@ type Backend struct {
 	Binary    string   `toml:"binary"`      // managed: the server binary; "": ollama, or $CTXD_LLAMA_SERVER else llama-server, by kind
 	Listen    string   `toml:"listen"`      // managed: loopback host:port (port 0 picks one); llamacpp: or a .sock path
 	Model     string   `toml:"model"`       // model name on the server
-	GGUF      string   `toml:"gguf"`        // managed: GGUF file imported as Model at start ("" to use an existing model)
+	GGUF      string   `toml:"gguf"`        // managed: the model file (Ollama imports it as Model; "": an existing model); external llamacpp: the server's model as ctxd sees it ("": /props' path, else count with /tokenize)
 	NumCtx    int      `toml:"num_ctx"`     // context window; 0: the model's trained length, capped at MaxNumCtx
 	MaxNumCtx int      `toml:"max_num_ctx"` // upper bound when NumCtx is 0
 	NumBatch  int      `toml:"num_batch"`
@@ -204,9 +204,6 @@ func Load(path string, env Env) (Config, error) {
 	if c.Sigils == nil {
 		c.Sigils = Default(env).Sigils
 	}
-	if c.Backend.Kind == "llamacpp" && c.Backend.Binary == "" {
-		c.Backend.Binary = env.LlamaServer
-	}
 	// Defaults are absolute, so a relative path came from the file.
 	dir := filepath.Dir(path)
 	for _, p := range []*string{&c.Daemon.Socket, &c.Daemon.StateDir, &c.Codex.Path, &c.Backend.GGUF, &c.Backend.Binary} {
@@ -219,6 +216,18 @@ func Load(path string, env Env) (Config, error) {
 		}
 		if *p != "" && !filepath.IsAbs(*p) {
 			*p = filepath.Join(dir, *p)
+		}
+	}
+	// $CTXD_LLAMA_SERVER came from the shell, not the file: a relative path
+	// in it is relative to the working directory, as the shell meant it.
+	if c.Backend.Kind == "llamacpp" && c.Backend.Binary == "" && env.LlamaServer != "" {
+		c.Backend.Binary = env.LlamaServer
+		if strings.Contains(env.LlamaServer, "/") {
+			abs, err := filepath.Abs(env.LlamaServer)
+			if err != nil {
+				return c, fmt.Errorf("config: CTXD_LLAMA_SERVER: %w", err)
+			}
+			c.Backend.Binary = abs
 		}
 	}
 	return c, nil

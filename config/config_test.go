@@ -104,6 +104,14 @@ func TestLlamaServerBinary(t *testing.T) {
 	if err != nil || cfg.Backend.ServerBinary() != "llama-server" {
 		t.Errorf("without CTXD_LLAMA_SERVER: %q, %v", cfg.Backend.ServerBinary(), err)
 	}
+	// A relative CTXD_LLAMA_SERVER is the shell's: relative to the working
+	// directory, not to the config file's.
+	e.LlamaServer = "bin/llama-server"
+	cfg, err = Load(writeConfig(t, "[backend]\nkind = \"llamacpp\"\n"), e)
+	wd, _ := os.Getwd()
+	if want := filepath.Join(wd, "bin", "llama-server"); err != nil || cfg.Backend.ServerBinary() != want {
+		t.Errorf("relative CTXD_LLAMA_SERVER: %q, %v; want %q", cfg.Backend.ServerBinary(), err, want)
+	}
 }
 
 func TestLoadErrorsNameTheKey(t *testing.T) {
