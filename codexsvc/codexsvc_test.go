@@ -183,43 +183,55 @@ func TestWatchReloadsAndCloseStopsIt(t *testing.T) {
 }
 
 // TestWatchIgnoresTheDaemonsOwnState: with the state directory inside the
-// codex tree (make run's layout), the daemon's own writes there (the codex
-// cache, the sessions database, saved slots) reload nothing, while a
-// change to the codex still does.
+// codex tree (make run's layout), named directly or through a symlink, the
+// daemon's own writes there (the codex cache, the sessions database, saved
+// slots) reload nothing, while a change to the codex still does.
 func TestWatchIgnoresTheDaemonsOwnState(t *testing.T) {
 	t.Parallel()
-	s, snk := newService(t, 100000, true)
-	dir := tree(t, 2, 300)
-	s.cfg.StateDir = filepath.Join(dir, "var", "state")
-	if err := os.MkdirAll(s.cfg.StateDir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.Load(t.Context(), dir, nil); err != nil {
-		t.Fatal(err)
-	}
-	for i := range 5 {
-		if err := os.WriteFile(filepath.Join(s.cfg.StateDir, fmt.Sprintf("slot-%d.bin", i)), []byte("state"), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := os.MkdirAll(filepath.Join(s.cfg.StateDir, "llamacpp", "slots"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(3 * debounce)
-	if _, _, _, n := snk.published(); n != 1 {
-		t.Fatalf("published %d times after writes to the state directory only, want once (the load)", n)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "new.go"), []byte("package x\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		if _, _, _, n := snk.published(); n == 2 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("a codex change was not reloaded within 20s")
-		}
-		time.Sleep(20 * time.Millisecond)
+	for _, link := range []bool{false, true} {
+		t.Run(fmt.Sprintf("symlink=%v", link), func(t *testing.T) {
+			t.Parallel()
+			s, snk := newService(t, 100000, true)
+			dir := tree(t, 2, 300)
+			state := filepath.Join(dir, "var", "state")
+			if err := os.MkdirAll(state, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			s.cfg.StateDir = state
+			if link {
+				s.cfg.StateDir = filepath.Join(t.TempDir(), "state")
+				if err := os.Symlink(state, s.cfg.StateDir); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if _, err := s.Load(t.Context(), dir, nil); err != nil {
+				t.Fatal(err)
+			}
+			for i := range 5 {
+				if err := os.WriteFile(filepath.Join(s.cfg.StateDir, fmt.Sprintf("slot-%d.bin", i)), []byte("state"), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := os.MkdirAll(filepath.Join(s.cfg.StateDir, "llamacpp", "slots"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(3 * debounce)
+			if _, _, _, n := snk.published(); n != 1 {
+				t.Fatalf("published %d times after writes to the state directory only, want once (the load)", n)
+			}
+			if err := os.WriteFile(filepath.Join(dir, "new.go"), []byte("package x\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			deadline := time.Now().Add(20 * time.Second)
+			for {
+				if _, _, _, n := snk.published(); n == 2 {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatal("a codex change was not reloaded within 20s")
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+		})
 	}
 }

@@ -49,10 +49,14 @@ func (s *Service) watchTree(ctx context.Context, root string, watching chan<- st
 		return
 	}
 	defer w.Close()
+	dir := root
+	if info, err := os.Stat(root); err == nil && !info.IsDir() {
+		dir = filepath.Dir(root)
+	}
 	// The daemon's own state (sessions, caches, saved slots) may lie inside
 	// the codex tree, as with make run's: its writes are not the codex's
 	// changes, and watching them would reload on every answer.
-	own := s.ownDir()
+	own := s.ownDir(dir)
 	addTree := func(dir string) {
 		_ = filepath.WalkDir(dir, func(p string, e fs.DirEntry, err error) error {
 			if err != nil || !e.IsDir() {
@@ -67,10 +71,6 @@ func (s *Service) watchTree(ctx context.Context, root string, watching chan<- st
 			}
 			return nil
 		})
-	}
-	dir := root
-	if info, err := os.Stat(root); err == nil && !info.IsDir() {
-		dir = filepath.Dir(root)
 	}
 	addTree(dir)
 	close(watching)
@@ -110,19 +110,41 @@ func (s *Service) watchTree(ctx context.Context, root string, watching chan<- st
 	}
 }
 
-// ownDir reports whether a path is the daemon's state directory or under
-// it.
-func (s *Service) ownDir() func(string) bool {
-	state, err := filepath.Abs(s.cfg.StateDir)
-	if err != nil || s.cfg.StateDir == "" {
-		return func(string) bool { return false }
+// ownDir reports whether a directory is the daemon's state directory or
+// lies under it, by path and, through symlinks and bind mounts, by
+// identity. When the state directory holds the codex root itself, nothing
+// is filtered (the root must be watched), and the log says the daemon's
+// own writes will reload the codex.
+func (s *Service) ownDir(root string) func(string) bool {
+	none := func(string) bool { return false }
+	if s.cfg.StateDir == "" {
+		return none
 	}
-	return func(p string) bool {
+	state, err := filepath.Abs(s.cfg.StateDir)
+	if err != nil {
+		return none
+	}
+	under := func(p string) bool {
 		p, err := filepath.Abs(p)
 		if err != nil {
 			return false
 		}
 		rel, err := filepath.Rel(state, p)
-		return err == nil && rel != ".." && !strings.HasPrefix(rel, "../")
+		return err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator))
+	}
+	if under(root) {
+		s.log.Warn("the state directory holds the codex: the daemon's own writes will reload it; keep daemon.state_dir outside codex.path", "state_dir", state, "codex", root)
+		return none
+	}
+	stateInfo, statErr := os.Stat(state)
+	return func(p string) bool {
+		if under(p) {
+			return true
+		}
+		if statErr != nil {
+			return false
+		}
+		info, err := os.Stat(p)
+		return err == nil && os.SameFile(info, stateInfo)
 	}
 }
