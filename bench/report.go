@@ -264,9 +264,10 @@ func (r *Report) llamaMarkdown(b *strings.Builder) {
 		fmt.Fprintf(b, "| %s tokens | %.0f ms | %.0f ms (%.0f) | %.0f ms | %.0f ms | %.2f ms | %.2f ms |\n", thousands(s.StableTokens),
 			s.LlamaColdMs, percentile(s.LlamaWarmMs, 0.5), percentile(ev, 0.5), s.OllamaColdMs, percentile(s.OllamaWarmMs, 0.5), s.OverheadP50, s.OwnP50)
 	}
-	if n := len(l.Sizes); n > 1 {
+	if n := len(l.Sizes); n > 1 && l.Sizes[0].StableTokens > 0 && len(l.Sizes[0].LlamaWarmMs) > 0 && len(l.Sizes[0].OllamaWarmMs) > 0 &&
+		len(l.Sizes[n-1].LlamaWarmMs) > 0 && len(l.Sizes[n-1].OllamaWarmMs) > 0 {
 		lo, hi := l.Sizes[0], l.Sizes[n-1]
-		worst := 0.0
+		worst := lo.OverheadP50
 		for _, s := range l.Sizes {
 			worst = max(worst, s.OverheadP50)
 		}
