@@ -2,11 +2,20 @@ package ctxd
 
 // CodexStats describes the loaded codex (GET /v1/codex, ctxd codex stats).
 type CodexStats struct {
-	Name       string           `json:"name"`
-	Root       string           `json:"root"`
-	Files      int              `json:"files"`
-	Bytes      int64            `json:"bytes"`
-	Tokens     int64            `json:"tokens"`
+	Name   string `json:"name"`
+	Root   string `json:"root"`
+	Files  int    `json:"files"`
+	Lines  int64  `json:"lines"`
+	Bytes  int64  `json:"bytes"`
+	Tokens int64  `json:"tokens"` // exact total when TokensExact; otherwise of the files counted so far
+	// TokensExact says Tokens is the exact whole-tree total. A codex too
+	// large to load whole is not counted to decide that: its totals are
+	// counted in the background, at low priority, and Counting says how far.
+	TokensExact bool           `json:"tokens_exact"`
+	Counting    *CountProgress `json:"counting,omitempty"`
+	// Read is how many files the last load opened: a reload of an
+	// unchanged tree opens none (the stat index proves them unchanged).
+	Read       int              `json:"read"`
 	Plan       CodexPlan        `json:"plan"`
 	Largest    []FileTokens     `json:"largest"`
 	Redactions int              `json:"redactions"`
@@ -15,6 +24,16 @@ type CodexStats struct {
 	Reindexed  int              `json:"reindexed"`
 	LoadMillis float64          `json:"load_ms"`
 	Redacting  bool             `json:"redacting"`
+}
+
+// CountProgress is how far the background count of a codex's tokens is.
+type CountProgress struct {
+	Files      int     `json:"files"`
+	TotalFiles int     `json:"total_files"`
+	Bytes      int64   `json:"bytes"`
+	TotalBytes int64   `json:"total_bytes"`
+	Percent    float64 `json:"percent"`         // of the bytes
+	Error      string  `json:"error,omitempty"` // the count stopped: why
 }
 
 // FileTokens is one file's size in tokens.

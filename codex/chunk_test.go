@@ -38,11 +38,10 @@ func TestChunkAtFunctionsAndHeadings(t *testing.T) {
 func TestMapFitsItsBudget(t *testing.T) {
 	c := &Codex{Name: "big"}
 	for i := range 300 {
-		c.Files = append(c.Files, File{Path: fmt.Sprintf("pkg%d/sub%d/file%d.go", i%7, i%13, i), Tokens: 100})
-		c.Tokens += 100
+		c.Files = append(c.Files, File{Path: fmt.Sprintf("pkg%d/sub%d/file%d.go", i%7, i%13, i), Lines: 12, Size: 345})
 	}
 	full := c.Map(0)
-	if !strings.Contains(full, "\"pkg0/sub0/file0.go\" 100") {
+	if !strings.Contains(full, "\"pkg0/sub0/file0.go\" 12 345") || !strings.Contains(full, "300 files, 3600 lines, 103500 bytes") {
 		t.Errorf("uncapped map lacks files:\n%.300s", full)
 	}
 	capped := c.Map(1200)

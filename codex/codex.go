@@ -13,9 +13,11 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 	"unicode/utf8"
 
 	"github.com/ctxd/ctxd"
@@ -29,9 +31,13 @@ type Options struct {
 	Include       []string // gitignore-style patterns; if set, only matching files are loaded
 	Exclude       []string // gitignore-style patterns of files and directories to leave out
 	NoRedact      bool     // turn secret redaction off (it is on by default)
-	Counter       Counter  // counts tokens with the serving model's tokenizer; nil: no counts
-	Cache         *Cache   // reuses counts and redactions of unchanged content; nil: none
-	Progress      func(ctxd.CodexProgress)
+	// Cache keeps the stat index and what reading each content found: a
+	// reload opens only files whose metadata changed. nil: every file is read.
+	Cache *Cache
+	// Previous is the codex this load replaces, if any: the content of its
+	// files that did not change is taken from it instead of the disk.
+	Previous *Codex
+	Progress func(ctxd.CodexProgress)
 }
 
 // Counter counts the tokens of a text. It must be safe for concurrent use.
@@ -48,10 +54,19 @@ func DefaultOptions() Options {
 type File struct {
 	Path       string           `json:"path"` // slash-separated, relative to the root
 	Size       int64            `json:"bytes"`
+	Lines      int              `json:"lines"`
 	SHA256     string           `json:"sha256"` // of the file as read
-	Tokens     int              `json:"tokens"` // of the content as rendered (after redaction)
+	Tokens     int              `json:"tokens"` // of the content as rendered (after redaction), when Counted
+	Counted    bool             `json:"counted"`
 	Redactions []ctxd.Redaction `json:"redactions,omitempty"`
-	Content    string           `json:"-"` // redacted content
+	// Content is the redacted content when HasContent; a file the stat
+	// index proved unchanged is not read until its content is needed
+	// (Codex.ReadContent, Codex.Content).
+	Content    string `json:"-"`
+	HasContent bool   `json:"-"`
+
+	abs string   // where it was read
+	sum [32]byte // SHA256, raw
 }
 
 // Codex is a loaded tree.
@@ -60,9 +75,13 @@ type Codex struct {
 	Root    string // absolute root, for reloading; never rendered
 	Files   []File
 	Skipped []ctxd.Skipped
-	Tokens  int64 // sum of the files' tokens
-	Counted bool  // whether Tokens were counted
+	Tokens  int64 // sum of the counted files' tokens
+	Counted bool  // whether every file was counted (Tokens is the exact total)
+	// Read is how many files this load opened: a reload of an unchanged
+	// tree opens none.
+	Read int
 
+	redact     bool
 	renderOnce sync.Once
 	body       string
 }
@@ -72,6 +91,12 @@ type Codex struct {
 // patterns, or root alone if it is a file. Files that cannot be used are
 // skipped and reported; a tree over MaxTotalBytes is refused whole. A load
 // whose ctx ends stops walking and reading, and returns ctx's error.
+//
+// Load does not count tokens (Count and CountAll do, with the model's
+// tokenizer, when a decision or a prompt needs them); it takes the counts
+// the cache has. With a cache, a file whose metadata matches the stat index
+// is not opened: its hash, lines and redactions come from the index, its
+// content from opts.Previous or, later, from the disk on demand.
 func Load(ctx context.Context, root string, opts Options) (*Codex, error) {
 	if err := ValidatePatterns(opts.Include); err != nil {
 		return nil, err
@@ -91,19 +116,20 @@ func Load(ctx context.Context, root string, opts Options) (*Codex, error) {
 	if err != nil {
 		return nil, fmt.Errorf("codex: %w", err)
 	}
-	c := &Codex{Name: filepath.Base(abs), Root: abs}
+	scanNs := time.Now().UnixNano()
+	c := &Codex{Name: filepath.Base(abs), Root: abs, redact: !opts.NoRedact}
 	w, err := newWalker(ctx, real, opts)
 	if err != nil {
 		return nil, err
 	}
 	if info.IsDir() {
-		if err := w.walk(real, "", nil); err != nil {
+		if err := w.run(); err != nil {
 			return nil, err
 		}
 	} else {
 		c.Name = filepath.Base(filepath.Dir(abs))
 		w.root = filepath.Dir(real)
-		w.files = append(w.files, entry{rel: filepath.Base(abs), abs: real, size: info.Size()})
+		w.files = append(w.files, entry{rel: filepath.Base(abs), abs: real, size: info.Size(), stat: statOf(info)})
 	}
 	c.Skipped = w.skipped
 	// The walk lists a directory's entries by name, so "a/b.go" comes
@@ -122,31 +148,63 @@ func Load(ctx context.Context, root string, opts Options) (*Codex, error) {
 	if opts.MaxTotalBytes > 0 && total > opts.MaxTotalBytes {
 		return nil, fmt.Errorf("codex: %s holds %d bytes in %d files, over the cap of %d (codex max_total_bytes); nothing was loaded", root, total, len(kept), opts.MaxTotalBytes)
 	}
-	if err := c.process(ctx, kept, total, opts); err != nil {
+	optKey := fmt.Sprintf("redact=%t max_file_bytes=%d", !opts.NoRedact, opts.MaxFileBytes)
+	index := opts.Cache.statIndexFor(real, optKey)
+	next, err := c.process(ctx, kept, total, index, opts)
+	if err != nil {
 		return nil, err
 	}
+	// A reload that read nothing and lost no file keeps the index it was
+	// proven against (and its older scan time, only ever more cautious).
+	if c.Read > 0 || len(next) != len(index.Files) {
+		opts.Cache.setStatIndex(statIndex{Root: real, Options: optKey, ScanNs: scanNs, Files: next})
+	}
 	slices.SortFunc(c.Skipped, func(a, b ctxd.Skipped) int { return strings.Compare(a.Path, b.Path) })
+	c.sumTokens()
 	return c, nil
+}
+
+// sumTokens totals the counted files.
+func (c *Codex) sumTokens() {
+	c.Tokens, c.Counted = 0, true
+	for _, f := range c.Files {
+		if f.Counted {
+			c.Tokens += int64(f.Tokens)
+		} else {
+			c.Counted = false
+		}
+	}
 }
 
 // result is one file's outcome; exactly one of file and skip is set.
 type result struct {
 	file *File
 	skip *ctxd.Skipped
+	read bool // the file was opened
+	stat statEntry
 }
 
-// process reads, checks, redacts and counts the files in parallel, keeping
-// their order.
-func (c *Codex) process(ctx context.Context, entries []entry, totalBytes int64, opts Options) error {
+// process reads, checks and redacts the files in parallel, keeping their
+// order, except the files the stat index proves unchanged. It returns the
+// new stat index.
+func (c *Codex) process(ctx context.Context, entries []entry, totalBytes int64, index statIndex, opts Options) (map[string]statEntry, error) {
+	prev := map[string]*File{}
+	if opts.Previous != nil && opts.Previous.redact == !opts.NoRedact {
+		for i := range opts.Previous.Files {
+			if f := &opts.Previous.Files[i]; f.HasContent {
+				prev[f.Path] = f
+			}
+		}
+	}
 	results := make([]result, len(entries))
 	var (
-		next         atomic.Int64
-		done, tokens atomic.Int64
-		doneBytes    atomic.Int64
-		firstErr     error
-		errOnce      sync.Once
-		wg           sync.WaitGroup
-		progressMu   sync.Mutex
+		next       atomic.Int64
+		done       atomic.Int64
+		doneBytes  atomic.Int64
+		firstErr   error
+		errOnce    sync.Once
+		wg         sync.WaitGroup
+		progressMu sync.Mutex
 	)
 	workers := min(runtime.GOMAXPROCS(0)*2, max(1, len(entries)))
 	for range workers {
@@ -162,20 +220,17 @@ func (c *Codex) process(ctx context.Context, entries []entry, totalBytes int64, 
 					errOnce.Do(func() { firstErr = fmt.Errorf("codex: load cancelled: %w", err) })
 					return
 				}
-				r, err := loadFile(entries[i], opts)
-				if err != nil {
-					errOnce.Do(func() { firstErr = err })
-					return
+				e := entries[i]
+				r, ok := fromIndex(e, index, opts, prev[e.rel])
+				if !ok {
+					r = loadFile(e, opts)
 				}
 				results[i] = r
 				d := done.Add(1)
-				b := doneBytes.Add(entries[i].size)
-				if r.file != nil {
-					tokens.Add(int64(r.file.Tokens))
-				}
+				b := doneBytes.Add(e.size)
 				if opts.Progress != nil {
 					progressMu.Lock()
-					opts.Progress(ctxd.CodexProgress{Files: int(d), TotalFiles: len(entries), Bytes: b, TotalBytes: totalBytes, Tokens: tokens.Load()})
+					opts.Progress(ctxd.CodexProgress{Files: int(d), TotalFiles: len(entries), Bytes: b, TotalBytes: totalBytes})
 					progressMu.Unlock()
 				}
 			}
@@ -183,42 +238,54 @@ func (c *Codex) process(ctx context.Context, entries []entry, totalBytes int64, 
 	}
 	wg.Wait()
 	if firstErr != nil {
-		return firstErr
+		return nil, firstErr
 	}
-	for _, r := range results {
+	files := make(map[string]statEntry, len(entries))
+	for i, r := range results {
+		files[entries[i].rel] = r.stat
+		if r.read {
+			c.Read++
+		}
 		if r.skip != nil {
 			c.Skipped = append(c.Skipped, *r.skip)
 			continue
 		}
 		c.Files = append(c.Files, *r.file)
-		c.Tokens += int64(r.file.Tokens)
 	}
-	c.Counted = opts.Counter != nil
-	return nil
+	return files, nil
 }
 
-// loadFile reads one file. Problems with the file are skips; only a
-// failing tokenizer is an error.
-func loadFile(e entry, opts Options) (result, error) {
-	skip := func(reason string) (result, error) {
-		return result{skip: &ctxd.Skipped{Path: e.rel, Reason: reason}}, nil
+// fromIndex is a file the stat index proves unchanged, without opening it:
+// its metadata is what it was when it was read, and that was not within
+// the timestamps' granularity of that scan.
+func fromIndex(e entry, index statIndex, opts Options, prev *File) (result, bool) {
+	ie, ok := index.Files[e.rel]
+	if !ok || ie.Stat != e.stat || racy(ie.Stat, index.ScanNs) {
+		return result{}, false
 	}
-	f, err := os.Open(e.abs)
+	if ie.Skip != "" {
+		return result{skip: &ctxd.Skipped{Path: e.rel, Reason: ie.Skip}, stat: ie}, true
+	}
+	ce, ok := opts.Cache.get(ie.Sum, !opts.NoRedact)
+	if !ok {
+		return result{}, false
+	}
+	f := &File{Path: e.rel, Size: e.size, Lines: ce.Lines, SHA256: hex.EncodeToString(ie.Sum[:]), Tokens: ce.Tokens, Counted: ce.Counted,
+		Redactions: ce.Redactions, abs: e.abs, sum: ie.Sum}
+	if prev != nil && prev.sum == ie.Sum {
+		f.Content, f.HasContent = prev.Content, true
+	}
+	return result{file: f, stat: ie}, true
+}
+
+// loadFile reads one file. Problems with the file are skips.
+func loadFile(e entry, opts Options) result {
+	skip := func(reason string) result {
+		return result{skip: &ctxd.Skipped{Path: e.rel, Reason: reason}, read: true, stat: statEntry{Stat: e.stat, Skip: reason}}
+	}
+	data, err := readCapped(e.abs, opts.MaxFileBytes)
 	if err != nil {
-		return skip(fmt.Sprintf("unreadable: %v", errors.Unwrap(err)))
-	}
-	defer f.Close()
-	// Read at most one byte past the cap: the file may have grown since the walk.
-	limit := opts.MaxFileBytes
-	if limit <= 0 {
-		limit = 1 << 62
-	}
-	data, err := io.ReadAll(io.LimitReader(f, limit+1))
-	if err != nil {
-		return skip(fmt.Sprintf("unreadable: %v", err))
-	}
-	if int64(len(data)) > limit {
-		return skip(fmt.Sprintf("over the per-file cap of %d bytes (codex max_file_bytes)", limit))
+		return skip(err.Error())
 	}
 	if bytes.IndexByte(data[:min(len(data), 8000)], 0) >= 0 {
 		return skip("binary content")
@@ -227,29 +294,118 @@ func loadFile(e entry, opts Options) (result, error) {
 		return skip("not valid UTF-8")
 	}
 	sum := sha256.Sum256(data)
-	file := &File{Path: e.rel, Size: int64(len(data)), SHA256: hex.EncodeToString(sum[:]), Content: string(data)}
-	cached, ok := opts.Cache.get(sum, !opts.NoRedact)
-	if ok {
-		file.Redactions = cached.Redactions
-		file.Tokens = cached.Tokens
+	file := &File{Path: e.rel, Size: int64(len(data)), SHA256: hex.EncodeToString(sum[:]), Content: string(data), HasContent: true, abs: e.abs, sum: sum}
+	if cached, ok := opts.Cache.get(sum, !opts.NoRedact); ok {
+		file.Lines, file.Redactions, file.Tokens, file.Counted = cached.Lines, cached.Redactions, cached.Tokens, cached.Counted
 		if len(cached.Redactions) > 0 {
 			file.Content, _ = redact(file.Content)
 		}
-		if opts.Counter == nil || cached.Counted {
-			return result{file: file}, nil
+	} else {
+		if !opts.NoRedact {
+			file.Content, file.Redactions = redact(file.Content)
 		}
-	} else if !opts.NoRedact {
-		file.Content, file.Redactions = redact(file.Content)
+		file.Lines = lineCount(file.Content)
+		opts.Cache.put(sum, !opts.NoRedact, cacheEntry{Lines: file.Lines, Redactions: file.Redactions})
 	}
-	if opts.Counter != nil {
-		n, err := opts.Counter.CountText(file.Content)
-		if err != nil {
-			return result{}, ctxd.Errorf(ctxd.KindInternal, "codex: count tokens of %s: %w", e.rel, err)
-		}
-		file.Tokens = n
+	st := e.stat
+	if int64(len(data)) != st.Size { // changed between the walk and the read: not proof of anything
+		st = fileStat{}
 	}
-	opts.Cache.put(sum, !opts.NoRedact, cacheEntry{Tokens: file.Tokens, Counted: opts.Counter != nil, Redactions: file.Redactions})
-	return result{file: file}, nil
+	return result{file: file, read: true, stat: statEntry{Stat: st, Sum: sum}}
+}
+
+// readCapped reads a file of at most limit bytes (0: no limit); its
+// errors are reasons to skip the file.
+func readCapped(path string, limit int64) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("unreadable: %v", errors.Unwrap(err))
+	}
+	defer f.Close()
+	// Read at most one byte past the cap: the file may have grown since the walk.
+	if limit <= 0 {
+		limit = 1 << 62
+	}
+	data, err := io.ReadAll(io.LimitReader(f, limit+1))
+	if err != nil {
+		return nil, fmt.Errorf("unreadable: %v", err)
+	}
+	if int64(len(data)) > limit {
+		return nil, fmt.Errorf("over the per-file cap of %d bytes (codex max_file_bytes)", limit)
+	}
+	return data, nil
+}
+
+// lineCount is the number of lines of s (a last line without a newline
+// counts).
+func lineCount(s string) int {
+	n := strings.Count(s, "\n")
+	if s != "" && !strings.HasSuffix(s, "\n") {
+		n++
+	}
+	return n
+}
+
+// Content returns file i's redacted content: the one in memory, or read
+// from the disk, checked against the hash the load recorded. A file that
+// changed since is an error (a reload will follow its change). It does not
+// modify the codex, so it is safe for concurrent use.
+func (c *Codex) Content(i int) (string, error) {
+	f := &c.Files[i]
+	if f.HasContent {
+		return f.Content, nil
+	}
+	data, err := readCapped(f.abs, 0)
+	if err != nil {
+		return "", fmt.Errorf("codex: %s: %w", f.Path, err)
+	}
+	if sha256.Sum256(data) != f.sum {
+		return "", fmt.Errorf("codex: %s changed since the codex was loaded", f.Path)
+	}
+	s := string(data)
+	if c.redact && len(f.Redactions) > 0 {
+		s, _ = redact(s)
+	}
+	return s, nil
+}
+
+// ReadContent reads the content of every file not in memory (in parallel),
+// for rendering the whole codex. It must run before the codex is shared.
+func (c *Codex) ReadContent(ctx context.Context) error {
+	var (
+		next    atomic.Int64
+		wg      sync.WaitGroup
+		errOnce sync.Once
+		first   error
+	)
+	for range min(runtime.GOMAXPROCS(0)*2, max(1, len(c.Files))) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= len(c.Files) {
+					return
+				}
+				if err := ctx.Err(); err != nil {
+					errOnce.Do(func() { first = fmt.Errorf("codex: load cancelled: %w", err) })
+					return
+				}
+				if c.Files[i].HasContent {
+					continue
+				}
+				s, err := c.Content(i)
+				if err != nil {
+					errOnce.Do(func() { first = err })
+					return
+				}
+				c.Files[i].Content, c.Files[i].HasContent = s, true
+				c.Read++
+			}
+		}()
+	}
+	wg.Wait()
+	return first
 }
 
 // Body is the files rendered between fences, once, on first use: the same
@@ -326,25 +482,39 @@ func (c *Codex) BlockWithMap(mode string, mapChars int) runcontext.Codex {
 }
 
 // Map describes a codex too large to load whole: what a model sees of it,
-// next to the excerpts retrieved for each question. It lists every file
-// with its tokens if that fits in maxChars (0: no cap); otherwise every
-// directory with its file count and tokens; otherwise the directories two
-// levels down, then one. The text says which it is: nothing is cut silently.
+// next to the excerpts retrieved for each question. It shows what is known
+// without counting tokens: every file with its lines and bytes if that fits
+// in maxChars (0: no cap); otherwise every directory with its files, lines
+// and bytes; otherwise the directories two levels down, then one. The text
+// says which it is: nothing is cut silently.
 func (c *Codex) Map(maxChars int) string {
-	head := fmt.Sprintf("This codex is too large to show whole: %d files, %d tokens. Excerpts relevant to each question appear with the question.\n", len(c.Files), c.Tokens)
+	var lines int64
+	for _, f := range c.Files {
+		lines += int64(f.Lines)
+	}
+	head := fmt.Sprintf("This codex is too large to show whole: %d files, %d lines, %d bytes. Excerpts relevant to each question appear with the question.\n", len(c.Files), lines, c.Bytes())
 	var sb strings.Builder
 	sb.WriteString(head)
-	sb.WriteString("Files (path, tokens):\n")
+	sb.WriteString("Files (path, lines, bytes):\n")
+	var line []byte
 	for _, f := range c.Files {
-		fmt.Fprintf(&sb, "%s %d\n", quotePath(f.Path), f.Tokens)
+		line = strconv.AppendQuote(line[:0], f.Path)
+		line = append(line, ' ')
+		line = strconv.AppendInt(line, int64(f.Lines), 10)
+		line = append(line, ' ')
+		line = strconv.AppendInt(line, f.Size, 10)
+		sb.Write(append(line, '\n'))
+		if maxChars > 0 && sb.Len() > maxChars {
+			break // too long: directories instead
+		}
 	}
 	if maxChars <= 0 || sb.Len() <= maxChars {
 		return sb.String()
 	}
 	for _, depth := range []int{-1, 2, 1} {
 		type dir struct {
-			files  int
-			tokens int64
+			files        int
+			lines, bytes int64
 		}
 		dirs := map[string]*dir{}
 		var names []string
@@ -358,18 +528,19 @@ func (c *Codex) Map(maxChars int) string {
 				names = append(names, d)
 			}
 			dirs[d].files++
-			dirs[d].tokens += int64(f.Tokens)
+			dirs[d].lines += int64(f.Lines)
+			dirs[d].bytes += f.Size
 		}
 		slices.Sort(names)
 		sb.Reset()
 		sb.WriteString(head)
 		if depth < 0 {
-			sb.WriteString("Directories (path, files, tokens):\n")
+			sb.WriteString("Directories (path, files, lines, bytes):\n")
 		} else {
-			fmt.Fprintf(&sb, "Directories %d level(s) deep, with everything below them (path, files, tokens):\n", depth)
+			fmt.Fprintf(&sb, "Directories %d level(s) deep, with everything below them (path, files, lines, bytes):\n", depth)
 		}
 		for _, n := range names {
-			fmt.Fprintf(&sb, "%s %d %d\n", quotePath(n), dirs[n].files, dirs[n].tokens)
+			fmt.Fprintf(&sb, "%s %d %d %d\n", quotePath(n), dirs[n].files, dirs[n].lines, dirs[n].bytes)
 		}
 		if sb.Len() <= maxChars || depth == 1 {
 			break
@@ -407,4 +578,14 @@ func ValidatePatterns(patterns []string) error {
 		}
 	}
 	return nil
+}
+
+// DropContent forgets the content of every file (Content reads it again
+// from the disk, checked against its hash): a tree retrieved from, not
+// loaded whole, need not stay in memory. It must run before the codex is
+// shared.
+func (c *Codex) DropContent() {
+	for i := range c.Files {
+		c.Files[i].Content, c.Files[i].HasContent = "", false
+	}
 }

@@ -1,8 +1,13 @@
 package codex
 
 import (
+	"math/rand/v2"
+	"slices"
+	"sort"
 	"strings"
 	"testing"
+
+	"github.com/ctxd/ctxd"
 )
 
 func TestRedact(t *testing.T) {
@@ -68,4 +73,87 @@ func TestLoadRedactsByDefaultAndReports(t *testing.T) {
 	if off.Redactions() != 0 || !strings.Contains(off.Body(), "4eC39HqLyjWD") {
 		t.Errorf("redaction off still redacted: %q", off.Body())
 	}
+}
+
+// redactWhole is the reference: every pattern over the whole text.
+func redactWhole(s string) []ctxd.Redaction {
+	type span struct {
+		start, end int
+		rule       string
+	}
+	var spans []span
+	for _, r := range rules {
+		for _, m := range r.re.FindAllStringSubmatchIndex(s, -1) {
+			start, end := m[0], m[1]
+			if r.group > 0 && len(m) > 2*r.group+1 && m[2*r.group] >= 0 {
+				start, end = m[2*r.group], m[2*r.group+1]
+			}
+			if !placeholder(s[start:end]) {
+				spans = append(spans, span{start, end, r.id})
+			}
+		}
+	}
+	sort.Slice(spans, func(i, j int) bool {
+		if spans[i].start != spans[j].start {
+			return spans[i].start < spans[j].start
+		}
+		return spans[i].end > spans[j].end
+	})
+	var out []ctxd.Redaction
+	last := 0
+	for _, sp := range spans {
+		if sp.start < last {
+			continue
+		}
+		out = append(out, ctxd.Redaction{Rule: sp.rule, Line: 1 + strings.Count(s[:sp.start], "\n")})
+		last = sp.end
+	}
+	return out
+}
+
+// redactFragments build adversarial texts: keywords, separators, line
+// breaks in odd places, and real-looking credentials of every rule.
+var redactFragments = []string{
+	"password", "PASSWORD", "passwd", "secret", "api_key", "ApiKey", "access_token", "auth_token", "token", "aws", "AWS_SECRET",
+	" ", "  ", "\t", "\n", "\r\n", "\n\n", "=", ":", " = ", "\"", "'", "x", "_", "://", "@", "/",
+	"\"hunter2hunter2\"", "'s3cr3tvalue!'", "correcthorsebattery", "AKIAIOSFODNN7EXAMPLE", "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
+	"ghp_" + strings.Repeat("a1B2", 9), "glpat-" + strings.Repeat("x", 20), "xoxb-1234567890-abcdef", "sk_live_" + strings.Repeat("Z9", 12),
+	"AIza" + strings.Repeat("b", 35), "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3.SflKxwRJSMeKKF2QT4fw",
+	"postgres://admin:hunter22@db.internal:5432/app", "https://user:pw@", "-----BEGIN RSA PRIVATE KEY-----", "-----END RSA PRIVATE KEY-----",
+	strings.Repeat("MIIEow", 12), "${SECRET}", "<token>",
+}
+
+func TestRedactWindowsFindWhatWholeTextFinds(t *testing.T) {
+	t.Parallel()
+	rng := rand.New(rand.NewPCG(1, 2))
+	for i := range 20000 {
+		var sb strings.Builder
+		for range 1 + rng.IntN(24) {
+			sb.WriteString(redactFragments[rng.IntN(len(redactFragments))])
+		}
+		s := sb.String()
+		_, got := redact(s)
+		if want := redactWhole(s); !slices.Equal(got, want) {
+			t.Fatalf("text %d %q:\nwindows found %v\nwhole text   %v", i, s, got, want)
+		}
+	}
+}
+
+func FuzzRedactWindows(f *testing.F) {
+	for _, s := range redactFragments {
+		f.Add(s + " = \n" + s)
+	}
+	f.Add("password =\n\n  'hunter2hunter2'")
+	f.Fuzz(func(t *testing.T, s string) {
+		if _, got := redact(s); !slices.Equal(got, redactWhole(s)) {
+			// Unicode case folding ((?i) matches the Kelvin sign as k) is
+			// beyond the ASCII keyword prefilter, as it was before windows.
+			for _, r := range s {
+				if r >= 0x80 {
+					t.Skip("non-ASCII text")
+				}
+			}
+			t.Fatalf("%q: windows %v, whole text %v", s, got, redactWhole(s))
+		}
+	})
 }

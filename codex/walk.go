@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/go-git/go-git/v5/plumbing/format/gitignore"
 
@@ -25,21 +26,30 @@ type entry struct {
 	rel  string // slash-separated path relative to the root
 	abs  string // where to read it
 	size int64
+	stat fileStat
 }
 
-// walker lists a tree's files in sorted order.
+// walker lists a tree's files (the caller sorts them). Directories are
+// walked in parallel: a reload is mostly the walk's system calls.
 type walker struct {
 	ctx     context.Context // a load that is cancelled stops walking
 	root    string          // resolved (symlink-free) absolute root
 	include []gitignore.Pattern
 	exclude []gitignore.Pattern
-	visited map[string]bool // resolved directories already walked: symlink loops end here
-	files   []entry
-	skipped []ctxd.Skipped
+
+	sem chan struct{} // bounds the goroutines walking directories
+	wg  sync.WaitGroup
+
+	mu       sync.Mutex      // guards the fields below
+	visited  map[string]bool // resolved directories already walked: symlink loops end here
+	links    []link          // linked directories, walked after the tree they link into
+	files    []entry
+	skipped  []ctxd.Skipped
+	firstErr error
 }
 
 func newWalker(ctx context.Context, root string, opts Options) (*walker, error) {
-	w := &walker{ctx: ctx, root: root, visited: map[string]bool{}}
+	w := &walker{ctx: ctx, root: root, visited: map[string]bool{}, sem: make(chan struct{}, 4)}
 	for _, p := range opts.Include {
 		w.include = append(w.include, gitignore.ParsePattern(p, nil))
 	}
@@ -50,20 +60,81 @@ func newWalker(ctx context.Context, root string, opts Options) (*walker, error) 
 }
 
 func (w *walker) skip(rel, reason string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
 	w.skipped = append(w.skipped, ctxd.Skipped{Path: rel, Reason: reason})
 }
 
+// link is a symbolic link to a directory, found by the walk.
+type link struct {
+	real, rel string
+	patterns  []gitignore.Pattern
+}
+
+// run walks the tree below the root and waits for every directory. The
+// real directories are walked in parallel; then the linked ones, one at a
+// time in path order, so which of two ways to one directory is walked and
+// which is reported as a duplicate does not depend on timing.
+func (w *walker) run() error {
+	err := w.walk(w.root, "", nil)
+	for {
+		w.wg.Wait()
+		if err == nil {
+			err = w.firstErr
+		}
+		if err != nil || len(w.links) == 0 {
+			return err
+		}
+		links := w.links
+		w.links = nil
+		slices.SortFunc(links, func(a, b link) int { return strings.Compare(a.rel, b.rel) })
+		for _, l := range links {
+			if err = w.walk(l.real, l.rel, l.patterns); err != nil {
+				break
+			}
+			w.wg.Wait()
+		}
+	}
+}
+
+// descend walks a subdirectory on a goroutine of its own if one is free,
+// otherwise on this one.
+func (w *walker) descend(real, rel string, patterns []gitignore.Pattern) error {
+	select {
+	case w.sem <- struct{}{}:
+		w.wg.Add(1)
+		go func() {
+			defer w.wg.Done()
+			defer func() { <-w.sem }()
+			if err := w.walk(real, rel, patterns); err != nil {
+				w.mu.Lock()
+				if w.firstErr == nil {
+					w.firstErr = err
+				}
+				w.mu.Unlock()
+			}
+		}()
+		return nil
+	default:
+		return w.walk(real, rel, patterns)
+	}
+}
+
 // walk descends into dir (resolved path real, relative path rel) with the
-// ignore patterns inherited from its parents.
+// ignore patterns inherited from its parents. Which of two links to one
+// directory is walked depends on timing; the other is reported.
 func (w *walker) walk(real, rel string, inherited []gitignore.Pattern) error {
 	if err := w.ctx.Err(); err != nil {
 		return fmt.Errorf("codex: load cancelled: %w", err)
 	}
-	if w.visited[real] {
+	w.mu.Lock()
+	seen := w.visited[real]
+	w.visited[real] = true
+	w.mu.Unlock()
+	if seen {
 		w.skip(rel, "directory already included (symbolic link loop or duplicate)")
 		return nil
 	}
-	w.visited[real] = true
 	entries, err := os.ReadDir(real)
 	if err != nil {
 		if rel == "" {
@@ -75,6 +146,11 @@ func (w *walker) walk(real, rel string, inherited []gitignore.Pattern) error {
 	domain := splitRel(rel)
 	patterns := slices.Clone(inherited)
 	for _, name := range ignoreFiles {
+		// Only names the listing holds are opened: most directories have
+		// no ignore file, and a reload is mostly system calls.
+		if _, ok := slices.BinarySearchFunc(entries, name, func(e fs.DirEntry, n string) int { return strings.Compare(e.Name(), n) }); !ok {
+			continue
+		}
 		ps, err := readPatterns(filepath.Join(real, name), domain)
 		if err != nil {
 			w.skip(join(rel, name), fmt.Sprintf("ignore file unreadable: %v", err))
@@ -120,15 +196,21 @@ func (w *walker) walk(real, rel string, inherited []gitignore.Pattern) error {
 			continue
 		}
 		switch {
+		case info.IsDir() && isLink:
+			w.mu.Lock()
+			w.links = append(w.links, link{real: childReal, rel: childRel, patterns: patterns})
+			w.mu.Unlock()
 		case info.IsDir():
-			if err := w.walk(childReal, childRel, patterns); err != nil {
+			if err := w.descend(childReal, childRel, patterns); err != nil {
 				return err
 			}
 		case info.Mode().IsRegular():
 			if len(w.include) > 0 && !gitignore.NewMatcher(w.include).Match(path, false) {
 				continue // not among the included files
 			}
-			w.files = append(w.files, entry{rel: childRel, abs: childReal, size: info.Size()})
+			w.mu.Lock()
+			w.files = append(w.files, entry{rel: childRel, abs: childReal, size: info.Size(), stat: statOf(info)})
+			w.mu.Unlock()
 		default:
 			w.skip(childRel, "not a regular file")
 		}

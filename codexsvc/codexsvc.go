@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"path/filepath"
 	"slices"
 	"sync"
@@ -68,14 +69,20 @@ type Service struct {
 	watchMu     sync.Mutex // guards watchCancel
 	watchCancel context.CancelFunc
 	watchers    sync.WaitGroup
+
+	bgCancel   context.CancelFunc // stops the background count of the current codex; guarded by loadMu
+	background sync.WaitGroup
 }
 
 // loaded is one load's outcome, swapped whole.
 type loaded struct {
 	path      string
+	codex     *codex.Codex
 	body      string         // the codex block's body: a reload that renders the same one changed nothing
 	retriever ctxd.Retriever // nil in CAG mode
 	stats     ctxd.CodexStats
+
+	counted atomic.Pointer[ctxd.CodexStats] // stats with the background count's progress; nil: stats as they are
 }
 
 // New returns a service with no codex loaded.
@@ -97,6 +104,9 @@ func (s *Service) Stats() (ctxd.CodexStats, bool) {
 	l := s.current.Load()
 	if l == nil {
 		return ctxd.CodexStats{}, false
+	}
+	if st := l.counted.Load(); st != nil {
+		return *st, true
 	}
 	return l.stats, true
 }
@@ -159,7 +169,7 @@ func (s *Service) loadLocked(ctx context.Context, path string, progress func(ctx
 	opts := codex.Options{
 		MaxFileBytes: cc.MaxFileBytes, MaxTotalBytes: cc.MaxTotalBytes,
 		Include: cc.Include, Exclude: cc.Exclude, NoRedact: !cc.Redact,
-		Progress: progress, Counter: s.cfg.Tokenizer,
+		Progress: progress,
 	}.Merge(settings.Codex)
 	if s.cache == nil {
 		if s.cache, err = codex.OpenCache(filepath.Join(s.cfg.StateDir, "codex-cache.gob"), s.cfg.TokenizerID); err != nil {
@@ -167,29 +177,32 @@ func (s *Service) loadLocked(ctx context.Context, path string, progress func(ctx
 		}
 	}
 	opts.Cache = s.cache
+	if old := s.current.Load(); old != nil && old.path == path {
+		opts.Previous = old.codex
+	}
 	c, err := codex.Load(ctx, path, opts)
 	if err != nil {
 		var kinded *ctxd.Error
 		switch {
 		case ctx.Err() != nil:
 			return nil, ctxd.Errorf(ctxd.KindCanceled, "codex load of %s cancelled: %w", path, err)
-		case errors.As(err, &kinded): // a failing tokenizer, say: not the tree's fault
+		case errors.As(err, &kinded):
 			return nil, err
 		}
 		return nil, ctxd.Errorf(ctxd.KindInvalid, "%w", err)
-	}
-	if err := s.cache.Save(); err != nil {
-		s.log.Warn("codex cache not saved", "err", err)
 	}
 	ratio := cc.CAGRatio
 	if settings.Codex.CAGRatio > 0 {
 		ratio = min(ratio, settings.Codex.CAGRatio) // a codex may only tighten
 	}
-	block, plan, err := s.plan(c, ratio)
+	block, plan, err := s.plan(ctx, c, ratio)
 	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctxd.Errorf(ctxd.KindCanceled, "codex load of %s cancelled: %w", path, err)
+		}
 		return nil, err
 	}
-	l := &loaded{path: path, body: block.Body}
+	l := &loaded{path: path, codex: c, body: block.Body}
 	reindexed := 0
 	if plan.Mode == runcontext.ModeRAG {
 		if s.index == nil {
@@ -198,19 +211,28 @@ func (s *Service) loadLocked(ctx context.Context, path string, progress func(ctx
 			}
 		}
 		if reindexed, err = s.index.Sync(ctx, c); err != nil {
+			if ctx.Err() != nil {
+				return nil, ctxd.Errorf(ctxd.KindCanceled, "codex load of %s cancelled: %w", path, err)
+			}
 			return nil, ctxd.Errorf(ctxd.KindInternal, "%w", err)
 		}
+		c.DropContent() // read again on demand: a large tree is not kept in memory
+		s.index.Publish()
 		l.retriever = s.index
+	}
+	if err := s.cache.Save(); err != nil {
+		s.log.Warn("codex cache not saved", "err", err)
 	}
 	l.stats = statsOf(c, plan, reindexed, time.Since(start), !opts.NoRedact)
 	old := s.current.Swap(l)
 	s.cfg.Sink.SetCodex(block, plan, l.retriever)
+	s.countInBackground(l)
 	for _, sk := range c.Skipped {
 		s.log.Debug("codex file skipped", "path", sk.Path, "reason", sk.Reason)
 	}
-	s.log.Info("codex loaded", "name", c.Name, "files", len(c.Files), "bytes", c.Bytes(), "tokens", c.Tokens,
-		"skipped", len(c.Skipped), "redactions", c.Redactions(), "mode", plan.Mode, "reindexed", reindexed,
-		"ms", l.stats.LoadMillis, "reason", plan.Reason)
+	s.log.Info("codex loaded", "name", c.Name, "files", len(c.Files), "bytes", c.Bytes(), "read", c.Read,
+		"tokens", c.Tokens, "tokens_exact", c.Counted, "skipped", len(c.Skipped), "redactions", c.Redactions(),
+		"mode", plan.Mode, "reindexed", reindexed, "ms", l.stats.LoadMillis, "reason", plan.Reason)
 	switch {
 	case old != nil && old.body == l.body && old.path == l.path:
 		s.log.Info("codex unchanged: the cached prefix stays valid", "mode", plan.Mode, "files", l.stats.Files)
@@ -221,32 +243,66 @@ func (s *Service) loadLocked(ctx context.Context, path string, progress func(ctx
 }
 
 // plan decides CAG or RAG and returns the block requests will render,
-// prerendered. The stable blocks with the whole codex are rendered and
-// counted once, through the shared counter, so the first request that
+// prerendered. It counts only what the decision needs: a codex whose bytes
+// alone prove it over the threshold (see codex.Bound) is not counted at
+// all; otherwise files are counted exactly in path order until the running
+// count, with the bound of the rest, passes the threshold, or all are
+// counted. A codex that may fit is rendered with the stable blocks and
+// counted exactly, through the shared counter, so the first request that
 // renders them finds their tokens counted.
-func (s *Service) plan(c *codex.Codex, ratio float64) (runcontext.Codex, ctxd.CodexPlan, error) {
+func (s *Service) plan(ctx context.Context, c *codex.Codex, ratio float64) (runcontext.Codex, ctxd.CodexPlan, error) {
 	limits := s.cfg.Limits
 	if len(c.Files) == 0 {
 		return runcontext.Codex{Mode: runcontext.ModeNone}, ctxd.CodexPlan{Mode: runcontext.ModeNone, Reason: "the codex has no usable files"}, nil
 	}
-	if c.Tokens <= int64(limits.PromptBudget()) {
-		cag := c.Block(runcontext.ModeCAG)
-		cag.Prerender(s.cfg.Specials)
-		r, err := s.cfg.Stable(cag)
-		if err != nil {
-			return cag, ctxd.CodexPlan{}, ctxd.Errorf(ctxd.KindInternal, "codex: render the stable blocks: %w", err)
-		}
-		n, err := s.cfg.Counter.Stable(r)
-		if err != nil {
-			return cag, ctxd.CodexPlan{}, ctxd.Errorf(ctxd.KindInternal, "codex: count the stable blocks: %w", err)
-		}
-		if plan := limits.PlanCodex(n, c.Tokens, ratio); plan.Mode == runcontext.ModeCAG {
-			return cag, plan, nil
-		} else {
-			return s.ragBlock(c), plan, nil
-		}
+	threshold := limits.PlanCodex(0, 0, ratio).Threshold
+	var bound codex.Bound
+	if b, ok := s.cfg.Tokenizer.(interface{ MaxTokenBytes() int }); ok {
+		bound.MaxTokenBytes = b.MaxTokenBytes()
 	}
-	return s.ragBlock(c), limits.PlanCodex(-1, c.Tokens, ratio), nil
+	var least int64 // the fewest tokens the codex's files can be in the prompt
+	counted := 0
+	over, err := c.Count(ctx, s.cfg.Tokenizer, s.cache, func(exact, restBytes int64) bool {
+		counted = 0
+		for _, f := range c.Files {
+			if f.Counted {
+				counted++
+			}
+		}
+		// A file counted alone may have one token more than in the prompt
+		// (a leading space), never fewer.
+		least = max(0, exact-int64(counted*codex.BoundSlack)) + bound.Lower(restBytes)
+		return least > int64(threshold)
+	})
+	if err != nil {
+		return runcontext.Codex{}, ctxd.CodexPlan{}, err
+	}
+	if over {
+		plan := limits.PlanCodex(-1, least, ratio)
+		if !c.Counted {
+			plan.Reason += fmt.Sprintf(" (at least: %d of %d files counted exactly, the rest bounded by their bytes over the vocabulary's longest token, %d bytes)",
+				counted, len(c.Files), bound.MaxTokenBytes)
+		}
+		return s.ragBlock(c), plan, nil
+	}
+	if err := c.ReadContent(ctx); err != nil {
+		return runcontext.Codex{}, ctxd.CodexPlan{}, ctxd.Errorf(ctxd.KindInternal, "%w", err)
+	}
+	cag := c.Block(runcontext.ModeCAG)
+	cag.Prerender(s.cfg.Specials)
+	r, err := s.cfg.Stable(cag)
+	if err != nil {
+		return cag, ctxd.CodexPlan{}, ctxd.Errorf(ctxd.KindInternal, "codex: render the stable blocks: %w", err)
+	}
+	n, err := s.cfg.Counter.Stable(r)
+	if err != nil {
+		return cag, ctxd.CodexPlan{}, ctxd.Errorf(ctxd.KindInternal, "codex: count the stable blocks: %w", err)
+	}
+	if plan := limits.PlanCodex(n, c.Tokens, ratio); plan.Mode == runcontext.ModeCAG {
+		return cag, plan, nil
+	} else {
+		return s.ragBlock(c), plan, nil
+	}
 }
 
 // ragBlock is the map of a codex too large to load whole. It may take a
@@ -257,24 +313,96 @@ func (s *Service) ragBlock(c *codex.Codex) runcontext.Codex {
 	return b
 }
 
+// countInBackground counts the tokens of a codex not counted whole, for
+// its stats: one goroutine, on a thread at the lowest CPU priority, until
+// done or until the next load or Close. Progress shows in Stats.
+func (s *Service) countInBackground(l *loaded) {
+	if s.bgCancel != nil {
+		s.bgCancel()
+	}
+	c := l.codex
+	if c.Counted {
+		return
+	}
+	ctx, cancel := context.WithCancel(s.ctx)
+	s.bgCancel = cancel
+	totalBytes := c.Bytes()
+	show := func(n codex.Counts, errText string) {
+		st := l.stats
+		st.Tokens = n.Exact
+		st.Counting = &ctxd.CountProgress{Files: n.Counted, TotalFiles: len(c.Files), Bytes: n.Bytes, TotalBytes: totalBytes, Error: errText}
+		if totalBytes > 0 {
+			st.Counting.Percent = math.Floor(1000*float64(n.Bytes)/float64(totalBytes)) / 10
+		}
+		l.counted.Store(&st)
+	}
+	show(codex.Counts{}, "")
+	s.background.Add(1)
+	go func() {
+		defer s.background.Done()
+		defer cancel()
+		lowPriority()
+		var last time.Time
+		n, err := c.CountAll(ctx, s.cfg.Tokenizer, s.cache, 1, func(n codex.Counts) {
+			if time.Since(last) > 100*time.Millisecond {
+				last = time.Now()
+				show(n, "")
+			}
+		})
+		if err != nil {
+			if ctx.Err() == nil {
+				s.log.Warn("codex token count stopped", "err", err)
+				show(n, err.Error())
+			}
+			return
+		}
+		st := l.stats
+		st.Tokens, st.TokensExact, st.Counting = n.Exact, true, nil
+		st.Largest = largest(c, n.Tokens)
+		l.counted.Store(&st)
+		if err := s.cache.Save(); err != nil {
+			s.log.Warn("codex cache not saved", "err", err)
+		}
+		s.log.Info("codex tokens counted", "name", c.Name, "tokens", n.Exact, "files", n.Counted)
+	}()
+}
+
 func statsOf(c *codex.Codex, plan ctxd.CodexPlan, reindexed int, took time.Duration, redacting bool) ctxd.CodexStats {
 	st := ctxd.CodexStats{
-		Name: c.Name, Root: c.Root, Files: len(c.Files), Bytes: c.Bytes(), Tokens: c.Tokens, Plan: plan,
-		Redactions: c.Redactions(), Skipped: c.Skipped, Reindexed: reindexed,
+		Name: c.Name, Root: c.Root, Files: len(c.Files), Bytes: c.Bytes(), Tokens: c.Tokens, TokensExact: c.Counted,
+		Read: c.Read, Plan: plan, Redactions: c.Redactions(), Skipped: c.Skipped, Reindexed: reindexed,
 		LoadMillis: float64(took.Microseconds()) / 1000, Redacting: redacting,
 	}
 	if st.Skipped == nil {
 		st.Skipped = []ctxd.Skipped{}
 	}
-	for _, f := range c.Files {
-		st.Largest = append(st.Largest, ctxd.FileTokens{Path: f.Path, Tokens: f.Tokens})
+	tokens := make([]int, len(c.Files))
+	for i, f := range c.Files {
+		st.Lines += int64(f.Lines)
+		tokens[i] = -1
+		if f.Counted {
+			tokens[i] = f.Tokens
+		}
 		if len(f.Redactions) > 0 {
 			st.Redacted = append(st.Redacted, ctxd.FileRedactions{Path: f.Path, Redactions: f.Redactions})
 		}
 	}
-	slices.SortStableFunc(st.Largest, func(a, b ctxd.FileTokens) int { return b.Tokens - a.Tokens })
-	st.Largest = st.Largest[:min(10, len(st.Largest))]
+	if c.Counted {
+		st.Largest = largest(c, tokens)
+	}
 	return st
+}
+
+// largest is the ten files with the most tokens (-1: not counted).
+func largest(c *codex.Codex, tokens []int) []ctxd.FileTokens {
+	var out []ctxd.FileTokens
+	for i, f := range c.Files {
+		if tokens[i] >= 0 {
+			out = append(out, ctxd.FileTokens{Path: f.Path, Tokens: tokens[i]})
+		}
+	}
+	slices.SortStableFunc(out, func(a, b ctxd.FileTokens) int { return b.Tokens - a.Tokens })
+	return out[:min(10, len(out))]
 }
 
 // Close stops watching, waits for the watchers (and any reload they run)
@@ -286,6 +414,7 @@ func (s *Service) Close() error {
 	s.watchers.Wait()
 	s.loadMu.Lock()
 	defer s.loadMu.Unlock()
+	s.background.Wait()
 	s.closed = true
 	if s.index != nil {
 		if err := s.index.Close(); err != nil {

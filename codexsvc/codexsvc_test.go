@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -233,5 +234,108 @@ func TestWatchIgnoresTheDaemonsOwnState(t *testing.T) {
 				time.Sleep(20 * time.Millisecond)
 			}
 		})
+	}
+}
+
+// boundedTok is the fake one-token-a-byte tokenizer with a stated longest
+// token, counting its calls.
+type boundedTok struct {
+	fake.Tokenizer
+	longest int
+	calls   atomic.Int64
+}
+
+func (b *boundedTok) MaxTokenBytes() int { return b.longest }
+
+func (b *boundedTok) CountText(s string) (int, error) {
+	b.calls.Add(1)
+	return b.Tokenizer.CountText(s)
+}
+
+func newBoundedService(t *testing.T, numCtx int, tok *boundedTok) *Service {
+	t.Helper()
+	cc := config.Default(config.Env{Home: t.TempDir()}).Codex
+	cc.Watch = false
+	s := New(Config{
+		Codex: cc, StateDir: t.TempDir(),
+		Limits:    governor.Limits{NumCtx: numCtx, AnswerReserve: 64},
+		Tokenizer: tok, TokenizerID: "bytes", Counter: tokencount.New(tok, nil),
+		Stable: func(c runcontext.Codex) (runcontext.Rendered, error) {
+			return runcontext.Plain{}.Render(&runcontext.RunContext{Identity: runcontext.Identity{Name: "t", Persona: "p"}, Codex: c})
+		},
+		Sink: &sink{},
+	})
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// exactStats waits for the background count to finish.
+func exactStats(t *testing.T, s *Service) ctxd.CodexStats {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		st, _ := s.Stats()
+		if st.TokensExact {
+			return st
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the background count did not finish: %+v", st.Counting)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestBoundsDecideWithoutCounting: a tree whose bytes alone prove it over
+// the threshold is retrieved without a token counted to decide it; the
+// whole-tree total is counted in the background, and the stats say how
+// far until it is exact.
+func TestBoundsDecideWithoutCounting(t *testing.T) {
+	t.Parallel()
+	tok := &boundedTok{longest: 4}
+	s := newBoundedService(t, 4000, tok)
+	dir := tree(t, 8, 2000)
+	time.Sleep(50 * time.Millisecond) // past the timestamps' granularity: not racily clean
+	st, err := s.Load(t.Context(), dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Plan.Mode != runcontext.ModeRAG || !strings.Contains(st.Plan.Reason, "0 of 8 files counted exactly") {
+		t.Fatalf("plan %+v", st.Plan)
+	}
+	if st.TokensExact || st.Lines == 0 {
+		t.Errorf("stats right after the load: exact %t, %d lines", st.TokensExact, st.Lines)
+	}
+	if cur, _ := s.Stats(); !cur.TokensExact && cur.Counting == nil {
+		t.Error("stats neither exact nor counting")
+	}
+	final := exactStats(t, s)
+	if final.Tokens != final.Bytes || len(final.Largest) == 0 || final.Counting != nil {
+		t.Errorf("counted %d tokens of %d bytes (one a byte), largest %v, counting %+v", final.Tokens, final.Bytes, final.Largest, final.Counting)
+	}
+	// A restart counts nothing again: the counts are in the cache.
+	calls := tok.calls.Load()
+	s.Close()
+	s2 := New(s.cfg)
+	defer s2.Close()
+	if st, err := s2.Load(t.Context(), dir, nil); err != nil || st.Read != 0 || !st.TokensExact {
+		t.Errorf("restart: %v, %d files read, exact %t", err, st.Read, st.TokensExact)
+	}
+	if tok.calls.Load() != calls {
+		t.Errorf("restart counted %d files again", tok.calls.Load()-calls)
+	}
+}
+
+// TestCountingStopsPastTheThreshold: when the bound cannot decide, files
+// are counted exactly only until the running count passes the threshold.
+func TestCountingStopsPastTheThreshold(t *testing.T) {
+	t.Parallel()
+	s := newBoundedService(t, 4000, &boundedTok{longest: 100})
+	st, err := s.Load(t.Context(), tree(t, 8, 2000), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Threshold 0.7 × 3936 = 2755: the second file's ~2000 tokens pass it.
+	if st.Plan.Mode != runcontext.ModeRAG || !strings.Contains(st.Plan.Reason, "2 of 8 files counted exactly") {
+		t.Errorf("plan %+v", st.Plan)
 	}
 }

@@ -17,6 +17,7 @@ var backendOnce sync.Once
 type Tokenizer struct {
 	path    string
 	special []string     // texts the tokenizer turns into special tokens, longest first
+	longest int          // bytes of the vocabulary's longest token text
 	mu      sync.RWMutex // guards model: tokenizing shares it (llama.cpp's vocabulary is read-only), Close takes it
 	model   *llama.Model
 }
@@ -26,7 +27,7 @@ func Open(path string) (*Tokenizer, error) {
 	if _, err := os.Stat(path); err != nil {
 		return nil, fmt.Errorf("llamatok: %w", err)
 	}
-	special, err := specialTokens(path)
+	special, longest, err := vocabFacts(path)
 	if err != nil {
 		return nil, err
 	}
@@ -35,7 +36,7 @@ func Open(path string) (*Tokenizer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("llamatok: load vocabulary of %s: %w", path, err)
 	}
-	return &Tokenizer{path: path, special: special, model: m}, nil
+	return &Tokenizer{path: path, special: special, longest: longest, model: m}, nil
 }
 
 // GGUF token types llama.cpp parses out of a prompt as special tokens
@@ -46,20 +47,25 @@ const (
 	typeUserDefined = 4
 )
 
-// specialTokens reads the texts of the vocabulary's special tokens from
-// the model's GGUF metadata, longest first.
-func specialTokens(path string) ([]string, error) {
+// vocabFacts reads from the model's GGUF metadata the texts of the
+// vocabulary's special tokens, longest first, and the length in bytes of
+// its longest token text.
+func vocabFacts(path string) ([]string, int, error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return nil, fmt.Errorf("llamatok: %w", err)
+		return nil, 0, fmt.Errorf("llamatok: %w", err)
 	}
 	defer f.Close()
 	g, _, err := ggml.Decode(f, -1)
 	if err != nil {
-		return nil, fmt.Errorf("llamatok: read %s: %w", path, err)
+		return nil, 0, fmt.Errorf("llamatok: read %s: %w", path, err)
 	}
 	kv := g.KV()
 	tokens, types := kv.Strings("tokenizer.ggml.tokens"), kv.Uints("tokenizer.ggml.token_type")
+	longest := 0
+	for _, t := range tokens {
+		longest = max(longest, len(t))
+	}
 	var out []string
 	for i, typ := range types {
 		if i < len(tokens) && tokens[i] != "" && (typ == typeUnknown || typ == typeControl || typ == typeUserDefined) {
@@ -67,8 +73,12 @@ func specialTokens(path string) ([]string, error) {
 		}
 	}
 	slices.SortStableFunc(out, func(a, b string) int { return len(b) - len(a) })
-	return out, nil
+	return out, longest, nil
 }
+
+// MaxTokenBytes is the length in bytes of the vocabulary's longest token
+// text: no token stands for more bytes of text (see codex.Bound).
+func (t *Tokenizer) MaxTokenBytes() int { return t.longest }
 
 // Special lists the texts that tokenize to the vocabulary's special tokens
 // (control, user-defined and unknown tokens, as llama.cpp parses them out

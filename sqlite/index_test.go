@@ -35,6 +35,7 @@ func TestIndexSyncAndSearch(t *testing.T) {
 	if n, err := x.Sync(ctx, load()); err != nil || n != 3 {
 		t.Fatalf("first sync: %d files, %v", n, err)
 	}
+	x.Publish()
 	got, err := x.Search(ctx, "Where is the socket opened? (OR NEAR\"", 3)
 	if err != nil {
 		t.Fatal(err)
@@ -55,6 +56,7 @@ func TestIndexSyncAndSearch(t *testing.T) {
 	if n, err := x.Sync(ctx, load()); err != nil || n != 0 {
 		t.Errorf("unchanged sync re-indexed %d files (%v)", n, err)
 	}
+	x.Publish()
 	put("notes.txt", "now about sockets too\n")
 	if err := os.Remove(filepath.Join(dir, "README.md")); err != nil {
 		t.Fatal(err)
@@ -62,6 +64,7 @@ func TestIndexSyncAndSearch(t *testing.T) {
 	if n, err := x.Sync(ctx, load()); err != nil || n != 1 {
 		t.Errorf("one changed file: re-indexed %d (%v)", n, err)
 	}
+	x.Publish()
 	got, _ = x.Search(ctx, "sockets", 10)
 	for _, e := range got {
 		if e.Path == "README.md" {

@@ -98,7 +98,15 @@ func cmdCodexStats(args []string, stdout io.Writer) error {
 
 func printCodexStats(w io.Writer, st *ctxd.CodexStats) {
 	fmt.Fprintf(w, "codex %s (%s)\n", st.Name, st.Root)
-	fmt.Fprintf(w, "  %d files, %d bytes, %d tokens, loaded in %.0f ms\n", st.Files, st.Bytes, st.Tokens, st.LoadMillis)
+	tokens := fmt.Sprintf("%d tokens", st.Tokens)
+	switch {
+	case st.TokensExact:
+	case st.Counting != nil && st.Counting.Error != "":
+		tokens = fmt.Sprintf("tokens not counted (%s)", st.Counting.Error)
+	case st.Counting != nil:
+		tokens = fmt.Sprintf("tokens counting, %.0f%%", st.Counting.Percent)
+	}
+	fmt.Fprintf(w, "  %d files, %d lines, %d bytes, %s; loaded in %.0f ms (%d files read)\n", st.Files, st.Lines, st.Bytes, tokens, st.LoadMillis, st.Read)
 	fmt.Fprintf(w, "  mode %s: %s\n", st.Plan.Mode, st.Plan.Reason)
 	if len(st.Largest) > 0 {
 		fmt.Fprintln(w, "  largest files by tokens:")
