@@ -69,6 +69,10 @@ type Store interface {
 	// NewEpoch starts the session's next epoch with the turns keep
 	// (sequence numbers) and summary; other turns stay in the record.
 	NewEpoch(ctx context.Context, id string, keep []int64, summary string, now time.Time) (int, error)
+	// DropExcerpts starts the session's next epoch with the same turns and
+	// summary, all of them without their codex excerpts from then on
+	// (the record keeps them): stale excerpts give way to fresh ones.
+	DropExcerpts(ctx context.Context, id string, now time.Time) (int, error)
 	// DeleteSession removes a session; an unknown one is not an error.
 	DeleteSession(ctx context.Context, id string) error
 	// Sessions lists all sessions by id.

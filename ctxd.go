@@ -78,7 +78,8 @@ type Summary struct {
 	PrefixBreak         *PrefixBreak `json:"prefix_break,omitempty"`
 	PrefixNote          string       `json:"prefix_note,omitempty"`
 	Codex               CodexPlan    `json:"codex"`
-	Excerpts            int          `json:"excerpts"` // codex excerpts retrieved for this query (RAG)
+	Excerpts            int          `json:"excerpts"`              // codex excerpts retrieved for this query (RAG)
+	WorkingSet          *WorkingSet  `json:"working_set,omitempty"` // RAG with a working set
 	Epoch               int          `json:"epoch"`
 	Governor            []Action     `json:"governor,omitempty"` // what the governor did to make it fit
 	Budget              Budget       `json:"budget"`
@@ -121,11 +122,29 @@ type Budget struct {
 
 // Governor action kinds.
 const (
-	ActionCompact  = "compact"  // history past max_depth cut in one step (a new epoch)
-	ActionCondense = "condense" // prunable turns summarized by the backend
-	ActionPrune    = "prune"    // turns left out of the summarizing prompt
-	ActionExcerpts = "excerpts" // lowest-ranked codex excerpts left out
+	ActionCompact  = "compact"        // history past max_depth cut in one step (a new epoch)
+	ActionCondense = "condense"       // prunable turns summarized by the backend
+	ActionPrune    = "prune"          // turns left out of the summarizing prompt
+	ActionExcerpts = "excerpts"       // lowest-ranked codex excerpts left out
+	ActionStale    = "stale_excerpts" // earlier turns' excerpts left out (a new epoch) to make room for fresh ones
 )
+
+// WorkingSet is what a RAG turn found in the codex block's working set:
+// the files most relevant to recent questions, kept in the cached prefix.
+type WorkingSet struct {
+	Generation int    `json:"generation"`      // counts the working set's moves since the codex loaded
+	Files      int    `json:"files"`           // files it holds, whole or in part
+	Tokens     int    `json:"tokens"`          // of the codex block with it
+	Moved      string `json:"moved,omitempty"` // it moved on this turn (a new codex block), and why
+	// Of this question's top-k excerpts: how many the working set held
+	// (nothing added), how many were in the prompt already (an earlier
+	// turn's, not repeated), and how many joined the query, with their
+	// tokens.
+	Hits             int `json:"hits"`
+	ExcerptsPresent  int `json:"excerpts_present"`
+	ExcerptsNew      int `json:"excerpts_new"`
+	ExcerptTokensNew int `json:"excerpt_tokens_new"`
+}
 
 // Action is one thing the governor did to make a request fit.
 type Action struct {

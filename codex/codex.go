@@ -419,20 +419,42 @@ func (c *Codex) Body() string {
 // character that starts a line of the content, so no file can close its own
 // block or open another. The path is quoted, so no path can either.
 func render(files []File) string {
+	pieces := make([]Piece, len(files))
+	for i, f := range files {
+		pieces[i] = Piece{Path: f.Path, Content: f.Content}
+	}
+	return RenderPieces(pieces)
+}
+
+// Piece is a file, or some of its lines, as the codex block shows it.
+type Piece struct {
+	Path    string
+	Lines   string // "10-42"; "": the whole file
+	Content string
+}
+
+// RenderPieces renders pieces as the whole codex renders files: between
+// fences that the content cannot close, the path quoted, and for part of a
+// file, its lines.
+func RenderPieces(pieces []Piece) string {
 	n := 0
-	for _, f := range files {
-		n += len(f.Content) + len(f.Path) + 32
+	for _, p := range pieces {
+		n += len(p.Content) + len(p.Path) + 40
 	}
 	var sb strings.Builder
 	sb.Grow(n)
-	for _, f := range files {
-		fence := strings.Repeat("~", max(3, longestLeadingRun(f.Content, '~')+1))
+	for _, p := range pieces {
+		fence := strings.Repeat("~", max(3, longestLeadingRun(p.Content, '~')+1))
 		sb.WriteString(fence)
 		sb.WriteString(" file ")
-		sb.WriteString(quotePath(f.Path))
+		sb.WriteString(quotePath(p.Path))
+		if p.Lines != "" {
+			sb.WriteString(" lines ")
+			sb.WriteString(p.Lines)
+		}
 		sb.WriteString("\n")
-		sb.WriteString(f.Content)
-		if !strings.HasSuffix(f.Content, "\n") {
+		sb.WriteString(p.Content)
+		if !strings.HasSuffix(p.Content, "\n") {
 			sb.WriteString("\n")
 		}
 		sb.WriteString(fence)

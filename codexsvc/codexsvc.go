@@ -218,7 +218,13 @@ func (s *Service) loadLocked(ctx context.Context, path string, progress func(ctx
 		}
 		c.DropContent() // read again on demand: a large tree is not kept in memory
 		s.index.Publish()
-		l.retriever = s.index
+		var recent []string
+		if old := s.current.Load(); old != nil && old.path == path {
+			if ws, ok := old.retriever.(*workingSet); ok {
+				recent = ws.recentQueries() // the next question chooses from them too
+			}
+		}
+		l.retriever = newWorkingSet(s, c, s.index, block, plan.Threshold, recent)
 	}
 	if err := s.cache.Save(); err != nil {
 		s.log.Warn("codex cache not saved", "err", err)

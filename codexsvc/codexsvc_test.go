@@ -339,3 +339,75 @@ func TestCountingStopsPastTheThreshold(t *testing.T) {
 		t.Errorf("plan %+v", st.Plan)
 	}
 }
+
+// packages writes a tree of Go packages: dirs directories of files files,
+// each file declaring functions named after its package.
+func packages(t *testing.T, dirs, files, size int) string {
+	t.Helper()
+	root := t.TempDir()
+	for d := range dirs {
+		pkg := fmt.Sprintf("pkg%c", 'a'+d)
+		must := os.MkdirAll(filepath.Join(root, pkg), 0o755)
+		if must != nil {
+			t.Fatal(must)
+		}
+		for f := range files {
+			var sb strings.Builder
+			fmt.Fprintf(&sb, "package %s\n\n", pkg)
+			for j := 0; sb.Len() < size; j++ {
+				fmt.Fprintf(&sb, "// %sWidget%d_%d turns %s frobs into %s gizmos.\nfunc %sWidget%d_%d() error { return nil }\n\n", pkg, f, j, pkg, pkg, pkg, f, j)
+			}
+			if err := os.WriteFile(filepath.Join(root, pkg, fmt.Sprintf("f%d.go", f)), []byte(sb.String()), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	return root
+}
+
+// TestWorkingSetKeepsFollowUpsInThePrefix: the first question chooses a
+// working set of its package's files; follow-ups about the same package
+// find their excerpts in it (the codex block is the same bytes, nothing
+// joins the query); questions elsewhere move it only once they drift.
+func TestWorkingSetKeepsFollowUpsInThePrefix(t *testing.T) {
+	t.Parallel()
+	s, snk := newService(t, 6000, false)
+	if _, err := s.Load(t.Context(), packages(t, 8, 4, 1500), nil); err != nil {
+		t.Fatal(err)
+	}
+	_, plan, r, _ := snk.published()
+	ws, ok := r.(*workingSet)
+	if plan.Mode != runcontext.ModeRAG || !ok {
+		t.Fatalf("plan %s, retriever %T", plan.Mode, r)
+	}
+	ask := func(q string) (runcontext.Codex, []ctxd.Excerpt, ctxd.WorkingSet) {
+		t.Helper()
+		b, ex, rep, err := ws.Retrieve(t.Context(), q, 3)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !b.Prerendered() {
+			t.Fatal("the working set's block is not prerendered")
+		}
+		return b, ex, rep
+	}
+	first, _, rep := ask("what do pkgc frobs turn into")
+	if rep.Moved == "" || rep.Generation != 1 || rep.Files == 0 || rep.Tokens > plan.Threshold {
+		t.Fatalf("first question: %+v (threshold %d)", rep, plan.Threshold)
+	}
+	if !strings.Contains(first.Body, `file "pkgc/`) || strings.Contains(first.Body, `file "pkgf/`) {
+		t.Errorf("the working set does not hold pkgc alone:\n%.600s", first.Body[strings.Index(first.Body, "Working set"):])
+	}
+	second, ex, rep := ask("pkgc gizmos widget")
+	if rep.Moved != "" || second.Body != first.Body || rep.Hits != 3 || len(ex) != 0 {
+		t.Errorf("follow-up: %+v, %d excerpts outside, block unchanged %t", rep, len(ex), second.Body == first.Body)
+	}
+	_, ex, rep = ask("pkgf gizmos widget")
+	if rep.Moved != "" || len(ex) == 0 {
+		t.Errorf("one question elsewhere moved it or found nothing outside: %+v, %d excerpts", rep, len(ex))
+	}
+	moved, _, rep := ask("what do pkgf frobs turn into")
+	if !strings.Contains(rep.Moved, "drifted") || rep.Generation != 2 || !strings.Contains(moved.Body, `file "pkgf/`) {
+		t.Errorf("second question elsewhere: %+v", rep)
+	}
+}

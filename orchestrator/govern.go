@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/ctxd/ctxd"
@@ -21,6 +22,8 @@ type prepared struct {
 	tokens   tokencount.Tokens
 	budget   ctxd.Budget
 	actions  []ctxd.Action
+	// workingSet is what the RAG working set did, if there is one.
+	workingSet *ctxd.WorkingSet
 }
 
 // prepare loads the session, builds and validates the RunContext, and has
@@ -46,12 +49,21 @@ func (o *Orchestrator) prepare(ctx context.Context, req ctxd.AskRequest, sigil r
 		State:       runcontext.State{Epoch: sess.Epoch, Summary: sess.Summary, Turns: sess.Turns},
 		Query:       runcontext.Query{Text: req.Query},
 	}
+	var ws *ctxd.WorkingSet
+	var retrieved []ctxd.Excerpt // this question's excerpts from outside the working set
 	if rag && codex.retriever != nil {
-		ex, err := codex.retriever.Search(ctx, req.Query, o.cfg.TopK)
+		var err error
+		if set, ok := codex.retriever.(WorkingSet); ok {
+			var report ctxd.WorkingSet
+			rc.Codex, retrieved, report, err = set.Retrieve(ctx, req.Query, o.cfg.TopK)
+			ws = &report
+		} else {
+			retrieved, err = codex.retriever.Search(ctx, req.Query, o.cfg.TopK)
+		}
 		if err != nil {
 			return p, ctxd.Errorf(ctxd.KindInternal, "orchestrator: retrieve codex excerpts: %w", err)
 		}
-		rc.Query.Excerpts = ex
+		rc.Query.Excerpts = notPresent(retrieved, sess.Turns, ws)
 	}
 	if err := rc.Validate(); err != nil {
 		return p, ctxd.Errorf(ctxd.KindInvalid, "%w", err)
@@ -68,6 +80,20 @@ func (o *Orchestrator) prepare(ctx context.Context, req ctxd.AskRequest, sigil r
 	}
 	budget, err := o.cfg.Limits.Check(m.Measure)
 	var le *governor.LimitError
+	// Fresh excerpts come before stale ones: the history's excerpts go (a
+	// new epoch) before any of this question's is left out.
+	if errors.As(err, &le) && len(rc.Query.Excerpts) > 0 && stale(sess.Turns) > 0 {
+		act, serr := o.dropStale(ctx, req.Session, &sess, rc)
+		if serr != nil {
+			return p, serr
+		}
+		actions = append(actions, act)
+		rc.Query.Excerpts = notPresent(retrieved, sess.Turns, ws)
+		if m, err = o.measure(rc, req.Session); err != nil {
+			return p, err
+		}
+		budget, err = o.cfg.Limits.Check(m.Measure)
+	}
 	// Excerpts are the cheapest thing to give up: the lowest-ranked go first.
 	for dropped := 0; errors.As(err, &le) && len(rc.Query.Excerpts) > 0; {
 		rc.Query.Excerpts = rc.Query.Excerpts[:len(rc.Query.Excerpts)-1]
@@ -99,7 +125,86 @@ func (o *Orchestrator) prepare(ctx context.Context, req ctxd.AskRequest, sigil r
 		}
 		return p, err
 	}
-	return prepared{sess: sess, rc: rc, rendered: m.Rendered, tokens: m.tokens, budget: budget, actions: actions}, nil
+	if ws != nil {
+		ws.ExcerptsNew = len(rc.Query.Excerpts)
+		if ws.ExcerptsNew > 0 {
+			bare, err := o.count.Text(runcontext.RenderQuery(rc.Query.Text, nil))
+			if err != nil {
+				return p, ctxd.Errorf(ctxd.KindInternal, "orchestrator: count the query: %w", err)
+			}
+			ws.ExcerptTokensNew = max(0, m.BlockTokens[runcontext.BlockQuery]-bare)
+		}
+	}
+	return prepared{sess: sess, rc: rc, rendered: m.Rendered, tokens: m.tokens, budget: budget, actions: actions, workingSet: ws}, nil
+}
+
+// WorkingSet is a RAG codex that keeps the files relevant to recent
+// questions in the codex block (package codexsvc): it returns the codex
+// block to render now, and the question's top-k excerpts from outside it.
+type WorkingSet interface {
+	Retrieve(ctx context.Context, query string, k int) (runcontext.Codex, []ctxd.Excerpt, ctxd.WorkingSet, error)
+}
+
+// notPresent is excerpts without those an earlier turn of the history
+// already holds (the prompt has them: never repeated), counted in ws.
+func notPresent(excerpts []ctxd.Excerpt, turns []ctxd.Turn, ws *ctxd.WorkingSet) []ctxd.Excerpt {
+	present := map[string]bool{}
+	for _, t := range turns {
+		for _, e := range t.Excerpts {
+			present[e.Path+":"+e.Lines] = true
+		}
+	}
+	var out []ctxd.Excerpt
+	n := 0
+	for _, e := range excerpts {
+		if present[e.Path+":"+e.Lines] {
+			n++
+			continue
+		}
+		out = append(out, e)
+	}
+	if ws != nil {
+		ws.ExcerptsPresent = n
+	}
+	return out
+}
+
+// stale counts the excerpts the history holds.
+func stale(turns []ctxd.Turn) int {
+	n := 0
+	for _, t := range turns {
+		n += len(t.Excerpts)
+	}
+	return n
+}
+
+// dropStale starts a new epoch whose history keeps its turns without their
+// excerpts.
+func (o *Orchestrator) dropStale(ctx context.Context, id string, sess *ctxd.Session, rc *runcontext.RunContext) (ctxd.Action, error) {
+	n := stale(sess.Turns)
+	before, err := o.count.Text(runcontext.RenderState(rc.State))
+	if err != nil {
+		return ctxd.Action{}, ctxd.Errorf(ctxd.KindInternal, "orchestrator: %w", err)
+	}
+	epoch, err := o.store.DropExcerpts(ctx, id, o.cfg.Now())
+	if err != nil {
+		return ctxd.Action{}, ctxd.Errorf(ctxd.KindInternal, "orchestrator: %w", err)
+	}
+	turns := slices.Clone(sess.Turns)
+	for i := range turns {
+		turns[i].Excerpts = nil
+	}
+	sess.Epoch, sess.Turns = epoch, turns
+	o.cacheSession(*sess)
+	rc.State = runcontext.State{Epoch: sess.Epoch, Summary: sess.Summary, Turns: sess.Turns}
+	after, err := o.count.Text(runcontext.RenderState(rc.State))
+	if err != nil {
+		return ctxd.Action{}, ctxd.Errorf(ctxd.KindInternal, "orchestrator: %w", err)
+	}
+	act := ctxd.Action{Kind: ctxd.ActionStale, Epoch: epoch, TokensDropped: max(0, before-after),
+		Reason: fmt.Sprintf("the request did not fit; the history's %d codex excerpts of earlier questions were left out of it (a new epoch) before any of this question's", n)}
+	o.log.Info("stale excerpts left out", "session", id, "epoch", epoch, "excerpts", n, "tokens", act.TokensDropped)
+	return act, nil
 }
 
 // measured is a rendered prompt, its tokens and the governor's view of it.

@@ -199,7 +199,7 @@ func (o *Orchestrator) Ask(ctx context.Context, req ctxd.AskRequest, onToken fun
 
 	rc, rendered, tokens := p.rc, p.rendered, p.tokens.IDs
 	sum := &ctxd.Summary{
-		Session: req.Session, Turn: p.sess.Count + 1, Mode: rc.Codex.Mode, Format: o.cfg.Format.Name(), Codex: codex.plan, Excerpts: len(rc.Query.Excerpts),
+		Session: req.Session, Turn: p.sess.Count + 1, Mode: rc.Codex.Mode, Format: o.cfg.Format.Name(), Codex: codex.plan, Excerpts: len(rc.Query.Excerpts), WorkingSet: p.workingSet,
 		PromptTokens: len(tokens), CachedTokens: lease.Cached, Budget: p.budget, Epoch: rc.State.Epoch, Governor: p.actions,
 		QueueWaitMs: ms(sessionWait + lease.Waited), QueueAhead: lease.Ahead, Slot: lease.Slot,
 	}

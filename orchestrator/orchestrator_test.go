@@ -517,3 +517,46 @@ func TestWarmRestartRestoresTheSavedPrefix(t *testing.T) {
 		t.Errorf("after a failed restore ctxd expects %d cached tokens, want 0", sum.CachedTokens)
 	}
 }
+
+// freshRetriever finds excerpts of their own for every question.
+type freshRetriever struct{}
+
+func (freshRetriever) Search(_ context.Context, q string, k int) ([]ctxd.Excerpt, error) {
+	var out []ctxd.Excerpt
+	for i := range k {
+		out = append(out, ctxd.Excerpt{Path: fmt.Sprintf("%s/f%d.go", strings.Fields(q)[0], i), Lines: "1-9", Text: strings.Repeat("excerpt text ", 18)})
+	}
+	return out, nil
+}
+
+// TestStaleExcerptsGoBeforeFreshOnes: when the history's excerpts of
+// earlier questions fill the window, they are left out of it (a new epoch)
+// and the new question keeps all of its own.
+func TestStaleExcerptsGoBeforeFreshOnes(t *testing.T) {
+	t.Parallel()
+	h := newTest(t, governor.Limits{NumCtx: 3200, AnswerReserve: 64, MaxDepth: 100, CompactTo: 50}, 1)
+	h.o.SetCodex(runcontext.Codex{Name: "big", Mode: runcontext.ModeRAG, Body: "map of files\n"},
+		ctxd.CodexPlan{Mode: runcontext.ModeRAG, Reason: "too big"}, freshRetriever{})
+	staled := 0
+	for i := range 8 {
+		sum := h.ask(t, "s", fmt.Sprintf("q%d what is here?", i))
+		if sum.Excerpts != 3 {
+			t.Errorf("turn %d: %d excerpts, want all 3 (actions %+v)", i+1, sum.Excerpts, sum.Governor)
+		}
+		for _, a := range sum.Governor {
+			switch a.Kind {
+			case ctxd.ActionStale:
+				staled++
+			case ctxd.ActionExcerpts, ctxd.ActionCondense:
+				t.Errorf("turn %d: %s before the stale excerpts went: %s", i+1, a.Kind, a.Reason)
+			}
+		}
+	}
+	if staled == 0 {
+		t.Fatal("the history's excerpts were never left out: the window never filled, the test proves nothing")
+	}
+	sess, _ := h.store.Session(t.Context(), "s")
+	if len(sess.Turns) < 2 || len(sess.Turns[0].Excerpts) != 0 || len(sess.Turns[len(sess.Turns)-1].Excerpts) != 3 {
+		t.Errorf("history after: %d turns, first with %d excerpts, last with %d", len(sess.Turns), len(sess.Turns[0].Excerpts), len(sess.Turns[len(sess.Turns)-1].Excerpts))
+	}
+}

@@ -16,7 +16,7 @@ import (
 )
 
 // schemaVersion is the user_version the migrations below bring a database to.
-const schemaVersion = 2
+const schemaVersion = 3
 
 var migrations = []string{
 	`CREATE TABLE sessions (
@@ -38,6 +38,8 @@ var migrations = []string{
 	);`,
 	// 2: epochs may start with a condensed summary of the turns before them.
 	`ALTER TABLE sessions ADD COLUMN summary TEXT NOT NULL DEFAULT '';`,
+	// 3: turns up to bare_through render without their codex excerpts.
+	`ALTER TABLE sessions ADD COLUMN bare_through INTEGER NOT NULL DEFAULT 0;`,
 }
 
 // Store is the session store. It is safe for concurrent use.
@@ -100,7 +102,8 @@ func (s *Store) Close() error { return s.db.Close() }
 // Session loads a session; a session never seen before is empty, not an error.
 func (s *Store) Session(ctx context.Context, id string) (ctxd.Session, error) {
 	sess := ctxd.Session{ID: id}
-	err := s.db.QueryRowContext(ctx, "SELECT epoch, summary FROM sessions WHERE id = ?", id).Scan(&sess.Epoch, &sess.Summary)
+	var bare int64
+	err := s.db.QueryRowContext(ctx, "SELECT epoch, summary, bare_through FROM sessions WHERE id = ?", id).Scan(&sess.Epoch, &sess.Summary, &bare)
 	if errors.Is(err, sql.ErrNoRows) {
 		return sess, nil
 	}
@@ -122,6 +125,9 @@ func (s *Store) Session(ctx context.Context, id string) (ctxd.Session, error) {
 		}
 		if err := json.Unmarshal([]byte(excerpts), &t.Excerpts); err != nil {
 			return sess, fmt.Errorf("sqlite: session %q turn excerpts: %w", id, err)
+		}
+		if seq <= bare {
+			t.Excerpts = nil
 		}
 		sess.Turns = append(sess.Turns, t)
 		sess.Seqs = append(sess.Seqs, seq)
@@ -160,6 +166,34 @@ func (s *Store) NewEpoch(ctx context.Context, id string, keep []int64, summary s
 	}
 	if err := tx.Commit(); err != nil {
 		return 0, fmt.Errorf("sqlite: new epoch: %w", err)
+	}
+	return epoch, nil
+}
+
+// DropExcerpts starts the session's next epoch with the same turns and
+// summary, the turns so far without their excerpts from then on.
+func (s *Store) DropExcerpts(ctx context.Context, id string, now time.Time) (int, error) {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return 0, fmt.Errorf("sqlite: drop excerpts: %w", err)
+	}
+	defer tx.Rollback()
+	if _, err := tx.ExecContext(ctx,
+		"INSERT INTO sessions (id, created_unix) VALUES (?, ?) ON CONFLICT (id) DO NOTHING", id, now.Unix()); err != nil {
+		return 0, fmt.Errorf("sqlite: drop excerpts: %w", err)
+	}
+	var epoch int
+	if err := tx.QueryRowContext(ctx, `
+		UPDATE sessions SET epoch = epoch + 1,
+			bare_through = (SELECT COALESCE(MAX(seq), 0) FROM turns WHERE session_id = ?)
+		WHERE id = ? RETURNING epoch`, id, id).Scan(&epoch); err != nil {
+		return 0, fmt.Errorf("sqlite: drop excerpts: %w", err)
+	}
+	if _, err := tx.ExecContext(ctx, "UPDATE turns SET epoch = ? WHERE session_id = ? AND epoch = ?", epoch, id, epoch-1); err != nil {
+		return 0, fmt.Errorf("sqlite: drop excerpts: %w", err)
+	}
+	if err := tx.Commit(); err != nil {
+		return 0, fmt.Errorf("sqlite: drop excerpts: %w", err)
 	}
 	return epoch, nil
 }

@@ -144,6 +144,23 @@ func (s *Store) NewEpoch(_ context.Context, id string, keep []int64, summary str
 	return st.epoch, nil
 }
 
+func (s *Store) DropExcerpts(_ context.Context, id string, _ time.Time) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.writeErrLocked(); err != nil {
+		return 0, err
+	}
+	st := s.sessionLocked(id)
+	st.epoch++
+	for i := range st.turns {
+		if st.turns[i].epoch == st.epoch-1 {
+			st.turns[i].epoch = st.epoch
+		}
+		st.turns[i].turn.Excerpts = nil
+	}
+	return st.epoch, nil
+}
+
 // sessionLocked returns the stored session id, creating it.
 func (s *Store) sessionLocked(id string) *storedSession {
 	st := s.sessions[id]
