@@ -55,6 +55,12 @@ type Config struct {
 	LlamaPairs           int // paired ctxd/raw requests per codex size
 	LlamaRestartTokens   int
 
+	// The RAG phase: follow-up questions about RAGPackage (a directory of
+	// RAGTree) on the agents' model, RAGTopK excerpts each.
+	RAGTree    string
+	RAGPackage string
+	RAGTopK    int
+
 	Phases []string // phases to run (see AllPhases); empty: all
 	Log    func(format string, args ...any)
 }
@@ -67,10 +73,11 @@ const (
 	PhaseScaling   = "scaling"
 	PhaseAgents    = "agents"
 	PhaseLlama     = "llamacpp"
+	PhaseRAG       = "rag"
 )
 
 // AllPhases are the phases in the order they run.
-var AllPhases = []string{PhaseMultiTurn, PhaseOverhead, PhaseCompose, PhaseScaling, PhaseAgents, PhaseLlama}
+var AllPhases = []string{PhaseMultiTurn, PhaseOverhead, PhaseCompose, PhaseScaling, PhaseAgents, PhaseLlama, PhaseRAG}
 
 // DefaultConfig is the harness as `make bench` runs it: a 28M-parameter
 // model whose cold prompt evaluation takes visible time on a 2-core CPU.
@@ -85,6 +92,7 @@ func DefaultConfig() Config {
 		ScalingPcts: []int{10, 30, 50, 69, 85},
 		Agents:      8, AgentTurns: 25, AgentSlots: []int{1, 2}, AgentModel: modelgen.DemoConfig(),
 		LlamaNumCtx: 16384, LlamaSizes: []int{2000, 8000, 14000}, LlamaInterleaveTurns: 20, LlamaRestartTokens: 8000, LlamaPairs: 30,
+		RAGTree: filepath.Join(runtime.GOROOT(), "src", "encoding"), RAGPackage: "csv", RAGTopK: 3,
 		Log: func(string, ...any) {},
 	}
 }
@@ -106,6 +114,12 @@ type stack struct {
 // path if missing or stale), loads it with numCtx, writes a codex of about
 // half the window, and starts the daemon over it.
 func startStack(ctx context.Context, cfg Config, m modelgen.Config, path string, numCtx, slots int) (*stack, error) {
+	return startStackWith(ctx, cfg, m, path, numCtx, slots, nil)
+}
+
+// startStackWith is startStack with the daemon's configuration adjusted by
+// tweak (nil: none).
+func startStackWith(ctx context.Context, cfg Config, m modelgen.Config, path string, numCtx, slots int, tweak func(*config.Config)) (*stack, error) {
 	work, err := os.MkdirTemp("", "ctxd-bench-")
 	if err != nil {
 		return nil, err
@@ -157,6 +171,11 @@ func startStack(ctx context.Context, cfg Config, m modelgen.Config, path string,
 	dc.Codex.Path, dc.Codex.Watch = codexDir, false
 	if cfg.CAGRatio > 0 {
 		dc.Codex.CAGRatio = cfg.CAGRatio
+	}
+	// A sigil the harness searches the codex with (the default one asks).
+	dc.Sigils["bench-search"] = config.Sigil{Scopes: []string{"search_codex"}}
+	if tweak != nil {
+		tweak(&dc)
 	}
 	ds, err := runDaemon(ctx, dc)
 	if err != nil {
@@ -258,6 +277,14 @@ func Run(ctx context.Context, cfg Config, prev *Report) (*Report, error) {
 			r.Llama = &run
 			r.Ran[PhaseLlama] = now
 		}
+	}
+	if want(PhaseRAG) {
+		run, err := ragPhase(ctx, cfg)
+		if err != nil {
+			return nil, fmt.Errorf("bench: rag: %w", err)
+		}
+		r.RAG = &run
+		r.Ran[PhaseRAG] = now
 	}
 	if r.Machine.CPU == "" {
 		r.Machine = machine

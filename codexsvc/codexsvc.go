@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"os"
 	"path/filepath"
 	"slices"
 	"sync"
@@ -38,7 +39,7 @@ type Sink interface {
 // Config is what the service needs.
 type Config struct {
 	Codex       config.Codex    // the daemon's [codex] settings
-	StateDir    string          // holds codex-cache.gob and codex-index.db
+	StateDir    string          // holds codex-cache.bin and codex-index.db
 	Limits      governor.Limits // the window the codex is planned against
 	Tokenizer   ctxd.Tokenizer  // counts each file's tokens
 	TokenizerID string          // names the vocabulary, for the count cache
@@ -172,9 +173,10 @@ func (s *Service) loadLocked(ctx context.Context, path string, progress func(ctx
 		Progress: progress,
 	}.Merge(settings.Codex)
 	if s.cache == nil {
-		if s.cache, err = codex.OpenCache(filepath.Join(s.cfg.StateDir, "codex-cache.gob"), s.cfg.TokenizerID); err != nil {
+		if s.cache, err = codex.OpenCache(filepath.Join(s.cfg.StateDir, "codex-cache.bin"), s.cfg.TokenizerID); err != nil {
 			return nil, ctxd.Errorf(ctxd.KindInternal, "%w", err)
 		}
+		os.Remove(filepath.Join(s.cfg.StateDir, "codex-cache.gob")) // the cache before the stat index; never read again
 	}
 	opts.Cache = s.cache
 	if old := s.current.Load(); old != nil && old.path == path {

@@ -402,9 +402,11 @@ func TestWorkingSetKeepsFollowUpsInThePrefix(t *testing.T) {
 	if rep.Moved != "" || second.Body != first.Body || rep.Hits != 3 || len(ex) != 0 {
 		t.Errorf("follow-up: %+v, %d excerpts outside, block unchanged %t", rep, len(ex), second.Body == first.Body)
 	}
-	_, ex, rep = ask("pkgf gizmos widget")
-	if rep.Moved != "" || len(ex) == 0 {
-		t.Errorf("one question elsewhere moved it or found nothing outside: %+v, %d excerpts", rep, len(ex))
+	for range driftQuestions - 1 {
+		_, ex, rep = ask("pkgf gizmos widget")
+		if rep.Moved != "" || len(ex) == 0 {
+			t.Errorf("a question elsewhere moved it early or found nothing outside: %+v, %d excerpts", rep, len(ex))
+		}
 	}
 	moved, _, rep := ask("what do pkgf frobs turn into")
 	if !strings.Contains(rep.Moved, "drifted") || rep.Generation != 2 || !strings.Contains(moved.Body, `file "pkgf/`) {

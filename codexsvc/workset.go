@@ -35,8 +35,9 @@ const (
 	// working set (the newest weighs most: 1, ½, ¼).
 	recentQuestions = 3
 	// driftQuestions: the working set moves when this many questions in a
-	// row found under half of their top-k excerpts in it.
-	driftQuestions = 2
+	// row found under half of their top-k excerpts in it. Moving costs a
+	// re-evaluation of the whole block; staying, a few excerpts a question.
+	driftQuestions = 3
 	// linkShare is the share of a directory's best file score its other
 	// files get: files beside a relevant one (a package) come next.
 	linkShare = 0.25
@@ -336,7 +337,7 @@ func lineStart(lines string) int {
 	return n
 }
 
-// recentQuestions returns the latest questions, for the next codex's
+// recentQueries returns the latest questions, for the next codex's
 // working set.
 func (w *workingSet) recentQueries() []string {
 	w.mu.Lock()

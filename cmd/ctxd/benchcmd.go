@@ -33,6 +33,8 @@ func cmdBench(args []string, stdout, stderr io.Writer) error {
 	fs.IntVar(&cfg.Turns, "turns", cfg.Turns, "turns of the multi-turn session")
 	fs.IntVar(&cfg.ColdRepeats, "cold-repeats", cfg.ColdRepeats, "cold first turns to measure (the session's own included)")
 	fs.IntVar(&cfg.NumCtx, "num-ctx", cfg.NumCtx, "context window")
+	fs.StringVar(&cfg.RAGTree, "rag-tree", cfg.RAGTree, "tree of the rag phase")
+	fs.StringVar(&cfg.RAGPackage, "rag-package", cfg.RAGPackage, "directory of the rag tree its questions are about")
 	from := fs.String("from", "", "rewrite the outputs from an earlier results.json instead of running")
 	if err := fs.Parse(args); err != nil {
 		return err

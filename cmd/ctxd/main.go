@@ -238,6 +238,16 @@ func cmdAsk(args []string, stdout, stderr io.Writer) error {
 	if sum.QueueWaitMs >= 1 {
 		note = fmt.Sprintf(" · queued %.0f ms", sum.QueueWaitMs) + note
 	}
+	if ws := sum.WorkingSet; ws != nil {
+		w := fmt.Sprintf(" · working set of %d files held %d of the top excerpts, %d new (%d tokens)", ws.Files, ws.Hits, ws.ExcerptsNew, ws.ExcerptTokensNew)
+		if ws.ExcerptsPresent > 0 {
+			w += fmt.Sprintf(", %d already in the history", ws.ExcerptsPresent)
+		}
+		if ws.Moved != "" {
+			w += " · working set moved: " + ws.Moved
+		}
+		note = w + note
+	}
 	fmt.Fprintf(stderr, "[session %s turn %d · %s · %s · %d prompt tokens, %d cached (%.1f%%), %d evaluated · ttft %.0f ms · %d answer tokens%s]\n",
 		sum.Session, sum.Turn, sum.Mode, sum.Format, sum.PromptTokens, sum.CachedTokens, sum.ReusePercent,
 		sum.EvaluatedTokens, sum.TTFTMillis, sum.AnswerTokens, note)
