@@ -60,14 +60,22 @@ type Skipped struct {
 	Reason string `json:"reason"`
 }
 
-// CodexProgress is reported as a codex loads.
+// CodexProgress is reported as a codex loads: files read (stage
+// "reading"), then, for a tree retrieved from, files indexed ("indexing").
+// Tokens are not counted to load (see CodexStats.Counting).
 type CodexProgress struct {
-	Files      int   `json:"files"`
-	TotalFiles int   `json:"total_files"`
-	Bytes      int64 `json:"bytes"`
-	TotalBytes int64 `json:"total_bytes"`
-	Tokens     int64 `json:"tokens"`
+	Stage      string `json:"stage"`
+	Files      int    `json:"files"`
+	TotalFiles int    `json:"total_files"`
+	Bytes      int64  `json:"bytes"`
+	TotalBytes int64  `json:"total_bytes"`
 }
+
+// Codex load stages.
+const (
+	CodexStageReading  = "reading"
+	CodexStageIndexing = "indexing"
+)
 
 // Codex load stream event types.
 const (

@@ -230,7 +230,7 @@ func (c *Codex) process(ctx context.Context, entries []entry, totalBytes int64, 
 				b := doneBytes.Add(e.size)
 				if opts.Progress != nil {
 					progressMu.Lock()
-					opts.Progress(ctxd.CodexProgress{Files: int(d), TotalFiles: len(entries), Bytes: b, TotalBytes: totalBytes})
+					opts.Progress(ctxd.CodexProgress{Stage: ctxd.CodexStageReading, Files: int(d), TotalFiles: len(entries), Bytes: b, TotalBytes: totalBytes})
 					progressMu.Unlock()
 				}
 			}

@@ -212,7 +212,13 @@ func (s *Service) loadLocked(ctx context.Context, path string, progress func(ctx
 				return nil, ctxd.Errorf(ctxd.KindInternal, "%w", err)
 			}
 		}
-		if reindexed, err = s.index.Sync(ctx, c); err != nil {
+		var indexing func(done, total int)
+		if progress != nil {
+			indexing = func(done, total int) {
+				progress(ctxd.CodexProgress{Stage: ctxd.CodexStageIndexing, Files: done, TotalFiles: total})
+			}
+		}
+		if reindexed, err = s.index.Sync(ctx, c, indexing); err != nil {
 			if ctx.Err() != nil {
 				return nil, ctxd.Errorf(ctxd.KindCanceled, "codex load of %s cancelled: %w", path, err)
 			}

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/ctxd/ctxd"
 	"github.com/ctxd/ctxd/config"
@@ -105,18 +106,29 @@ func TestRAGModeOnRealBackend(t *testing.T) {
 		cfg.Sigils["coder"] = config.Sigil{Scopes: []string{"ask", "search_codex"}}
 		d := start(t, cfg, true)
 
+		// The decision needed no count (the bytes prove the tree too
+		// large); the whole-tree total is counted in the background.
 		var st ctxd.CodexStats
-		if err := d.client.GetJSON(context.Background(), "/v1/codex", &st); err != nil {
-			t.Fatal(err)
+		for deadline := time.Now().Add(time.Minute); ; time.Sleep(50 * time.Millisecond) {
+			if err := d.client.GetJSON(context.Background(), "/v1/codex", &st); err != nil {
+				t.Fatal(err)
+			}
+			if st.TokensExact || time.Now().After(deadline) {
+				break
+			}
 		}
-		if st.Plan.Mode != "rag" || st.Tokens < 4000 || st.Redactions != 1 || len(st.Largest) == 0 {
+		if st.Plan.Mode != "rag" || !st.TokensExact || st.Tokens < 4000 || st.Redactions != 1 || len(st.Largest) == 0 {
 			t.Fatalf("codex stats: %+v", st)
 		}
 		var prev int
 		for turn := 1; turn <= 3; turn++ {
 			sum, _ := ask(t, d.client, "rag", fmt.Sprintf("What does Handler%d return?", 40*turn))
-			if sum.Mode != "rag" || sum.Excerpts == 0 || sum.Codex.Reason == "" {
-				t.Fatalf("turn %d: mode %s, %d excerpts, plan %+v", turn, sum.Mode, sum.Excerpts, sum.Codex)
+			ws := sum.WorkingSet
+			if sum.Mode != "rag" || ws == nil || sum.Excerpts+ws.Hits+ws.ExcerptsPresent == 0 || sum.Codex.Reason == "" {
+				t.Fatalf("turn %d: mode %s, %d excerpts, working set %+v, plan %+v", turn, sum.Mode, sum.Excerpts, ws, sum.Codex)
+			}
+			if turn == 1 && ws.Moved == "" || turn > 1 && ws.Moved != "" {
+				t.Errorf("turn %d: working set moved %q", turn, ws.Moved)
 			}
 			if sum.BackendPromptN != sum.PromptTokens {
 				t.Errorf("turn %d: ctxd counted %d, the backend %d", turn, sum.PromptTokens, sum.BackendPromptN)
@@ -125,6 +137,11 @@ func TestRAGModeOnRealBackend(t *testing.T) {
 				t.Errorf("turn %d: %d cached tokens, the previous prompt had %d", turn, sum.CachedTokens, prev)
 			}
 			prev = sum.PromptTokens
+		}
+		// Back to the first question's handler: the working set chosen then
+		// holds it, so its excerpt is in the cached prefix, not added again.
+		if sum, _ := ask(t, d.client, "rag", "And what does Handler40 return?"); sum.WorkingSet == nil || sum.WorkingSet.Hits == 0 || sum.BackendPromptN != sum.PromptTokens {
+			t.Errorf("a follow-up on the first question's handler: working set %+v, ctxd counted %d, the backend %d", sum.WorkingSet, sum.PromptTokens, sum.BackendPromptN)
 		}
 		// The search_codex tool, for sigils with its scope only.
 		q := url.Values{"q": {"Handler12 kind"}, "k": {"2"}, "sigil": {"coder"}}.Encode()

@@ -102,9 +102,10 @@ func (x *Index) Close() error { return x.db.Close() }
 // all in one transaction. It returns how many files it re-indexed. Files
 // are chunked in parallel; SQLite's inserts run on one connection.
 // Searches go on cutting hits from the codex before until Publish.
-func (x *Index) Sync(ctx context.Context, c *codex.Codex) (int, error) {
+// progress, if not nil, is told how many of the files to index are done.
+func (x *Index) Sync(ctx context.Context, c *codex.Codex, progress func(done, total int)) (int, error) {
 	x.pending = nil
-	return x.sync(ctx, c)
+	return x.sync(ctx, c, progress)
 }
 
 // Publish makes searches cut their hits from the codex the last Sync
@@ -116,7 +117,7 @@ func (x *Index) Publish() {
 	}
 }
 
-func (x *Index) sync(ctx context.Context, c *codex.Codex) (int, error) {
+func (x *Index) sync(ctx context.Context, c *codex.Codex, progress func(done, total int)) (int, error) {
 	type row struct {
 		id     int64
 		sha256 string
@@ -190,7 +191,7 @@ func (x *Index) sync(ctx context.Context, c *codex.Codex) (int, error) {
 			return 0, fmt.Errorf("sqlite: index: %w", err)
 		}
 	}
-	if err := x.insert(ctx, tx, c, jobs); err != nil {
+	if err := x.insert(ctx, tx, c, jobs, progress); err != nil {
 		return 0, err
 	}
 	if len(jobs) >= bulk {
@@ -212,7 +213,7 @@ type job struct {
 }
 
 // insert chunks the files of jobs in parallel and inserts them in order.
-func (x *Index) insert(ctx context.Context, tx *sql.Tx, c *codex.Codex, jobs []job) error {
+func (x *Index) insert(ctx context.Context, tx *sql.Tx, c *codex.Codex, jobs []job, progress func(done, total int)) error {
 	if len(jobs) == 0 {
 		return nil
 	}
@@ -288,6 +289,9 @@ func (x *Index) insert(ctx context.Context, tx *sql.Tx, c *codex.Codex, jobs []j
 			if _, err := insChunk.ExecContext(ctx, jb.id<<chunkBits+int64(k), chunk.Text); err != nil {
 				return fmt.Errorf("sqlite: index: %w", err)
 			}
+		}
+		if progress != nil && (j%100 == 99 || j == len(jobs)-1) {
+			progress(j+1, len(jobs))
 		}
 	}
 	return nil

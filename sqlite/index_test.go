@@ -32,7 +32,7 @@ func TestIndexSyncAndSearch(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer x.Close()
-	if n, err := x.Sync(ctx, load()); err != nil || n != 3 {
+	if n, err := x.Sync(ctx, load(), nil); err != nil || n != 3 {
 		t.Fatalf("first sync: %d files, %v", n, err)
 	}
 	x.Publish()
@@ -53,7 +53,7 @@ func TestIndexSyncAndSearch(t *testing.T) {
 	if !strings.Contains(strings.Join(where, " "), "socket.go:1-") && !strings.Contains(strings.Join(where, " "), "socket.go:3-") {
 		t.Errorf("excerpts %v lack the Listen function", where)
 	}
-	if n, err := x.Sync(ctx, load()); err != nil || n != 0 {
+	if n, err := x.Sync(ctx, load(), nil); err != nil || n != 0 {
 		t.Errorf("unchanged sync re-indexed %d files (%v)", n, err)
 	}
 	x.Publish()
@@ -61,7 +61,7 @@ func TestIndexSyncAndSearch(t *testing.T) {
 	if err := os.Remove(filepath.Join(dir, "README.md")); err != nil {
 		t.Fatal(err)
 	}
-	if n, err := x.Sync(ctx, load()); err != nil || n != 1 {
+	if n, err := x.Sync(ctx, load(), nil); err != nil || n != 1 {
 		t.Errorf("one changed file: re-indexed %d (%v)", n, err)
 	}
 	x.Publish()

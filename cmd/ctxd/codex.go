@@ -49,22 +49,39 @@ func cmdCodexLoad(args []string, stdout, stderr io.Writer) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	var bar *progressbar.ProgressBar
+	stage := ""
 	tty := false
 	if f, ok := stderr.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
 		tty = true
 	}
 	st, err := clientFor(*socket).LoadCodex(ctx, path, func(p ctxd.CodexProgress) {
 		if !tty {
-			fmt.Fprintf(stderr, "codex: %d/%d files, %d/%d bytes, %d tokens\n", p.Files, p.TotalFiles, p.Bytes, p.TotalBytes, p.Tokens)
+			if p.Stage == ctxd.CodexStageIndexing {
+				fmt.Fprintf(stderr, "codex: indexing %d/%d files\n", p.Files, p.TotalFiles)
+			} else {
+				fmt.Fprintf(stderr, "codex: reading %d/%d files, %d/%d bytes\n", p.Files, p.TotalFiles, p.Bytes, p.TotalBytes)
+			}
 			return
 		}
-		if bar == nil {
-			bar = progressbar.NewOptions64(p.TotalBytes, progressbar.OptionSetWriter(stderr),
-				progressbar.OptionShowBytes(true), progressbar.OptionSetDescription("loading codex"),
-				progressbar.OptionClearOnFinish())
+		if bar == nil || stage != p.Stage {
+			if bar != nil {
+				_ = bar.Finish()
+			}
+			stage = p.Stage
+			total, unit := p.TotalBytes, progressbar.OptionShowBytes(true)
+			if p.Stage == ctxd.CodexStageIndexing {
+				total, unit = int64(p.TotalFiles), progressbar.OptionShowCount()
+			}
+			bar = progressbar.NewOptions64(total, progressbar.OptionSetWriter(stderr), unit,
+				progressbar.OptionSetDescription("codex: "+p.Stage), progressbar.OptionClearOnFinish())
+		}
+		if p.Stage == ctxd.CodexStageIndexing {
+			_ = bar.Set64(int64(p.Files))
+			bar.Describe(fmt.Sprintf("codex: indexing %d/%d files", p.Files, p.TotalFiles))
+			return
 		}
 		_ = bar.Set64(p.Bytes)
-		bar.Describe(fmt.Sprintf("loading codex: %d/%d files, %d tokens", p.Files, p.TotalFiles, p.Tokens))
+		bar.Describe(fmt.Sprintf("codex: reading %d/%d files", p.Files, p.TotalFiles))
 	})
 	if bar != nil {
 		_ = bar.Finish()
