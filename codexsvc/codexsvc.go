@@ -270,10 +270,7 @@ func (s *Service) plan(ctx context.Context, c *codex.Codex, ratio float64) (runc
 		return runcontext.Codex{Mode: runcontext.ModeNone}, ctxd.CodexPlan{Mode: runcontext.ModeNone, Reason: "the codex has no usable files"}, nil
 	}
 	threshold := limits.PlanCodex(0, 0, ratio).Threshold
-	var bound codex.Bound
-	if b, ok := s.cfg.Tokenizer.(interface{ MaxTokenBytes() int }); ok {
-		bound.MaxTokenBytes = b.MaxTokenBytes()
-	}
+	bound := s.bound()
 	var least int64 // the fewest tokens the codex's files can be in the prompt
 	counted := 0
 	over, err := c.Count(ctx, s.cfg.Tokenizer, s.cache, func(exact, restBytes int64) bool {
@@ -317,6 +314,16 @@ func (s *Service) plan(ctx context.Context, c *codex.Codex, ratio float64) (runc
 	} else {
 		return s.ragBlock(c), plan, nil
 	}
+}
+
+// bound is the vocabulary's token bound; without the vocabulary's longest
+// token (a tokenizer that only counts) it bounds nothing from below.
+func (s *Service) bound() codex.Bound {
+	var b codex.Bound
+	if t, ok := s.cfg.Tokenizer.(interface{ MaxTokenBytes() int }); ok {
+		b.MaxTokenBytes = t.MaxTokenBytes()
+	}
+	return b
 }
 
 // ragBlock is the map of a codex too large to load whole. It may take a

@@ -51,6 +51,7 @@ type workingSet struct {
 	index     *sqlite.Index
 	base      runcontext.Codex // the map alone, prerendered
 	threshold int              // the CAG threshold: the stable blocks with the working set stay under it
+	bound     codex.Bound      // the vocabulary's, if known
 
 	mu         sync.Mutex // guards the fields below; held while a working set is chosen
 	baseTokens int        // the stable blocks with the map alone; 0 until counted
@@ -72,7 +73,9 @@ type wsChoice struct {
 var _ ctxd.Retriever = (*workingSet)(nil)
 
 func newWorkingSet(s *Service, c *codex.Codex, x *sqlite.Index, base runcontext.Codex, threshold int, recent []string) *workingSet {
-	return &workingSet{svc: s, codex: c, index: x, base: base, threshold: threshold, recent: recent}
+	w := &workingSet{svc: s, codex: c, index: x, base: base, threshold: threshold, recent: recent}
+	w.bound = s.bound()
+	return w
 }
 
 // Search is the search_codex tool.
@@ -222,19 +225,25 @@ func (w *workingSet) choose(ctx context.Context, hits []sqlite.Hit) (*wsChoice, 
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		content, err := w.codex.Content(i)
-		if err != nil {
-			return nil, err
-		}
 		f := w.codex.Files[i]
-		n, err := w.svc.cfg.Tokenizer.CountText(content)
-		if err != nil {
-			return nil, err
-		}
-		if used+n+pieceOverhead <= budget {
-			pieces = append(pieces, codex.Piece{Path: f.Path, Content: content})
-			used += n + pieceOverhead
-			continue
+		// A file whose bytes alone prove it too large is not read or
+		// counted whole: its chunks are tried.
+		if w.bound.Lower(f.Size) <= int64(budget-used-pieceOverhead) {
+			content, err := w.codex.Content(i)
+			if err != nil {
+				// Changed since the load: the watcher's reload follows.
+				w.svc.log.Debug("working set: file skipped", "path", f.Path, "err", err)
+				continue
+			}
+			n, err := w.svc.cfg.Tokenizer.CountText(content)
+			if err != nil {
+				return nil, err
+			}
+			if used+n+pieceOverhead <= budget {
+				pieces = append(pieces, codex.Piece{Path: f.Path, Content: content})
+				used += n + pieceOverhead
+				continue
+			}
 		}
 		cs := chunks[i]
 		slices.SortStableFunc(cs, func(a, b scoredChunk) int {

@@ -48,7 +48,7 @@ bin/ctxd codex bench --runs "$runs" --json --gguf "$model" "$tree" > "$out/codex
 section=$(jq -r --arg cat "$cat_s" --arg repomix "$repomix_s" --arg when "$(date -u +%Y-%m-%dT%H:%M:%SZ)" \
 	--arg files "$files" --arg bytes "$bytes" --arg go "$(go env GOVERSION)" --arg cores "$(nproc)" '
   def med: sort | .[(length-1)/2|floor];
-  def s: . * 1000 | round / 1000000;
+  def s: round / 1000;
   def r2: . * 100 | round / 100;
   (.first_load_ms|med) as $first | (.reload_unchanged_ms|med) as $reload | (.reload_one_changed_ms|med) as $changed |
   "Measured \($when) by `scripts/bench-codex.sh` (medians of \(.first_load_ms|length) runs, \($cores) cores). Tree: \($go) `\(.tree)`, \($files) files, \($bytes) bytes; ctxd keeps \(.files) files (\(.bytes) bytes, \(.lines) lines; \(.skipped) skipped: binaries, files over 1 MiB, invalid UTF-8), \(.tokens) tokens with the demo model'"'"'s tokenizer (\(.tokenizer), llama.cpp through the cgo `llama` package; longest token \(.longest_token_bytes) bytes), \(.redactions) credentials redacted. Window: `num_ctx` \(.num_ctx).",

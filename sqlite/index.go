@@ -366,11 +366,17 @@ func (x *Index) Hits(ctx context.Context, query string, k int) ([]Hit, error) {
 			cf := cur.codex.Files[file.i]
 			text, err := cur.codex.Content(file.i)
 			if err != nil {
-				return nil, fmt.Errorf("sqlite: search: %w", err)
+				// Changed or gone since the load: its hits are left out
+				// until the reload that follows the change.
+				chunks[id] = nil
+				continue
 			}
 			cf.Content = text
 			cs = codex.ChunkFile(cf)
 			chunks[id] = cs
+		}
+		if cs == nil {
+			continue
 		}
 		if n >= len(cs) {
 			return nil, fmt.Errorf("sqlite: search: %s has %d chunks, the index %d or more", file.path, len(cs), n+1)
