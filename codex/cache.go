@@ -115,7 +115,9 @@ func (c *Cache) put(sum [32]byte, redact bool, e cacheEntry) {
 	c.dirty = true
 }
 
-// setTokens records a content's exact token count.
+// setTokens records a content's exact token count, if the cache still
+// holds the content (a count finishing after its entry was pruned must not
+// leave an entry without lines and redactions).
 func (c *Cache) setTokens(sum [32]byte, redact bool, tokens int) {
 	if c == nil {
 		return
@@ -123,7 +125,10 @@ func (c *Cache) setTokens(sum [32]byte, redact bool, tokens int) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	k := cacheKey{sum, redact}
-	e := c.entries[k]
+	e, ok := c.entries[k]
+	if !ok {
+		return
+	}
 	e.Tokens, e.Counted = tokens, true
 	c.entries[k] = e
 	c.dirty = true

@@ -17,7 +17,7 @@ import (
 //
 // integers as varints, strings and lists length-prefixed. Any other
 // content is not a cache of this version: it is started over.
-const cacheMagic = "ctxd-codex-cache-3\n"
+const cacheMagic = "ctxd-codex-cache-3 rules-" + rulesVersion + "\n"
 
 var errCacheFormat = errors.New("codex: cache: not a cache of this version")
 
@@ -89,7 +89,9 @@ func (cf *cacheFile) decode(data []byte) error {
 	}
 	cf.Tokenizer = d.string()
 	n := d.uvarint()
-	cf.Entries = make(map[cacheKey]cacheEntry, min(n, uint64(len(data))))
+	// Size hints no larger than the data could hold: a damaged count must
+	// not allocate more than the file.
+	cf.Entries = make(map[cacheKey]cacheEntry, min(n, uint64(len(data)/36)))
 	for range n {
 		if d.err != nil {
 			break
@@ -109,7 +111,7 @@ func (cf *cacheFile) decode(data []byte) error {
 	x := &cf.Index
 	x.Root, x.Options, x.ScanNs = d.string(), d.string(), d.varint()
 	n = d.uvarint()
-	x.Files = make(map[string]statEntry, min(n, uint64(len(data))))
+	x.Files = make(map[string]statEntry, min(n, uint64(len(data)/40)))
 	for range n {
 		if d.err != nil {
 			break

@@ -285,7 +285,11 @@ func loadFile(e entry, opts Options) result {
 	}
 	data, err := readCapped(e.abs, opts.MaxFileBytes)
 	if err != nil {
-		return skip(err.Error())
+		r := skip(err.Error())
+		if strings.HasPrefix(err.Error(), "unreadable") {
+			r.stat.Stat = fileStat{} // may be transient (permissions, EIO): read again next time
+		}
+		return r
 	}
 	if bytes.IndexByte(data[:min(len(data), 8000)], 0) >= 0 {
 		return skip("binary content")
@@ -346,6 +350,10 @@ func lineCount(s string) int {
 	return n
 }
 
+// ErrChanged is the error of reading a file whose content is no longer
+// what the load found: the reload that follows a change reads it again.
+var ErrChanged = errors.New("changed or gone since the codex was loaded")
+
 // Content returns file i's redacted content: the one in memory, or read
 // from the disk, checked against the hash the load recorded. A file that
 // changed since is an error (a reload will follow its change). It does not
@@ -355,12 +363,9 @@ func (c *Codex) Content(i int) (string, error) {
 	if f.HasContent {
 		return f.Content, nil
 	}
-	data, err := readCapped(f.abs, 0)
-	if err != nil {
-		return "", fmt.Errorf("codex: %s: %w", f.Path, err)
-	}
-	if sha256.Sum256(data) != f.sum {
-		return "", fmt.Errorf("codex: %s changed since the codex was loaded", f.Path)
+	data, err := readCapped(f.abs, f.Size) // a file grown since cannot be the one loaded
+	if err != nil || sha256.Sum256(data) != f.sum {
+		return "", fmt.Errorf("codex: %s: %w", f.Path, ErrChanged)
 	}
 	s := string(data)
 	if c.redact && len(f.Redactions) > 0 {
@@ -374,10 +379,12 @@ func (c *Codex) Content(i int) (string, error) {
 func (c *Codex) ReadContent(ctx context.Context) error {
 	var (
 		next    atomic.Int64
+		read    atomic.Int64
 		wg      sync.WaitGroup
 		errOnce sync.Once
 		first   error
 	)
+	defer func() { c.Read += int(read.Load()) }()
 	for range min(runtime.GOMAXPROCS(0)*2, max(1, len(c.Files))) {
 		wg.Add(1)
 		go func() {
@@ -400,7 +407,7 @@ func (c *Codex) ReadContent(ctx context.Context) error {
 					return
 				}
 				c.Files[i].Content, c.Files[i].HasContent = s, true
-				c.Read++
+				read.Add(1)
 			}
 		}()
 	}

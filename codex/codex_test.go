@@ -361,7 +361,7 @@ func TestContentChangedSinceLoad(t *testing.T) {
 	}
 	c.DropContent()
 	write(t, dir, "a.go", "package b\n")
-	if _, err := c.Content(0); err == nil || !strings.Contains(err.Error(), "changed since") {
+	if _, err := c.Content(0); !errors.Is(err, ErrChanged) {
 		t.Errorf("changed file read on demand: %v", err)
 	}
 }

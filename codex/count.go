@@ -16,15 +16,19 @@ import (
 //
 //	ceil(n / MaxTokenBytes) ≤ tokens ≤ n + BoundSlack
 //
-// The upper bound holds because every byte becomes at most one token (byte
-// fallback in SentencePiece vocabularies; byte-level BPE), plus the one
+// for the two vocabulary kinds llama.cpp tokenizes without normalizing
+// (SentencePiece "llama" and byte-level BPE "gpt2"; llamatok states the
+// longest token for those only). The upper bound holds because every byte
+// becomes at most one token (byte fallback; byte-level BPE), plus the one
 // space SentencePiece puts before a text. The lower bound because no token
 // stands for more bytes of text than its own text in the vocabulary has
 // (SentencePiece writes a space as the 3-byte "▁", BPE a byte as a 1- or
 // 2-byte character, byte tokens as "<0x41>"). Text that looks like a
 // special token is escaped before it is counted, and escaping only adds
-// bytes. The bound is tested on both vocabulary kinds with adversarial
-// text (TestBoundHolds).
+// bytes. n is the length of the text counted: for a file, after redaction.
+// The bound is tested on both vocabulary kinds with adversarial text
+// (TestBoundHolds). The decision uses the lower bound; the upper one is
+// why counting can stop early only from below.
 type Bound struct {
 	MaxTokenBytes int // the longest token's text in the vocabulary, in bytes
 }
@@ -51,14 +55,17 @@ func (b Bound) Upper(n int64) int64 {
 // Count counts files exactly, in path order, with the cache's counts
 // where it has them, until over returns true for the running total; it
 // reports whether it stopped early. over sees the exact tokens of the
-// files counted so far and the bytes of those not yet counted. Counts are
-// kept in the codex and the cache.
+// files counted so far and the bytes of those not yet counted that bound
+// their tokens from below: a redacted file's content is shorter than the
+// file (a private key becomes a short marker), so it bounds nothing until
+// counted. Counts are kept in the codex and the cache.
 func (c *Codex) Count(ctx context.Context, counter Counter, cache *Cache, over func(exact, restBytes int64) bool) (bool, error) {
 	var exact, rest int64
 	for _, f := range c.Files {
-		if f.Counted {
+		switch {
+		case f.Counted:
 			exact += int64(f.Tokens)
-		} else {
+		case len(f.Redactions) == 0:
 			rest += f.Size
 		}
 	}
@@ -80,7 +87,9 @@ func (c *Codex) Count(ctx context.Context, counter Counter, cache *Cache, over f
 		}
 		f.Tokens, f.Counted = n, true
 		exact += int64(n)
-		rest -= f.Size
+		if len(f.Redactions) == 0 {
+			rest -= f.Size
+		}
 	}
 	return over(exact, rest), nil
 }

@@ -121,8 +121,7 @@ func (w *walker) descend(real, rel string, patterns []gitignore.Pattern) error {
 }
 
 // walk descends into dir (resolved path real, relative path rel) with the
-// ignore patterns inherited from its parents. Which of two links to one
-// directory is walked depends on timing; the other is reported.
+// ignore patterns inherited from its parents.
 func (w *walker) walk(real, rel string, inherited []gitignore.Pattern) error {
 	if err := w.ctx.Err(); err != nil {
 		return fmt.Errorf("codex: load cancelled: %w", err)

@@ -133,7 +133,7 @@ func (s *Service) Search(ctx context.Context, query string, k int) ([]ctxd.Excer
 func (s *Service) Load(ctx context.Context, path string, progress func(ctxd.CodexProgress)) (ctxd.CodexStats, error) {
 	s.loadMu.Lock()
 	defer s.loadMu.Unlock()
-	l, err := s.loadLocked(ctx, path, progress)
+	l, err := s.loadTwice(ctx, path, progress)
 	if err != nil {
 		return ctxd.CodexStats{}, err
 	}
@@ -153,8 +153,22 @@ func (s *Service) reload(ctx context.Context, path string) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	_, err := s.loadLocked(ctx, path, nil)
+	_, err := s.loadTwice(ctx, path, nil)
 	return err
+}
+
+// loadTwice loads path, and once more if a file changed while it loaded
+// (the second walk sees the change and reads the file again).
+func (s *Service) loadTwice(ctx context.Context, path string, progress func(ctxd.CodexProgress)) (*loaded, error) {
+	l, err := s.loadLocked(ctx, path, progress)
+	if errors.Is(err, codex.ErrChanged) {
+		s.log.Info("a file changed while the codex loaded; loading again", "err", err)
+		l, err = s.loadLocked(ctx, path, progress)
+	}
+	if errors.Is(err, codex.ErrChanged) {
+		return nil, ctxd.Errorf(ctxd.KindConflict, "the tree changed while it loaded, twice: %w; the current codex stays", err)
+	}
+	return l, err
 }
 
 func (s *Service) loadLocked(ctx context.Context, path string, progress func(ctxd.CodexProgress)) (*loaded, error) {

@@ -413,3 +413,33 @@ func TestWorkingSetKeepsFollowUpsInThePrefix(t *testing.T) {
 		t.Errorf("second question elsewhere: %+v", rep)
 	}
 }
+
+// TestOldWorkingSetAfterAReload: a request that took the working set of
+// the codex before a reload finds its hits from the new codex left out
+// (their file indexes are the new codex's), rather than ranking the
+// wrong files or indexing past its own.
+func TestOldWorkingSetAfterAReload(t *testing.T) {
+	t.Parallel()
+	s, snk := newService(t, 6000, false)
+	dir := packages(t, 4, 3, 1500)
+	if _, err := s.Load(t.Context(), dir, nil); err != nil {
+		t.Fatal(err)
+	}
+	_, _, r, _ := snk.published()
+	old := r.(*workingSet)
+	if _, _, _, err := old.Retrieve(t.Context(), "pkgb gizmos", 3); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 40 { // more files, sorted first: every index shifts
+		if err := os.WriteFile(filepath.Join(dir, "pkga", fmt.Sprintf("a%02d.go", i)), []byte("package pkga\n\n// pkgb gizmos too.\nfunc X() {}\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := s.Load(t.Context(), dir, nil); err != nil {
+		t.Fatal(err)
+	}
+	_, ex, rep, err := old.Retrieve(t.Context(), "pkgb gizmos", 3)
+	if err != nil || rep.Moved != "" || len(ex) != 0 {
+		t.Errorf("the old working set after a reload: %+v, %d excerpts, %v", rep, len(ex), err)
+	}
+}

@@ -78,6 +78,24 @@ func newWorkingSet(s *Service, c *codex.Codex, x *sqlite.Index, base runcontext.
 	return w
 }
 
+// hits are the query's best chunks in this working set's codex. Right after
+// a reload the index may already cut its hits from the next codex (whose
+// file indexes differ): those are left out; the next codex's own working
+// set takes over at once.
+func (w *workingSet) hits(ctx context.Context, query string, n int) ([]sqlite.Hit, error) {
+	hs, err := w.index.Hits(ctx, query, n)
+	if err != nil {
+		return nil, err
+	}
+	out := hs[:0]
+	for _, h := range hs {
+		if h.Codex == w.codex {
+			out = append(out, h)
+		}
+	}
+	return out, nil
+}
+
 // Search is the search_codex tool.
 func (w *workingSet) Search(ctx context.Context, query string, k int) ([]ctxd.Excerpt, error) {
 	return w.index.Search(ctx, query, k)
@@ -95,7 +113,7 @@ func (c *wsChoice) holds(h sqlite.Hit) bool {
 // working set, which may move on this question), the query's top-k
 // excerpts from outside the working set, and what the working set did.
 func (w *workingSet) Retrieve(ctx context.Context, query string, k int) (runcontext.Codex, []ctxd.Excerpt, ctxd.WorkingSet, error) {
-	hits, err := w.index.Hits(ctx, query, max(k, candidates))
+	hits, err := w.hits(ctx, query, max(k, candidates))
 	if err != nil {
 		return runcontext.Codex{}, nil, ctxd.WorkingSet{}, err
 	}
@@ -123,7 +141,7 @@ func (w *workingSet) Retrieve(ctx context.Context, query string, k int) (runcont
 			w.misses = 0
 		}
 		if w.misses >= driftQuestions {
-			moved = fmt.Sprintf("the questions drifted: %d in a row found under half of their top-%d excerpts in it", w.misses, k)
+			moved = fmt.Sprintf("the questions drifted: %d in a row found under half of their top-%d excerpts in it", w.misses, len(top))
 		}
 	}
 	if moved != "" {
@@ -174,7 +192,7 @@ func (w *workingSet) choose(ctx context.Context, hits []sqlite.Hit) (*wsChoice, 
 	}
 	perQuestion := [][]sqlite.Hit{hits}
 	for i := len(w.recent) - 2; i >= 0; i-- { // older questions, newest first
-		hs, err := w.index.Hits(ctx, w.recent[i], candidates)
+		hs, err := w.hits(ctx, w.recent[i], candidates)
 		if err != nil {
 			return nil, err
 		}

@@ -62,9 +62,14 @@ func vocabFacts(path string) ([]string, int, error) {
 	}
 	kv := g.KV()
 	tokens, types := kv.Strings("tokenizer.ggml.tokens"), kv.Uints("tokenizer.ggml.token_type")
+	// The bound holds for the vocabularies that keep every byte of a text
+	// (SentencePiece and byte-level BPE); WordPiece and Unigram ones
+	// normalize and drop white space, so no longest token is stated.
 	longest := 0
-	for _, t := range tokens {
-		longest = max(longest, len(t))
+	if m := kv.String("tokenizer.ggml.model"); m == "llama" || m == "gpt2" {
+		for _, t := range tokens {
+			longest = max(longest, len(t))
+		}
 	}
 	var out []string
 	for i, typ := range types {
@@ -77,7 +82,8 @@ func vocabFacts(path string) ([]string, int, error) {
 }
 
 // MaxTokenBytes is the length in bytes of the vocabulary's longest token
-// text: no token stands for more bytes of text (see codex.Bound).
+// text: no token stands for more bytes of text (see codex.Bound). It is 0
+// (no bound) for vocabularies that normalize text.
 func (t *Tokenizer) MaxTokenBytes() int { return t.longest }
 
 // Special lists the texts that tokenize to the vocabulary's special tokens

@@ -73,6 +73,7 @@ func (o *Orchestrator) prepare(ctx context.Context, req ctxd.AskRequest, sigil r
 		return p, err
 	} else if ok {
 		actions = append(actions, act)
+		rc.Query.Excerpts = notPresent(retrieved, sess.Turns, ws) // the history that held some may be gone
 	}
 	m, err := o.measure(rc, req.Session)
 	if err != nil {
@@ -82,7 +83,7 @@ func (o *Orchestrator) prepare(ctx context.Context, req ctxd.AskRequest, sigil r
 	var le *governor.LimitError
 	// Fresh excerpts come before stale ones: the history's excerpts go (a
 	// new epoch) before any of this question's is left out.
-	if errors.As(err, &le) && len(rc.Query.Excerpts) > 0 && stale(sess.Turns) > 0 {
+	if errors.As(err, &le) && len(retrieved) > 0 && stale(sess.Turns) > 0 {
 		act, serr := o.dropStale(ctx, req.Session, &sess, rc)
 		if serr != nil {
 			return p, serr
@@ -95,16 +96,23 @@ func (o *Orchestrator) prepare(ctx context.Context, req ctxd.AskRequest, sigil r
 		budget, err = o.cfg.Limits.Check(m.Measure)
 	}
 	// Excerpts are the cheapest thing to give up: the lowest-ranked go first.
-	for dropped := 0; errors.As(err, &le) && len(rc.Query.Excerpts) > 0; {
-		rc.Query.Excerpts = rc.Query.Excerpts[:len(rc.Query.Excerpts)-1]
-		dropped++
-		if m, err = o.measure(rc, req.Session); err != nil {
-			return p, err
+	dropExcerpts := func() error {
+		for dropped := 0; errors.As(err, &le) && len(rc.Query.Excerpts) > 0; {
+			rc.Query.Excerpts = rc.Query.Excerpts[:len(rc.Query.Excerpts)-1]
+			dropped++
+			var merr error
+			if m, merr = o.measure(rc, req.Session); merr != nil {
+				return merr
+			}
+			if budget, err = o.cfg.Limits.Check(m.Measure); err == nil || len(rc.Query.Excerpts) == 0 {
+				actions = append(actions, ctxd.Action{Kind: ctxd.ActionExcerpts,
+					Reason: fmt.Sprintf("%d lowest-ranked codex excerpts left out to fit the window", dropped), Epoch: sess.Epoch})
+			}
 		}
-		if budget, err = o.cfg.Limits.Check(m.Measure); err == nil || len(rc.Query.Excerpts) == 0 {
-			actions = append(actions, ctxd.Action{Kind: ctxd.ActionExcerpts,
-				Reason: fmt.Sprintf("%d lowest-ranked codex excerpts left out to fit the window", dropped), Epoch: sess.Epoch})
-		}
+		return nil
+	}
+	if merr := dropExcerpts(); merr != nil {
+		return p, merr
 	}
 	if errors.As(err, &le) {
 		acts, cerr := o.condense(ctx, req.Session, &sess, rc)
@@ -113,10 +121,16 @@ func (o *Orchestrator) prepare(ctx context.Context, req ctxd.AskRequest, sigil r
 			return p, cerr
 		}
 		if len(acts) > 0 {
+			// The condensed history holds no excerpts: the question's own
+			// come back, as many as fit.
+			rc.Query.Excerpts = notPresent(retrieved, sess.Turns, ws)
 			if m, err = o.measure(rc, req.Session); err != nil {
 				return p, err
 			}
 			budget, err = o.cfg.Limits.Check(m.Measure)
+			if merr := dropExcerpts(); merr != nil {
+				return p, merr
+			}
 		}
 	}
 	if err != nil {
@@ -146,18 +160,19 @@ type WorkingSet interface {
 }
 
 // notPresent is excerpts without those an earlier turn of the history
-// already holds (the prompt has them: never repeated), counted in ws.
+// already holds, text and all (the prompt has them: never repeated),
+// counted in ws.
 func notPresent(excerpts []ctxd.Excerpt, turns []ctxd.Turn, ws *ctxd.WorkingSet) []ctxd.Excerpt {
-	present := map[string]bool{}
+	present := map[ctxd.Excerpt]bool{}
 	for _, t := range turns {
 		for _, e := range t.Excerpts {
-			present[e.Path+":"+e.Lines] = true
+			present[e] = true
 		}
 	}
 	var out []ctxd.Excerpt
 	n := 0
 	for _, e := range excerpts {
-		if present[e.Path+":"+e.Lines] {
+		if present[e] {
 			n++
 			continue
 		}

@@ -232,13 +232,14 @@ func (x *Index) insert(ctx context.Context, tx *sql.Tx, c *codex.Codex, jobs []j
 		err    error
 	}
 	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
 	out := make([]chan chunked, len(jobs))
 	for i := range out {
 		out[i] = make(chan chunked, 1)
 	}
 	var wg sync.WaitGroup
-	defer wg.Wait()
+	// The chunkers stop on cancel (an early return leaves them blocked on
+	// ahead otherwise), then are waited for.
+	defer func() { cancel(); wg.Wait() }()
 	var nextJob atomic.Int64
 	// Chunkers run at most a bounded distance ahead of the inserter.
 	ahead := make(chan struct{}, 256)
@@ -300,7 +301,8 @@ func (x *Index) insert(ctx context.Context, tx *sql.Tx, c *codex.Codex, jobs []j
 // Hit is one chunk a search found.
 type Hit struct {
 	Path  string
-	File  int // index in the codex's Files
+	Codex *codex.Codex // the codex it was cut from (the one published when it was found)
+	File  int          // index in Codex.Files
 	Chunk codex.Chunk
 	Score float64 // BM25, higher is better
 }
@@ -381,7 +383,7 @@ func (x *Index) Hits(ctx context.Context, query string, k int) ([]Hit, error) {
 		if n >= len(cs) {
 			return nil, fmt.Errorf("sqlite: search: %s has %d chunks, the index %d or more", file.path, len(cs), n+1)
 		}
-		out = append(out, Hit{Path: file.path, File: file.i, Chunk: cs[n], Score: -f.score})
+		out = append(out, Hit{Path: file.path, Codex: cur.codex, File: file.i, Chunk: cs[n], Score: -f.score})
 	}
 	return out, nil
 }

@@ -1,10 +1,13 @@
 package sqlite
 
 import (
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/ctxd/ctxd/codex"
 )
@@ -73,5 +76,40 @@ func TestIndexSyncAndSearch(t *testing.T) {
 	}
 	if none, _ := x.Search(ctx, "?!", 3); len(none) != 0 {
 		t.Errorf("punctuation-only query found %v", none)
+	}
+}
+
+// TestSyncOfAChangedFileFailsAndReturns: a file that changed since the
+// load fails the sync (the reload that follows indexes it), and the sync
+// returns: its chunkers, hundreds of files ahead, stop.
+func TestSyncOfAChangedFileFailsAndReturns(t *testing.T) {
+	dir := t.TempDir()
+	for i := range 600 {
+		if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("f%03d.go", i)), []byte(fmt.Sprintf("package p\n\nfunc F%d() {}\n", i)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c, err := codex.Load(t.Context(), dir, codex.DefaultOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.DropContent()
+	if err := os.WriteFile(filepath.Join(dir, "f000.go"), []byte("package p // changed\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	x, err := OpenIndex(t.Context(), filepath.Join(t.TempDir(), "index.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer x.Close()
+	done := make(chan error, 1)
+	go func() { _, err := x.Sync(t.Context(), c, nil); done <- err }()
+	select {
+	case err := <-done:
+		if !errors.Is(err, codex.ErrChanged) {
+			t.Errorf("sync of a changed file: %v", err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("the sync did not return")
 	}
 }
