@@ -171,7 +171,9 @@ func TestCancelledAnswerStopsTheBackend(t *testing.T) {
 	req := h.started(t, "long answer please")
 	cancel()
 	err := <-done
-	if ctxd.KindOf(err) != ctxd.KindCanceled || !strings.Contains(err.Error(), "not recorded") {
+	// Whether a piece streamed before the cancel depends on timing: either
+	// way the error says nothing of the answer was recorded.
+	if msg := err.Error(); ctxd.KindOf(err) != ctxd.KindCanceled || !strings.Contains(msg, "nothing was recorded") && !strings.Contains(msg, "partial answer was not recorded") {
 		t.Fatalf("cancelled answer: %v (kind %q)", err, ctxd.KindOf(err))
 	}
 	if h.backend.Stopped() != 1 {

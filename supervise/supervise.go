@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"sync"
 	"syscall"
 	"time"
@@ -119,20 +120,33 @@ func (p *Process) spawn() (<-chan error, error) {
 	// Its own process group, so a terminal's Ctrl-C reaches ctxd only and
 	// ctxd decides the stop order; and its children die with it.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
-	if err := cmd.Start(); err != nil {
-		logf.Close()
-		return nil, fmt.Errorf("%s: start %s: %w", p.cfg.Name, cmd.Path, err)
-	}
+	// The parent-death signal is tied to the thread that forks the child,
+	// not to ctxd: when that thread ends (Go ends a thread whose goroutine
+	// exits while locked to it, as ctxd's background token count does), the
+	// child gets SIGTERM. So the child is started from a thread locked to a
+	// goroutine that waits for it: that thread lives as long as the child.
+	started := make(chan error, 1)
 	gone := make(chan struct{})
-	p.mu.Lock()
-	p.cmd, p.gone = cmd, gone
-	p.mu.Unlock()
 	exited := make(chan error, 1)
 	go func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		if err := cmd.Start(); err != nil {
+			started <- err
+			return
+		}
+		p.mu.Lock()
+		p.cmd, p.gone = cmd, gone
+		p.mu.Unlock()
+		started <- nil
 		exited <- cmd.Wait()
 		close(gone)
 		logf.Close()
 	}()
+	if err := <-started; err != nil {
+		logf.Close()
+		return nil, fmt.Errorf("%s: start %s: %w", p.cfg.Name, cmd.Path, err)
+	}
 	return exited, nil
 }
 
