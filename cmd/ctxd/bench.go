@@ -13,7 +13,6 @@ import (
 	"runtime/pprof"
 	"slices"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/ctxd/ctxd"
@@ -24,18 +23,6 @@ import (
 	"github.com/ctxd/ctxd/runcontext"
 	"github.com/ctxd/ctxd/tokencount"
 )
-
-// countingTokenizer counts calls, to show that a reload counts nothing
-// and the decision counts only what it needs.
-type countingTokenizer struct {
-	*llamatok.Tokenizer
-	calls atomic.Int64
-}
-
-func (c *countingTokenizer) CountText(s string) (int, error) {
-	c.calls.Add(1)
-	return c.Tokenizer.CountText(s)
-}
 
 // benchSink takes the codex the service publishes.
 type benchSink struct{ r ctxd.Retriever }
@@ -58,7 +45,6 @@ type codexBenchResult struct {
 	Mode          string    `json:"mode"`
 	Reason        string    `json:"reason"`
 	FirstMs       []float64 `json:"first_load_ms"`
-	FirstCounted  []int64   `json:"first_load_files_counted"`
 	ReloadMs      []float64 `json:"reload_unchanged_ms"`
 	ReloadRead    []int     `json:"reload_unchanged_files_read"`
 	ChangedMs     []float64 `json:"reload_one_changed_ms"`
@@ -87,7 +73,7 @@ func cmdCodexBench(args []string, stdout io.Writer) error {
 		return err
 	}
 	defer lt.Close()
-	tok := &countingTokenizer{Tokenizer: lt}
+	tok := lt
 	// Work on a copy, so one file can be changed without touching the tree.
 	scratch, err := os.MkdirTemp("", "ctxd-codex-bench-")
 	if err != nil {
@@ -135,14 +121,12 @@ func cmdCodexBench(args []string, stdout io.Writer) error {
 	for r := range *runs {
 		stateDir := filepath.Join(scratch, fmt.Sprintf("state-%d", r))
 		s := service(stateDir)
-		before := tok.calls.Load()
 		st, took, err := timed(s)
 		if err != nil {
 			s.Close()
 			return err
 		}
 		res.FirstMs = append(res.FirstMs, took)
-		res.FirstCounted = append(res.FirstCounted, tok.calls.Load()-before)
 		res.Files, res.Bytes, res.Lines, res.Redactions, res.Skipped = st.Files, st.Bytes, st.Lines, st.Redactions, len(st.Skipped)
 		res.Mode, res.Reason = st.Plan.Mode, st.Plan.Reason
 		if r == 0 {
@@ -207,7 +191,7 @@ func cmdCodexBench(args []string, stdout io.Writer) error {
 	fmt.Fprintf(stdout, "tree %s: %d files, %d lines, %d bytes, %d tokens (exact %t; %s, longest token %d bytes), %d redactions, %d skipped\n",
 		res.Tree, res.Files, res.Lines, res.Bytes, res.Tokens, res.TokensExact, res.Tokenizer, res.LongestToken, res.Redactions, res.Skipped)
 	fmt.Fprintf(stdout, "mode %s: %s\n", res.Mode, res.Reason)
-	fmt.Fprintf(stdout, "first load (empty state)   median %8.0f ms  %v  (files counted to decide: %v)\n", median(res.FirstMs), res.FirstMs, res.FirstCounted)
+	fmt.Fprintf(stdout, "first load (empty state)   median %8.0f ms  %v\n", median(res.FirstMs), res.FirstMs)
 	fmt.Fprintf(stdout, "reload, unchanged tree     median %8.0f ms  %v  (files read: %v)\n", median(res.ReloadMs), res.ReloadMs, res.ReloadRead)
 	fmt.Fprintf(stdout, "reload, one file changed   median %8.0f ms  %v  (files read: %v, re-indexed: %v)\n", median(res.ChangedMs), res.ChangedMs, res.ChangedRead, res.ChangedIndex)
 	fmt.Fprintf(stdout, "whole-tree count (background) %.0f ms; a search %.1f ms; index %d bytes\n", res.CountAllMs, res.SearchMs, res.IndexBytes)
