@@ -198,47 +198,26 @@ func (c *Codex) process(ctx context.Context, entries []entry, totalBytes int64, 
 	}
 	results := make([]result, len(entries))
 	var (
-		next       atomic.Int64
-		done       atomic.Int64
-		doneBytes  atomic.Int64
-		firstErr   error
-		errOnce    sync.Once
-		wg         sync.WaitGroup
-		progressMu sync.Mutex
+		done, doneBytes atomic.Int64
+		progressMu      sync.Mutex
 	)
-	workers := min(runtime.GOMAXPROCS(0)*2, max(1, len(entries)))
-	for range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				i := int(next.Add(1) - 1)
-				if i >= len(entries) {
-					return
-				}
-				if err := ctx.Err(); err != nil {
-					errOnce.Do(func() { firstErr = fmt.Errorf("codex: load cancelled: %w", err) })
-					return
-				}
-				e := entries[i]
-				r, ok := fromIndex(e, index, opts, prev[e.rel])
-				if !ok {
-					r = loadFile(e, opts)
-				}
-				results[i] = r
-				d := done.Add(1)
-				b := doneBytes.Add(e.size)
-				if opts.Progress != nil {
-					progressMu.Lock()
-					opts.Progress(ctxd.CodexProgress{Stage: ctxd.CodexStageReading, Files: int(d), TotalFiles: len(entries), Bytes: b, TotalBytes: totalBytes})
-					progressMu.Unlock()
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	if firstErr != nil {
-		return nil, firstErr
+	err := parallel(ctx, len(entries), runtime.GOMAXPROCS(0)*2, func(i int) error {
+		e := entries[i]
+		r, ok := fromIndex(e, index, opts, prev[e.rel])
+		if !ok {
+			r = loadFile(e, opts)
+		}
+		results[i] = r
+		d, b := done.Add(1), doneBytes.Add(e.size)
+		if opts.Progress != nil {
+			progressMu.Lock()
+			opts.Progress(ctxd.CodexProgress{Stage: ctxd.CodexStageReading, Files: int(d), TotalFiles: len(entries), Bytes: b, TotalBytes: totalBytes})
+			progressMu.Unlock()
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("codex: load cancelled: %w", err)
 	}
 	files := make(map[string]statEntry, len(entries))
 	for i, r := range results {
@@ -377,42 +356,24 @@ func (c *Codex) Content(i int) (string, error) {
 // ReadContent reads the content of every file not in memory (in parallel),
 // for rendering the whole codex. It must run before the codex is shared.
 func (c *Codex) ReadContent(ctx context.Context) error {
-	var (
-		next    atomic.Int64
-		read    atomic.Int64
-		wg      sync.WaitGroup
-		errOnce sync.Once
-		first   error
-	)
+	var read atomic.Int64
 	defer func() { c.Read += int(read.Load()) }()
-	for range min(runtime.GOMAXPROCS(0)*2, max(1, len(c.Files))) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				i := int(next.Add(1) - 1)
-				if i >= len(c.Files) {
-					return
-				}
-				if err := ctx.Err(); err != nil {
-					errOnce.Do(func() { first = fmt.Errorf("codex: load cancelled: %w", err) })
-					return
-				}
-				if c.Files[i].HasContent {
-					continue
-				}
-				s, err := c.Content(i)
-				if err != nil {
-					errOnce.Do(func() { first = err })
-					return
-				}
-				c.Files[i].Content, c.Files[i].HasContent = s, true
-				read.Add(1)
-			}
-		}()
+	err := parallel(ctx, len(c.Files), runtime.GOMAXPROCS(0)*2, func(i int) error {
+		if c.Files[i].HasContent {
+			return nil
+		}
+		s, err := c.Content(i)
+		if err != nil {
+			return err
+		}
+		c.Files[i].Content, c.Files[i].HasContent = s, true
+		read.Add(1)
+		return nil
+	})
+	if err != nil && ctx.Err() != nil {
+		return fmt.Errorf("codex: load cancelled: %w", err)
 	}
-	wg.Wait()
-	return first
+	return err
 }
 
 // Body is the files rendered between fences, once, on first use: the same

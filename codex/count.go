@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"runtime"
 	"sync"
-	"sync/atomic"
 
 	"github.com/ctxd/ctxd"
 )
@@ -148,52 +147,27 @@ func (c *Codex) CountAll(ctx context.Context, counter Counter, cache *Cache, wor
 	if progress != nil {
 		progress(out)
 	}
-	var (
-		next    atomic.Int64
-		mu      sync.Mutex
-		wg      sync.WaitGroup
-		errOnce sync.Once
-		first   error
-	)
-	work := func() {
-		for {
-			j := int(next.Add(1) - 1)
-			if j >= len(todo) {
-				return
-			}
-			if err := ctx.Err(); err != nil {
-				errOnce.Do(func() { first = fmt.Errorf("codex: counting cancelled: %w", err) })
-				return
-			}
-			i := todo[j]
-			n, err := c.countFile(i, counter, cache)
-			if err != nil {
-				errOnce.Do(func() { first = err })
-				return
-			}
-			mu.Lock()
-			out.Tokens[i] = n
-			out.Exact += int64(n)
-			out.Counted++
-			out.Bytes += c.Files[i].Size
-			snapshot := out
-			mu.Unlock()
-			if progress != nil {
-				progress(snapshot)
-			}
+	var mu sync.Mutex
+	err := parallel(ctx, len(todo), min(workers, runtime.GOMAXPROCS(0)), func(j int) error {
+		i := todo[j]
+		n, err := c.countFile(i, counter, cache)
+		if err != nil {
+			return err
 		}
+		mu.Lock()
+		out.Tokens[i] = n
+		out.Exact += int64(n)
+		out.Counted++
+		out.Bytes += c.Files[i].Size
+		snapshot := out
+		mu.Unlock()
+		if progress != nil {
+			progress(snapshot)
+		}
+		return nil
+	})
+	if err != nil && ctx.Err() != nil {
+		err = fmt.Errorf("codex: counting cancelled: %w", err)
 	}
-	if workers <= 1 {
-		work()
-		return out, first
-	}
-	for range min(workers, runtime.GOMAXPROCS(0), max(1, len(todo))) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			work()
-		}()
-	}
-	wg.Wait()
-	return out, first
+	return out, err
 }
