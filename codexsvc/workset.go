@@ -113,7 +113,9 @@ func (c *wsChoice) holds(h sqlite.Hit) bool {
 // working set, which may move on this question), the query's top-k
 // excerpts from outside the working set, and what the working set did.
 func (w *workingSet) Retrieve(ctx context.Context, query string, k int) (runcontext.Codex, []ctxd.Excerpt, ctxd.WorkingSet, error) {
-	hits, err := w.hits(ctx, query, max(k, candidates))
+	// Only the top k: each hit's file is read and chunked again, and the
+	// candidates a choice ranks are searched only when it is made.
+	top, err := w.hits(ctx, query, k)
 	if err != nil {
 		return runcontext.Codex{}, nil, ctxd.WorkingSet{}, err
 	}
@@ -121,11 +123,10 @@ func (w *workingSet) Retrieve(ctx context.Context, query string, k int) (runcont
 	defer w.mu.Unlock()
 	w.recent = append(w.recent, query)
 	w.recent = w.recent[max(0, len(w.recent)-recentQuestions):]
-	top := hits[:min(k, len(hits))]
 	var report ctxd.WorkingSet
 	moved := ""
 	switch {
-	case len(hits) == 0:
+	case len(top) == 0:
 	case w.cur == nil:
 		moved = "chosen for the first question"
 	default:
@@ -145,7 +146,7 @@ func (w *workingSet) Retrieve(ctx context.Context, query string, k int) (runcont
 		}
 	}
 	if moved != "" {
-		choice, err := w.choose(ctx, hits)
+		choice, err := w.choose(ctx)
 		if err != nil {
 			return runcontext.Codex{}, nil, report, err
 		}
@@ -177,12 +178,11 @@ type scoredChunk struct {
 	score float64
 }
 
-// choose picks the working set for the recent questions (hits are the
-// newest one's): files ranked by their chunks' scores and by their
+// choose picks the working set for the recent questions: files ranked by their chunks' scores and by their
 // directory's best file, whole where they fit and their best chunks where
 // not, until the stable blocks reach the CAG threshold. The caller holds
 // w.mu.
-func (w *workingSet) choose(ctx context.Context, hits []sqlite.Hit) (*wsChoice, error) {
+func (w *workingSet) choose(ctx context.Context) (*wsChoice, error) {
 	if w.baseTokens == 0 {
 		n, err := w.stableTokens(w.base)
 		if err != nil {
@@ -190,8 +190,8 @@ func (w *workingSet) choose(ctx context.Context, hits []sqlite.Hit) (*wsChoice, 
 		}
 		w.baseTokens = n
 	}
-	perQuestion := [][]sqlite.Hit{hits}
-	for i := len(w.recent) - 2; i >= 0; i-- { // older questions, newest first
+	var perQuestion [][]sqlite.Hit
+	for i := len(w.recent) - 1; i >= 0; i-- { // newest first
 		hs, err := w.hits(ctx, w.recent[i], candidates)
 		if err != nil {
 			return nil, err
