@@ -73,6 +73,10 @@ type Store interface {
 	// summary, all of them without their codex excerpts from then on
 	// (the record keeps them): stale excerpts give way to fresh ones.
 	DropExcerpts(ctx context.Context, id string, now time.Time) (int, error)
+	// ReplaceTurns starts the session's next epoch (creating the session)
+	// holding turns as new records, with no summary, and returns the epoch
+	// and the turns' sequence numbers; earlier turns stay in the record.
+	ReplaceTurns(ctx context.Context, id string, turns []Turn, now time.Time) (int, []int64, error)
 	// DeleteSession removes a session; an unknown one is not an error.
 	DeleteSession(ctx context.Context, id string) error
 	// Sessions lists all sessions by id.

@@ -18,6 +18,17 @@ type AskRequest struct {
 	Query   string `json:"query"`
 	Sigil   string `json:"sigil,omitempty"`
 	Pin     bool   `json:"pin,omitempty"` // keep this turn verbatim: never compacted or condensed
+
+	// System is the client's own system message: it joins the identity
+	// block after ctxd's persona, so the same text keeps the same prefix.
+	System string `json:"system,omitempty"`
+	// History is the conversation as the client holds it, oldest first,
+	// for clients that resend it with every request (the OpenAI and
+	// Ollama doors). When it is set (an empty list included) the session
+	// follows it: if it does not end with the session's turns (the client
+	// edited, dropped or regenerated one), the session starts a new epoch
+	// holding the client's turns; the old ones stay in the record.
+	History []Turn `json:"history,omitempty"`
 }
 
 // SessionIDPattern is what a session id must look like.

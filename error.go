@@ -14,6 +14,7 @@ type Kind string
 // Error kinds.
 const (
 	KindInvalid      Kind = "invalid"       // the request is malformed or names something impossible
+	KindUnauthorized Kind = "unauthorized"  // no token, or one no sigil holds
 	KindForbidden    Kind = "forbidden"     // the sigil may not do this
 	KindNotFound     Kind = "not_found"     // no such thing
 	KindConflict     Kind = "conflict"      // not possible in the daemon's current state
@@ -35,6 +36,8 @@ func (k Kind) Status() int {
 	switch k {
 	case KindInvalid:
 		return http.StatusBadRequest
+	case KindUnauthorized:
+		return http.StatusUnauthorized
 	case KindForbidden:
 		return http.StatusForbidden
 	case KindNotFound, KindUnknownRoute:

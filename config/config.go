@@ -40,6 +40,12 @@ type Daemon struct {
 	// WriteTimeout is how long a client may take to read one event of a
 	// stream; one that stops reading is treated as gone.
 	WriteTimeout Duration `toml:"write_timeout"`
+	// TCPListen is an optional TCP address (host:port) for clients that
+	// cannot speak Unix sockets; off when "". Every request on it must
+	// carry a sigil's token. It must be a loopback address unless
+	// TCPAllowRemote says otherwise.
+	TCPListen      string `toml:"tcp_listen"`
+	TCPAllowRemote bool   `toml:"tcp_allow_remote"`
 }
 
 // Backend is the model server.
@@ -115,6 +121,10 @@ type Limits struct {
 // Sigil is one configured agent identity.
 type Sigil struct {
 	Scopes []string `toml:"scopes"`
+	// TokenSHA256 is the SHA-256 (hex) of the sigil's token; "" for none.
+	// `ctxd sigil token` makes a token and prints the line to put here;
+	// the token itself is never stored.
+	TokenSHA256 string `toml:"token_sha256"`
 }
 
 // Duration is a time.Duration written as "5m" or "-1s" in TOML.
@@ -258,6 +268,28 @@ func (c Config) Validate() error {
 	}
 	if w := c.Daemon.WriteTimeout.Duration; w < 100*time.Millisecond {
 		bad("daemon.write_timeout", "%v must be at least 100ms", w)
+	}
+	tokens := 0
+	for name, sg := range c.Sigils {
+		if sg.TokenSHA256 == "" {
+			continue
+		}
+		tokens++
+		if len(sg.TokenSHA256) != 64 || strings.Trim(sg.TokenSHA256, "0123456789abcdef") != "" {
+			bad("sigils."+name+".token_sha256", "must be 64 lowercase hex digits (the line `ctxd sigil token` prints)")
+		}
+	}
+	if a := c.Daemon.TCPListen; a != "" {
+		host, _, err := net.SplitHostPort(a)
+		ip := net.ParseIP(host)
+		switch {
+		case err != nil:
+			bad("daemon.tcp_listen", "%q is not host:port: %v", a, err)
+		case !c.Daemon.TCPAllowRemote && host != "localhost" && (ip == nil || !ip.IsLoopback()):
+			bad("daemon.tcp_listen", "%q is not a loopback address; set daemon.tcp_allow_remote = true to listen beyond this machine (tokens are still required)", a)
+		case tokens == 0:
+			bad("daemon.tcp_listen", "every request on the TCP listener needs a sigil's token, and no sigil has one: run `ctxd sigil token NAME` and add its token_sha256 line")
+		}
 	}
 	if _, ok := c.Sigils[c.Daemon.DefaultSigil]; !ok {
 		bad("daemon.default_sigil", "%q is not a configured sigil", c.Daemon.DefaultSigil)

@@ -21,8 +21,12 @@ var allowed = map[string]string{
 	"/v1/codex": "GET", "/v1/codex/load": "POST", "/v1/codex/search": "GET",
 }
 
-func (d *Daemon) routes() http.Handler {
+// routes is every route of both listeners: the native API under /v1/ and
+// the front doors (OpenAI under /v1/, Ollama under /api/). tokens says
+// whether every request must carry a sigil's token (the TCP listener).
+func (d *Daemon) routes(tokens bool) http.Handler {
 	mux := http.NewServeMux()
+	d.doors().Register(mux)
 	mux.HandleFunc("GET /v1/health", d.handleHealth)
 	mux.HandleFunc("GET /v1/status", d.handleStatus)
 	mux.HandleFunc("GET /v1/schema", d.handleSchema)
@@ -43,9 +47,9 @@ func (d *Daemon) routes() http.Handler {
 		})
 	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, ctxd.Errorf(ctxd.KindUnknownRoute, "no route %s %s; routes are under /v1/ (health, status, schema, ask, sessions, codex)", r.Method, r.URL.Path))
+		writeError(w, ctxd.Errorf(ctxd.KindUnknownRoute, "no route %s %s; ctxd's own routes are under /v1/ (health, status, schema, ask, sessions, codex), the OpenAI door's are /v1/chat/completions, /v1/completions and /v1/models, the Ollama door's under /api/", r.Method, r.URL.Path))
 	})
-	return d.track(d.recoverer(mux))
+	return d.track(d.recoverer(d.authenticate(mux, tokens)))
 }
 
 // track counts the requests being served, so a shutdown can wait for
@@ -168,6 +172,11 @@ func (d *Daemon) handleStatus(w http.ResponseWriter, r *http.Request) {
 		st.Ready, st.Backend, st.Limits = true, m.Info, e.limits
 		if m.Restarts != nil {
 			st.Backend.Restarts = m.Restarts()
+		}
+		if m.Loads != nil {
+			if n := m.Loads(); n >= 0 {
+				st.Backend.ModelLoads = &n
+			}
 		}
 		window, facts, sched := m.Window, m.Facts, e.sched.Status()
 		st.Window, st.Model, st.Scheduler, st.LastRequest = &window, &facts, &sched, e.orch.LastSummary()
@@ -303,6 +312,11 @@ func (d *Daemon) decodeJSON(w http.ResponseWriter, r *http.Request, v any, examp
 func (d *Daemon) handleAsk(w http.ResponseWriter, r *http.Request) {
 	var req ctxd.AskRequest
 	if err := d.decodeJSON(w, r, &req, `{"session": ..., "query": ...}`); err != nil {
+		writeError(w, err)
+		return
+	}
+	var err error
+	if req.Sigil, err = sigilFor(r, req.Sigil); err != nil {
 		writeError(w, err)
 		return
 	}

@@ -75,7 +75,12 @@ func (d *Daemon) handleCodexLoad(w http.ResponseWriter, r *http.Request) {
 // codex for sigils with the search_codex scope.
 func (d *Daemon) handleCodexSearch(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	sigil, err := d.sigils.Resolve(q.Get("sigil"))
+	name, err := sigilFor(r, q.Get("sigil"))
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	sigil, err := d.sigils.Resolve(name)
 	if err != nil {
 		writeError(w, ctxd.Errorf(ctxd.KindForbidden, "%v", err))
 		return

@@ -60,6 +60,7 @@ type Model struct {
 	// Warm turns warm restarts on: saved slots (llama-server); nil: none.
 	Warm     *orchestrator.WarmConfig
 	Restarts func() int   // how often a supervised backend was restarted; nil if not supervised
+	Loads    func() int   // how often the backend loaded the model (from its log; -1 unreadable); nil if unknown
 	Close    func() error // stops what Open started; called once, after the last request
 }
 
@@ -99,6 +100,7 @@ type engine struct {
 	sched  *scheduler.Scheduler
 	orch   *orchestrator.Orchestrator
 	codex  *codexsvc.Service
+	since  time.Time // when it became ready
 }
 
 // New checks the configuration and returns a daemon ready to Run.
@@ -113,6 +115,13 @@ func New(cfg config.Config, opts Options) (*Daemon, error) {
 	reg, err := sigils.NewRegistry(scopes, cfg.Daemon.DefaultSigil)
 	if err != nil {
 		return nil, err
+	}
+	for name, s := range cfg.Sigils {
+		if s.TokenSHA256 != "" {
+			if err := reg.SetToken(name, s.TokenSHA256); err != nil {
+				return nil, err
+			}
+		}
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
@@ -152,15 +161,28 @@ func (d *Daemon) Run(ctx context.Context, ln net.Listener, ready func()) error {
 
 	reqCtx, stopRequests := context.WithCancelCause(context.WithoutCancel(ctx))
 	defer stopRequests(nil)
-	srv := &http.Server{
-		Handler:           d.routes(),
-		ReadHeaderTimeout: 10 * time.Second,
-		BaseContext:       func(net.Listener) context.Context { return reqCtx },
-		ErrorLog:          slog.NewLogLogger(d.log.Handler(), slog.LevelWarn),
+	newServer := func(tokens bool) *http.Server {
+		return &http.Server{
+			Handler:           d.routes(tokens),
+			ReadHeaderTimeout: 10 * time.Second,
+			BaseContext:       func(net.Listener) context.Context { return reqCtx },
+			ErrorLog:          slog.NewLogLogger(d.log.Handler(), slog.LevelWarn),
+		}
 	}
-	serveErr := make(chan error, 1)
-	go func() { serveErr <- srv.Serve(ln) }()
+	srvs := []*http.Server{newServer(false)}
+	serveErr := make(chan error, 2)
+	go func() { serveErr <- srvs[0].Serve(ln) }()
 	d.log.Info("listening", "socket", ln.Addr().String())
+	if addr := d.cfg.Daemon.TCPListen; addr != "" {
+		tln, err := net.Listen("tcp", addr)
+		if err != nil {
+			srvs[0].Close()
+			return fmt.Errorf("daemon: daemon.tcp_listen: %w", err)
+		}
+		srvs = append(srvs, newServer(true))
+		go func() { serveErr <- srvs[1].Serve(tln) }()
+		d.log.Info("listening", "tcp", tln.Addr().String(), "tokens", "required")
+	}
 
 	initCtx, stopInit := context.WithCancel(ctx)
 	defer stopInit()
@@ -185,7 +207,7 @@ func (d *Daemon) Run(ctx context.Context, ln net.Listener, ready func()) error {
 	if !initEnded {
 		<-initDone // cancelled: whatever it had opened is closed
 	}
-	d.drain(srv, stopRequests)
+	d.drain(srvs, stopRequests)
 	if e := d.ready.Swap(nil); e != nil {
 		if cerr := e.codex.Close(); cerr != nil {
 			d.log.Warn("codex service", "err", cerr)
@@ -203,23 +225,38 @@ func (d *Daemon) Run(ctx context.Context, ln net.Listener, ready func()) error {
 // drain stops accepting, lets requests finish within the grace period,
 // then stops those still running and waits (briefly) for their handlers to
 // send their final events.
-func (d *Daemon) drain(srv *http.Server, stopRequests context.CancelCauseFunc) {
+func (d *Daemon) drain(srvs []*http.Server, stopRequests context.CancelCauseFunc) {
 	d.drainMu.Lock()
 	d.draining = true
 	d.drainMu.Unlock()
 	grace, cancel := context.WithTimeout(context.Background(), d.cfg.Daemon.ShutdownGrace.Duration)
 	defer cancel()
-	if err := srv.Shutdown(grace); err == nil {
+	errs := make(chan error, len(srvs))
+	for _, srv := range srvs {
+		go func() { errs <- srv.Shutdown(grace) }()
+	}
+	failed := false
+	for range srvs {
+		if err := <-errs; err != nil {
+			failed = true
+		}
+	}
+	if !failed {
 		return
+	}
+	closeAll := func() {
+		for _, srv := range srvs {
+			srv.Close()
+		}
 	}
 	d.log.Warn("requests still running at the end of the shutdown grace period; stopping them")
 	stopRequests(errShuttingDown)
 	if d.waitHandlers() {
-		srv.Close()
+		closeAll()
 		return
 	}
 	d.log.Error("request handlers did not end after being stopped; closing their connections", "after", handlerStopTimeout)
-	srv.Close() // their writes fail now, and they return
+	closeAll() // their writes fail now, and they return
 	if !d.waitHandlers() {
 		d.log.Error("request handlers still running; closing the backend and the store under them", "after", 2*handlerStopTimeout)
 	}
@@ -400,6 +437,7 @@ func (d *Daemon) start(ctx context.Context) (err error) {
 			return err
 		}
 	}
+	e.since = time.Now()
 	d.ready.Store(&e)
 	info := e.model.Info
 	d.log.Info("ready", "backend", info.URL, "version", info.Version, "model", info.Model, "num_ctx", info.NumCtx, "slots", e.sched.Slots())

@@ -18,18 +18,21 @@ import (
 
 // BackendInfo describes the backend once it is ready.
 type BackendInfo struct {
-	Kind         string     `json:"kind"` // ollama or llamacpp
-	Mode         string     `json:"mode"`
-	URL          string     `json:"url"`
-	Version      string     `json:"version"`
-	Model        string     `json:"model"`
-	Architecture string     `json:"architecture"`
-	TrainedCtx   int        `json:"trained_context_length"`
-	NumCtx       int        `json:"num_ctx"`
-	Slots        int        `json:"slots"`
-	Restarts     int        `json:"restarts,omitempty"`
-	KVCacheType  string     `json:"kv_cache_type"`
-	Format       FormatInfo `json:"format"`
+	Kind         string `json:"kind"` // ollama or llamacpp
+	Mode         string `json:"mode"`
+	URL          string `json:"url"`
+	Version      string `json:"version"`
+	Model        string `json:"model"`
+	Architecture string `json:"architecture"`
+	TrainedCtx   int    `json:"trained_context_length"`
+	NumCtx       int    `json:"num_ctx"`
+	Slots        int    `json:"slots"`
+	Restarts     int    `json:"restarts,omitempty"`
+	// ModelLoads is how often the managed backend loaded the model (its
+	// log says so); one load since start means no client made it reload.
+	ModelLoads  *int       `json:"model_loads,omitempty"`
+	KVCacheType string     `json:"kv_cache_type"`
+	Format      FormatInfo `json:"format"`
 }
 
 // FormatInfo says how prompts are rendered, and why.
@@ -91,6 +94,7 @@ func (d *Daemon) openOllama(ctx context.Context, onRestart func()) (_ *Model, er
 	var base *url.URL
 	if b.Mode == "managed" {
 		dir := filepath.Join(d.cfg.Daemon.StateDir, "ollama")
+		m.Loads = newLineCounter(filepath.Join(dir, "ollama.log"), "llama runner started in").Count
 		s, err := ollama.Start(ctx, ollama.ServeConfig{
 			Binary: b.ServerBinary(), Addr: b.Listen, NumParallel: b.Slots,
 			ModelsDir: filepath.Join(dir, "models"), HomeDir: filepath.Join(dir, "home"),

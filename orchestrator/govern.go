@@ -40,8 +40,10 @@ func (o *Orchestrator) prepare(ctx context.Context, req ctxd.AskRequest, sigil r
 	if rag && sigils.Allows(sigil, sigils.ScopeSearchCodex) {
 		sigil.Tools = []string{sigils.ScopeSearchCodex}
 	}
+	identity := o.cfg.Identity
+	identity.Instructions = req.System
 	rc := &runcontext.RunContext{
-		Identity:    o.cfg.Identity,
+		Identity:    identity,
 		Codex:       codex.block,
 		Environment: o.env.Environment(),
 		Sigil:       sigil,

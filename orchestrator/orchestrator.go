@@ -172,6 +172,12 @@ func (o *Orchestrator) Ask(ctx context.Context, req ctxd.AskRequest, onToken fun
 		return nil, o.stopped(ctx, req.Session, "while it waited for the session's earlier request", false, err)
 	}
 	defer release()
+	followed := false
+	if req.History != nil {
+		if followed, err = o.follow(ctx, req.Session, req.History); err != nil {
+			return nil, err
+		}
+	}
 	codex := o.codex.Load()
 	p, err := o.prepare(ctx, req, sigil, codex)
 	if err != nil {
@@ -215,6 +221,9 @@ func (o *Orchestrator) Ask(ctx context.Context, req ctxd.AskRequest, onToken fun
 		sum.PrefixNote = "first turn of the session"
 	default:
 		sum.PrefixNote = "no earlier prompt of this session since the daemon started"
+	}
+	if followed {
+		sum.PrefixNote = "the session took its client's history, which did not extend the turns it held (a new epoch)"
 	}
 	if sum.PrefixBreak != nil {
 		o.log.Info("prefix break", "session", req.Session, "block", sum.PrefixBreak.Block, "reason", sum.PrefixBreak.Reason)

@@ -79,7 +79,11 @@ func Render(rc *RunContext) Rendered {
 }
 
 func renderIdentity(id Identity) string {
-	return "### IDENTITY " + id.Name + "\n" + escape(id.Persona) + "\n\n"
+	out := "### IDENTITY " + id.Name + "\n" + escape(id.Persona) + "\n\n"
+	if strings.TrimSpace(id.Instructions) != "" {
+		out += "### INSTRUCTIONS\n" + escape(strings.TrimSpace(id.Instructions)) + "\n\n"
+	}
+	return out
 }
 
 func renderCodex(c Codex) string {

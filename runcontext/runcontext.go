@@ -17,6 +17,9 @@ type RunContext struct {
 type Identity struct {
 	Name    string `json:"name" jsonschema:"minLength=1,maxLength=64" jsonschema_description:"persona name"`
 	Persona string `json:"persona" jsonschema:"minLength=1" jsonschema_description:"system prompt"`
+	// Instructions is the client's own system message (an OpenAI or
+	// Ollama client's), after the persona.
+	Instructions string `json:"instructions,omitempty" jsonschema_description:"the client's system message"`
 }
 
 // Codex modes.

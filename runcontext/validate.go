@@ -41,6 +41,7 @@ func (rc *RunContext) Validate() error {
 	var v validator
 	v.name("identity.name", rc.Identity.Name, 64)
 	v.text("identity.persona", rc.Identity.Persona, true)
+	v.text("identity.instructions", rc.Identity.Instructions, false)
 
 	if !rc.Codex.bodyValid {
 		v.codex(rc.Codex)

@@ -27,6 +27,7 @@ var (
 type Registry struct {
 	byName map[string]runcontext.Sigil
 	def    string
+	tokens map[string][]byte // sigil name to the SHA-256 of its token
 }
 
 // NewRegistry validates the configured sigils (name to scopes) and the

@@ -198,6 +198,46 @@ func (s *Store) DropExcerpts(ctx context.Context, id string, now time.Time) (int
 	return epoch, nil
 }
 
+// ReplaceTurns starts the session's next epoch, with no summary, holding
+// turns as new records (their summary column says they came from the
+// client); the turns before stay in the record under their epochs.
+func (s *Store) ReplaceTurns(ctx context.Context, id string, turns []ctxd.Turn, now time.Time) (int, []int64, error) {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return 0, nil, fmt.Errorf("sqlite: replace turns: %w", err)
+	}
+	defer tx.Rollback()
+	if _, err := tx.ExecContext(ctx,
+		"INSERT INTO sessions (id, created_unix) VALUES (?, ?) ON CONFLICT (id) DO NOTHING", id, now.Unix()); err != nil {
+		return 0, nil, fmt.Errorf("sqlite: replace turns: %w", err)
+	}
+	var epoch int
+	if err := tx.QueryRowContext(ctx,
+		"UPDATE sessions SET epoch = epoch + 1, summary = '' WHERE id = ? RETURNING epoch", id).Scan(&epoch); err != nil {
+		return 0, nil, fmt.Errorf("sqlite: replace turns: %w", err)
+	}
+	seqs := make([]int64, 0, len(turns))
+	for _, t := range turns {
+		excerpts, err := json.Marshal(t.Excerpts)
+		if err != nil || t.Excerpts == nil {
+			excerpts = []byte("[]")
+		}
+		var seq int64
+		if err := tx.QueryRowContext(ctx, `
+			INSERT INTO turns (session_id, seq, epoch, query, excerpts, answer, verbatim, summary, created_unix)
+			SELECT ?, COALESCE(MAX(seq), 0) + 1, ?, ?, ?, ?, ?, '{"from_client":true}', ?
+			FROM turns WHERE session_id = ? RETURNING seq`,
+			id, epoch, t.Query, string(excerpts), t.Answer, t.Verbatim, now.Unix(), id).Scan(&seq); err != nil {
+			return 0, nil, fmt.Errorf("sqlite: replace turns: %w", err)
+		}
+		seqs = append(seqs, seq)
+	}
+	if err := tx.Commit(); err != nil {
+		return 0, nil, fmt.Errorf("sqlite: replace turns: %w", err)
+	}
+	return epoch, seqs, nil
+}
+
 // AppendTurn adds a finished turn to the session's current epoch, creating
 // the session if needed. summary is stored as given (JSON).
 func (s *Store) AppendTurn(ctx context.Context, id string, t ctxd.Turn, summary []byte, now time.Time) (int64, error) {

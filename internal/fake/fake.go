@@ -144,6 +144,24 @@ func (s *Store) NewEpoch(_ context.Context, id string, keep []int64, summary str
 	return st.epoch, nil
 }
 
+func (s *Store) ReplaceTurns(_ context.Context, id string, turns []ctxd.Turn, _ time.Time) (int, []int64, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.writeErrLocked(); err != nil {
+		return 0, nil, err
+	}
+	st := s.sessionLocked(id)
+	st.epoch++
+	st.summary = ""
+	var seqs []int64
+	for _, t := range turns {
+		seq := int64(len(st.turns) + 1)
+		st.turns = append(st.turns, storedTurn{seq: seq, epoch: st.epoch, turn: t})
+		seqs = append(seqs, seq)
+	}
+	return st.epoch, seqs, nil
+}
+
 func (s *Store) DropExcerpts(_ context.Context, id string, _ time.Time) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -1,0 +1,95 @@
+package daemon
+
+import (
+	"context"
+	"net/http"
+	"strings"
+
+	"github.com/ctxd/ctxd"
+	"github.com/ctxd/ctxd/frontdoor"
+)
+
+// authKey is the request context's key of the sigil a token authenticated.
+type authKey struct{}
+
+// authenticated is the name of the sigil the request's token
+// authenticated, or "".
+func authenticated(r *http.Request) string {
+	name, _ := r.Context().Value(authKey{}).(string)
+	return name
+}
+
+// authenticate checks a request's sigil token (Authorization: Bearer). A
+// token that matches no sigil is refused, wherever it arrives. A request
+// without one is refused where tokens are required (the TCP listener),
+// but for the health check and Ollama's "is it running" probe; on the Unix
+// socket it acts as the sigil it names, trusted as the socket's owner.
+// Errors have the shape of the door the path belongs to.
+func (d *Daemon) authenticate(next http.Handler, required bool) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		tok, has := bearer(r)
+		if !has {
+			open := r.URL.Path == "/v1/health" || r.URL.Path == "/"
+			if required && !open {
+				w.Header().Set("WWW-Authenticate", `Bearer realm="ctxd"`)
+				writeErrorFor(w, r, ctxd.Errorf(ctxd.KindUnauthorized,
+					"this listener needs a sigil's token on every request: send Authorization: Bearer <token> (an operator makes one with `ctxd sigil token NAME`)"))
+				return
+			}
+			next.ServeHTTP(w, r)
+			return
+		}
+		s, err := d.sigils.Authenticate(tok)
+		if err != nil {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="ctxd", error="invalid_token"`)
+			writeErrorFor(w, r, ctxd.Errorf(ctxd.KindUnauthorized, "Authorization: %v", err))
+			return
+		}
+		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), authKey{}, s.Name)))
+	})
+}
+
+// bearer is the request's bearer token, if it sends one.
+func bearer(r *http.Request) (string, bool) {
+	h := r.Header.Get("Authorization")
+	if h == "" {
+		return "", false
+	}
+	scheme, tok, _ := strings.Cut(h, " ")
+	if !strings.EqualFold(scheme, "Bearer") {
+		return "", true // present but not a bearer token: refused as matching no sigil
+	}
+	return strings.TrimSpace(tok), true
+}
+
+// sigilFor is the sigil a request acts as: the one its token
+// authenticated, which a request may not exchange for another, else the
+// one it names ("" for the default).
+func sigilFor(r *http.Request, named string) (string, error) {
+	auth := authenticated(r)
+	switch {
+	case auth == "":
+		return named, nil
+	case named == "" || named == auth:
+		return auth, nil
+	}
+	return "", ctxd.Errorf(ctxd.KindForbidden, "the token is sigil %q's; it may not act as sigil %q", auth, named)
+}
+
+// doorSigil is the sigil a door's request acts as: its token's, else the
+// one its X-Ctxd-Sigil header names.
+func doorSigil(r *http.Request) (string, error) {
+	return sigilFor(r, r.Header.Get("X-Ctxd-Sigil"))
+}
+
+// writeErrorFor answers with err in the shape of the path's door.
+func writeErrorFor(w http.ResponseWriter, r *http.Request, err error) {
+	switch {
+	case frontdoor.IsOpenAIPath(r.URL.Path):
+		frontdoor.WriteOpenAIError(w, err)
+	case frontdoor.IsOllamaPath(r.URL.Path):
+		frontdoor.WriteOllamaError(w, err)
+	default:
+		writeError(w, err)
+	}
+}

@@ -1,0 +1,27 @@
+package daemon
+
+import (
+	"github.com/ctxd/ctxd/frontdoor"
+)
+
+// doors are the OpenAI- and Ollama-compatible front doors on the
+// daemon's request path.
+func (d *Daemon) doors() *frontdoor.Doors {
+	return frontdoor.New(frontdoor.Config{
+		Engine: func() (frontdoor.Engine, frontdoor.Model, error) {
+			e, err := d.engine()
+			if err != nil {
+				return nil, frontdoor.Model{}, err
+			}
+			info := e.model.Info
+			return e.orch, frontdoor.Model{
+				Name: info.Model, Architecture: info.Architecture, NumCtx: info.NumCtx, AnswerReserve: e.limits.AnswerReserve,
+				BackendKind: info.Kind, BackendVersion: info.Version, Loaded: e.since,
+			}, nil
+		},
+		Sigil:        doorSigil,
+		MaxBodyBytes: d.cfg.Daemon.MaxBodyBytes,
+		WriteTimeout: d.cfg.Daemon.WriteTimeout.Duration,
+		Logger:       d.log,
+	})
+}

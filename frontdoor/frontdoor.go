@@ -1,0 +1,213 @@
+package frontdoor
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/ctxd/ctxd"
+)
+
+// Engine is the request path the doors send their asks to.
+type Engine interface {
+	Ask(ctx context.Context, req ctxd.AskRequest, onToken func(string) error) (*ctxd.Summary, error)
+}
+
+// Model is what the doors say about the one model ctxd serves.
+type Model struct {
+	Name           string    // the backend's model name, e.g. "ctxd-demo"
+	Architecture   string    // e.g. "llama"
+	NumCtx         int       // the window ctxd planned: what clients should size prompts to
+	AnswerReserve  int       // tokens kept for each answer
+	BackendKind    string    // "ollama" or "llamacpp"
+	BackendVersion string    // the backend's version
+	Loaded         time.Time // when the backend loaded it
+}
+
+// Config is what the doors need.
+type Config struct {
+	// Engine is the request path and the model it serves, or an error of
+	// kind ctxd.KindUnavailable while the backend is starting.
+	Engine func() (Engine, Model, error)
+	// Sigil is the sigil a request acts as ("" for the default): the one
+	// its token authenticated, else the one it names; an error refuses the
+	// request.
+	Sigil        func(*http.Request) (string, error)
+	MaxBodyBytes int64
+	WriteTimeout time.Duration // for the client to take one chunk of a stream
+	Logger       *slog.Logger
+}
+
+// Doors serves the OpenAI- and Ollama-compatible routes.
+type Doors struct {
+	cfg Config
+	log *slog.Logger
+	now func() time.Time
+}
+
+// New returns the doors.
+func New(cfg Config) *Doors {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Sigil == nil {
+		cfg.Sigil = func(*http.Request) (string, error) { return "", nil }
+	}
+	if cfg.WriteTimeout <= 0 {
+		cfg.WriteTimeout = 30 * time.Second
+	}
+	if cfg.MaxBodyBytes <= 0 {
+		cfg.MaxBodyBytes = 1 << 20
+	}
+	return &Doors{cfg: cfg, log: cfg.Logger.With("component", "frontdoor"), now: time.Now}
+}
+
+// Register adds the doors' routes to mux.
+func (d *Doors) Register(mux *http.ServeMux) {
+	mux.HandleFunc("POST /v1/chat/completions", d.openaiChat)
+	mux.HandleFunc("POST /v1/completions", d.openaiCompletion)
+	mux.HandleFunc("GET /v1/models", d.openaiModels)
+	mux.HandleFunc("GET /v1/models/{model...}", d.openaiModel)
+	mux.HandleFunc("POST /api/chat", d.ollamaChat)
+	mux.HandleFunc("POST /api/generate", d.ollamaGenerate)
+	mux.HandleFunc("GET /api/tags", d.ollamaTags)
+	mux.HandleFunc("POST /api/show", d.ollamaShow)
+	mux.HandleFunc("GET /api/version", d.ollamaVersion)
+	mux.HandleFunc("GET /api/ps", d.ollamaPs)
+	// Ollama answers HEAD / and GET / with "Ollama is running": clients
+	// probe it before anything else.
+	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		_, _ = io.WriteString(w, "Ollama is running (ctxd's Ollama-compatible door)")
+	})
+	for path, allow := range map[string]string{
+		"/v1/chat/completions": "POST", "/v1/completions": "POST", "/v1/models": "GET", "/v1/models/{model...}": "GET",
+	} {
+		mux.HandleFunc(path, func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Allow", allow)
+			WriteOpenAIError(w, ctxd.Errorf(ctxd.KindMethod, "%s %s: method not allowed; use %s", r.Method, r.URL.Path, allow))
+		})
+	}
+	for path, allow := range map[string]string{
+		"/api/chat": "POST", "/api/generate": "POST", "/api/tags": "GET", "/api/show": "POST", "/api/version": "GET", "/api/ps": "GET",
+	} {
+		mux.HandleFunc(path, func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Allow", allow)
+			WriteOllamaError(w, ctxd.Errorf(ctxd.KindMethod, "%s %s: method not allowed; use %s", r.Method, r.URL.Path, allow))
+		})
+	}
+	mux.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {
+		WriteOllamaError(w, ctxd.Errorf(ctxd.KindUnknownRoute, "no route %s %s on ctxd's Ollama door; it serves /api/chat, /api/generate, /api/tags, /api/show, /api/version and /api/ps", r.Method, r.URL.Path))
+	})
+}
+
+// IsOpenAIPath and IsOllamaPath say which door's error shape a path gets.
+func IsOpenAIPath(p string) bool {
+	return p == "/v1/chat/completions" || p == "/v1/completions" || p == "/v1/models" || strings.HasPrefix(p, "/v1/models/")
+}
+
+// IsOllamaPath is true for the Ollama door's paths.
+func IsOllamaPath(p string) bool { return p == "/" || strings.HasPrefix(p, "/api/") }
+
+// engine is the request path, or the error that says why there is none.
+func (d *Doors) engine() (Engine, Model, error) { return d.cfg.Engine() }
+
+// checkModel accepts the served model's name, with or without Ollama's
+// ":latest" tag, and "ctxd"; anything else is not found, naming what is.
+func checkModel(asked string, m Model) error {
+	if strings.TrimSpace(asked) == "" {
+		return ctxd.Errorf(ctxd.KindInvalid, "model: required; this ctxd serves %q", m.Name)
+	}
+	if sameModel(asked, m.Name) || asked == "ctxd" {
+		return nil
+	}
+	return ctxd.Errorf(ctxd.KindNotFound, "model %q not found; this ctxd serves %q (or say \"ctxd\")", asked, m.Name)
+}
+
+func sameModel(a, b string) bool {
+	return strings.TrimSuffix(a, ":latest") == strings.TrimSuffix(b, ":latest")
+}
+
+// decode reads a JSON body into v (unknown fields allowed: clients send
+// vendors' extras) and returns the names of its top-level fields.
+func (d *Doors) decode(w http.ResponseWriter, r *http.Request, v any) ([]string, error) {
+	if ct := r.Header.Get("Content-Type"); ct != "" && !strings.HasPrefix(ct, "application/json") && !strings.HasPrefix(ct, "text/plain") {
+		return nil, ctxd.Errorf(ctxd.KindUnsupported, "content type %q: send application/json", ct)
+	}
+	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, d.cfg.MaxBodyBytes))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return nil, ctxd.Errorf(ctxd.KindTooLarge, "request body is over the cap of %d bytes (daemon.max_body_bytes)", mbe.Limit)
+		}
+		return nil, ctxd.Errorf(ctxd.KindInvalid, "read body: %v", err)
+	}
+	if len(strings.TrimSpace(string(b))) == 0 {
+		return nil, ctxd.Errorf(ctxd.KindInvalid, "empty body: send a JSON object")
+	}
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(b, &fields); err != nil {
+		return nil, ctxd.Errorf(ctxd.KindInvalid, "malformed JSON body: %v", err)
+	}
+	if err := json.Unmarshal(b, v); err != nil {
+		return nil, ctxd.Errorf(ctxd.KindInvalid, "malformed JSON body: %v", err)
+	}
+	names := make([]string, 0, len(fields))
+	for k, raw := range fields {
+		if string(raw) != "null" {
+			names = append(names, k)
+		}
+	}
+	slices.Sort(names)
+	return names, nil
+}
+
+// ignoredOf lists the fields of sent that are not in honoured.
+func ignoredOf(sent []string, honoured ...string) []string {
+	var out []string
+	for _, f := range sent {
+		if !slices.Contains(honoured, f) {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// sessionOf is the session of a conversation: the X-Ctxd-Session header,
+// else one derived from what the conversation starts with (door, model,
+// system text, first user message), so a client that resends its history
+// lands in the same session every turn.
+func sessionOf(r *http.Request, door, model, system, first string) (string, error) {
+	if s := r.Header.Get("X-Ctxd-Session"); s != "" {
+		if err := ctxd.CheckSessionID(s); err != nil {
+			return "", ctxd.Errorf(ctxd.KindInvalid, "header X-Ctxd-Session: %v", err)
+		}
+		return s, nil
+	}
+	h := sha256.New()
+	for _, s := range []string{door, strings.TrimSuffix(model, ":latest"), strings.TrimSpace(system), strings.TrimSpace(first)} {
+		h.Write([]byte(s))
+		h.Write([]byte{0})
+	}
+	return door + "-" + hex.EncodeToString(h.Sum(nil))[:20], nil
+}
+
+// summaryHeader carries the summary's headline figures on answers that
+// have no room for them in their own shape.
+func setSummaryHeaders(w http.ResponseWriter, session string, ignored []string) {
+	w.Header().Set("X-Ctxd-Session", session)
+	if len(ignored) > 0 {
+		w.Header().Set("X-Ctxd-Ignored", strings.Join(ignored, ", "))
+	}
+}
+
+func itoa(n int) string { return strconv.Itoa(n) }

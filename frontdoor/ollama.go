@@ -1,0 +1,336 @@
+package frontdoor
+
+import (
+	"encoding/json"
+	"net/http"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/ctxd/ctxd"
+)
+
+// ollamaAPIVersion is the Ollama API this door speaks, reported by
+// /api/version when the backend is not Ollama (which reports its own).
+const ollamaAPIVersion = "0.6.5"
+
+// ollamaChatRequest is the part of an /api/chat request ctxd reads.
+type ollamaChatRequest struct {
+	Model    string          `json:"model"`
+	Messages []message       `json:"messages"`
+	Stream   *bool           `json:"stream"` // Ollama streams unless told not to
+	Format   json.RawMessage `json:"format"`
+	Options  map[string]any  `json:"options"`
+}
+
+// ollamaGenerateRequest is the part of an /api/generate request ctxd reads.
+type ollamaGenerateRequest struct {
+	Model    string          `json:"model"`
+	Prompt   string          `json:"prompt"`
+	System   string          `json:"system"`
+	Stream   *bool           `json:"stream"`
+	Format   json.RawMessage `json:"format"`
+	Options  map[string]any  `json:"options"`
+	Raw      bool            `json:"raw"`
+	Template string          `json:"template"`
+	Suffix   string          `json:"suffix"`
+	Images   []string        `json:"images"`
+}
+
+// ollamaHonoured are the fields ctxd acts on. Options are never forwarded:
+// num_ctx, num_batch and the like would make Ollama reload the model, and
+// sampling is the daemon's plan for every client; each one sent is listed
+// as ignored.
+var ollamaHonoured = []string{"model", "messages", "prompt", "system", "stream", "options", "raw", "template", "suffix", "images", "format"}
+
+// ollamaIgnored lists the fields and options a request sent that ctxd did
+// not act on, options as "options.NAME".
+func ollamaIgnored(sent []string, options map[string]any) []string {
+	out := ignoredOf(sent, ollamaHonoured...)
+	for k := range options {
+		out = append(out, "options."+k)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// refuseUnsupported names what an Ollama request asks that ctxd cannot do:
+// structured output, raw prompts and templates (ctxd renders the prompt),
+// images, suffixes.
+func refuseUnsupported(format json.RawMessage, raw bool, template, suffix string, images []string) error {
+	switch f := strings.TrimSpace(string(format)); {
+	case f != "" && f != "null" && f != `""`:
+		return ctxd.Errorf(ctxd.KindInvalid, "format: structured output is not supported by ctxd's door")
+	case raw:
+		return ctxd.Errorf(ctxd.KindInvalid, "raw: ctxd renders the prompt itself (the RunContext in cache order); send the text as prompt without raw")
+	case template != "":
+		return ctxd.Errorf(ctxd.KindInvalid, "template: ctxd renders the prompt in the model's own template; a request's template is not taken")
+	case suffix != "":
+		return ctxd.Errorf(ctxd.KindInvalid, "suffix: fill-in-the-middle is not supported by ctxd's door")
+	case len(images) > 0:
+		return ctxd.Errorf(ctxd.KindUnsupported, "images: ctxd's doors take text only")
+	}
+	return nil
+}
+
+// ollamaMessage is a message in Ollama's answers.
+type ollamaMessage struct {
+	Role    string `json:"role"`
+	Content string `json:"content"`
+}
+
+// ollamaCtxd is ctxd's own part of a final answer.
+type ollamaCtxd struct {
+	Session string        `json:"session"`
+	Ignored []string      `json:"ignored,omitempty"` // fields and options not acted on (never forwarded to the backend)
+	Summary *ctxd.Summary `json:"summary,omitempty"`
+}
+
+// ollamaChunk is one line of an /api/chat or /api/generate answer.
+type ollamaChunk struct {
+	Model              string         `json:"model"`
+	CreatedAt          time.Time      `json:"created_at"`
+	Message            *ollamaMessage `json:"message,omitempty"`
+	Response           *string        `json:"response,omitempty"`
+	Done               bool           `json:"done"`
+	DoneReason         string         `json:"done_reason,omitempty"`
+	TotalDuration      int64          `json:"total_duration,omitempty"`
+	LoadDuration       int64          `json:"load_duration,omitempty"`
+	PromptEvalCount    int            `json:"prompt_eval_count,omitempty"`
+	PromptEvalDuration int64          `json:"prompt_eval_duration,omitempty"`
+	EvalCount          int            `json:"eval_count,omitempty"`
+	EvalDuration       int64          `json:"eval_duration,omitempty"`
+	Ctxd               *ollamaCtxd    `json:"ctxd,omitempty"`
+}
+
+func (d *Doors) ollamaChat(w http.ResponseWriter, r *http.Request) {
+	var req ollamaChatRequest
+	sent, err := d.decode(w, r, &req)
+	if err != nil {
+		WriteOllamaError(w, err)
+		return
+	}
+	eng, model, err := d.engine()
+	if err == nil {
+		err = checkModel(req.Model, model)
+	}
+	if err == nil {
+		err = refuseUnsupported(req.Format, false, "", "", nil)
+	}
+	if err != nil {
+		WriteOllamaError(w, err)
+		return
+	}
+	ignored := ollamaIgnored(sent, req.Options)
+	if len(req.Messages) == 0 { // Ollama's way to load a model: it is loaded
+		d.ollamaLoaded(w, req.Model, true, ignored)
+		return
+	}
+	conv, err := toConversation(req.Messages)
+	var session string
+	if err == nil {
+		session, err = sessionOf(r, "oll", req.Model, conv.System, conv.First)
+	}
+	var sigil string
+	if err == nil {
+		sigil, err = d.cfg.Sigil(r)
+	}
+	if err != nil {
+		WriteOllamaError(w, err)
+		return
+	}
+	setSummaryHeaders(w, session, ignored)
+	ask := ctxd.AskRequest{Session: session, Query: conv.Query, Sigil: sigil, System: conv.System, History: conv.History}
+	d.ollamaAnswer(w, r, eng, ask, req.Model, req.Stream == nil || *req.Stream, true, ignored)
+}
+
+func (d *Doors) ollamaGenerate(w http.ResponseWriter, r *http.Request) {
+	var req ollamaGenerateRequest
+	sent, err := d.decode(w, r, &req)
+	if err != nil {
+		WriteOllamaError(w, err)
+		return
+	}
+	eng, model, err := d.engine()
+	if err == nil {
+		err = checkModel(req.Model, model)
+	}
+	if err == nil {
+		err = refuseUnsupported(req.Format, req.Raw, req.Template, req.Suffix, req.Images)
+	}
+	if err != nil {
+		WriteOllamaError(w, err)
+		return
+	}
+	ignored := ollamaIgnored(sent, req.Options)
+	if strings.TrimSpace(req.Prompt) == "" { // Ollama's way to load a model
+		d.ollamaLoaded(w, req.Model, false, ignored)
+		return
+	}
+	session, err := sessionOf(r, "ollg", req.Model, req.System, req.Prompt)
+	var sigil string
+	if err == nil {
+		sigil, err = d.cfg.Sigil(r)
+	}
+	if err != nil {
+		WriteOllamaError(w, err)
+		return
+	}
+	setSummaryHeaders(w, session, ignored)
+	ask := ctxd.AskRequest{Session: session, Query: req.Prompt, Sigil: sigil, System: req.System, History: []ctxd.Turn{}}
+	d.ollamaAnswer(w, r, eng, ask, req.Model, req.Stream == nil || *req.Stream, false, ignored)
+}
+
+// ollamaLoaded answers a request with nothing to generate, as Ollama does
+// once the model is loaded (ctxd keeps it loaded with its own window).
+func (d *Doors) ollamaLoaded(w http.ResponseWriter, model string, chat bool, ignored []string) {
+	c := ollamaChunk{Model: model, CreatedAt: d.now().UTC(), Done: true, DoneReason: "load", Ctxd: &ollamaCtxd{Ignored: ignored}}
+	if chat {
+		c.Message = &ollamaMessage{Role: "assistant"}
+	} else {
+		empty := ""
+		c.Response = &empty
+	}
+	writeJSON(w, http.StatusOK, c)
+}
+
+// ollamaAnswer asks and answers in Ollama's shape, streaming NDJSON unless
+// the client said stream: false.
+func (d *Doors) ollamaAnswer(w http.ResponseWriter, r *http.Request, eng Engine, ask ctxd.AskRequest, model string, stream, chat bool, ignored []string) {
+	if len(ignored) > 0 {
+		d.log.Info("ollama door: ignored fields and options (never forwarded)", "session", ask.Session, "ignored", ignored)
+	}
+	piece := func(text string) ollamaChunk {
+		c := ollamaChunk{Model: model, CreatedAt: d.now().UTC()}
+		if chat {
+			c.Message = &ollamaMessage{Role: "assistant", Content: text}
+		} else {
+			c.Response = &text
+		}
+		return c
+	}
+	final := func(text string, s *ctxd.Summary) ollamaChunk {
+		c := piece(text)
+		c.Done, c.DoneReason = true, s.DoneReason
+		if s.DoneReason == ctxd.DoneIncomplete {
+			c.DoneReason = ctxd.DoneStop
+		}
+		c.TotalDuration = int64(s.TotalMillis * 1e6)
+		c.PromptEvalCount, c.PromptEvalDuration = s.PromptTokens, int64(s.PromptEvalMs*1e6)
+		c.EvalCount = s.AnswerTokens
+		c.EvalDuration = max(0, int64((s.TotalMillis-s.QueueWaitMs-s.TTFTMillis)*1e6))
+		c.Ctxd = &ollamaCtxd{Session: s.Session, Ignored: ignored, Summary: s}
+		return c
+	}
+	if !stream {
+		var sb strings.Builder
+		sum, err := eng.Ask(r.Context(), ask, func(t string) error { sb.WriteString(t); return nil })
+		if err != nil {
+			d.logAskError(ask.Session, err)
+			WriteOllamaError(w, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, final(sb.String(), sum))
+		return
+	}
+	s := &streamer{w: w, timeout: d.cfg.WriteTimeout}
+	sum, err := eng.Ask(r.Context(), ask, func(t string) error { return s.send(piece(t)) })
+	if err != nil {
+		d.logAskError(ask.Session, err)
+		if !s.started {
+			WriteOllamaError(w, err)
+			return
+		}
+		_ = s.send(map[string]string{"error": err.Error()})
+		return
+	}
+	_ = s.send(final("", sum))
+}
+
+// ollamaDetails is a model's details in Ollama's lists.
+type ollamaDetails struct {
+	ParentModel       string   `json:"parent_model"`
+	Format            string   `json:"format"`
+	Family            string   `json:"family"`
+	Families          []string `json:"families"`
+	ParameterSize     string   `json:"parameter_size"`
+	QuantizationLevel string   `json:"quantization_level"`
+}
+
+func detailsOf(m Model) ollamaDetails {
+	return ollamaDetails{Format: "gguf", Family: m.Architecture, Families: []string{m.Architecture}}
+}
+
+// tagged is the model's name as Ollama lists it, with its tag.
+func tagged(name string) string {
+	if strings.Contains(name, ":") {
+		return name
+	}
+	return name + ":latest"
+}
+
+func (d *Doors) ollamaTags(w http.ResponseWriter, r *http.Request) {
+	_, m, err := d.engine()
+	if err != nil {
+		WriteOllamaError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"models": []map[string]any{{
+		"name": tagged(m.Name), "model": tagged(m.Name), "modified_at": m.Loaded.UTC(), "size": 0, "digest": "",
+		"details": detailsOf(m),
+	}}})
+}
+
+func (d *Doors) ollamaPs(w http.ResponseWriter, r *http.Request) {
+	_, m, err := d.engine()
+	if err != nil {
+		WriteOllamaError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"models": []map[string]any{{
+		"name": tagged(m.Name), "model": tagged(m.Name), "size": 0, "digest": "", "details": detailsOf(m),
+		"expires_at": time.Date(2318, 1, 1, 0, 0, 0, 0, time.UTC), "size_vram": 0, "context_length": m.NumCtx,
+	}}})
+}
+
+func (d *Doors) ollamaShow(w http.ResponseWriter, r *http.Request) {
+	var req struct {
+		Model string `json:"model"`
+		Name  string `json:"name"` // older clients
+	}
+	if _, err := d.decode(w, r, &req); err != nil {
+		WriteOllamaError(w, err)
+		return
+	}
+	if req.Model == "" {
+		req.Model = req.Name
+	}
+	_, m, err := d.engine()
+	if err == nil {
+		err = checkModel(req.Model, m)
+	}
+	if err != nil {
+		WriteOllamaError(w, err)
+		return
+	}
+	// The context length shown is ctxd's window, not the trained one: it
+	// is what a client should size its prompts to.
+	info := map[string]any{"general.architecture": m.Architecture}
+	if m.Architecture != "" {
+		info[m.Architecture+".context_length"] = m.NumCtx
+	}
+	writeJSON(w, http.StatusOK, map[string]any{
+		"license": "", "modelfile": "# served by ctxd; the prompt is ctxd's RunContext\nFROM " + m.Name + "\n",
+		"parameters": "num_ctx " + itoa(m.NumCtx), "template": "{{ .Prompt }}",
+		"details": detailsOf(m), "model_info": info, "modified_at": m.Loaded.UTC(),
+		"capabilities": []string{"completion"},
+	})
+}
+
+func (d *Doors) ollamaVersion(w http.ResponseWriter, r *http.Request) {
+	v := ollamaAPIVersion
+	if _, m, err := d.engine(); err == nil && m.BackendKind == "ollama" && m.BackendVersion != "" {
+		v = m.BackendVersion
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"version": v})
+}

@@ -1,0 +1,62 @@
+package orchestrator
+
+import (
+	"context"
+	"strings"
+
+	"github.com/ctxd/ctxd"
+)
+
+// follow makes the session agree with the history its client resends (the
+// OpenAI and Ollama doors). A client that extends one conversation sends
+// back every earlier turn, so its history ends with the session's current
+// epoch and nothing changes: the prompt extends the cached prefix. One
+// that edited, dropped or regenerated a turn, or that started a new
+// conversation under the same session, does not: the session starts a new
+// epoch holding the client's turns (the record keeps the old ones), and
+// the prefix breaks in the state block. Turns compacted or condensed away
+// are no longer compared: the client's history may be longer than the
+// epoch when the session has dropped turns. It reports whether it replaced
+// the turns.
+func (o *Orchestrator) follow(ctx context.Context, id string, history []ctxd.Turn) (bool, error) {
+	sess, err := o.session(ctx, id)
+	if err != nil {
+		return false, err
+	}
+	if extends(history, sess) {
+		return false, nil
+	}
+	turns := make([]ctxd.Turn, len(history))
+	for i, t := range history {
+		turns[i] = ctxd.Turn{Query: t.Query, Answer: t.Answer, Verbatim: t.Verbatim}
+	}
+	epoch, seqs, err := o.store.ReplaceTurns(context.WithoutCancel(ctx), id, turns, o.cfg.Now())
+	if err != nil {
+		o.mu.Lock()
+		delete(o.sessions, id)
+		o.mu.Unlock()
+		return false, ctxd.Errorf(ctxd.KindInternal, "orchestrator: session %q: take the client's history: %w", id, err)
+	}
+	o.cacheSession(ctxd.Session{ID: id, Epoch: epoch, Turns: turns, Seqs: seqs, Count: sess.Count + len(turns)})
+	o.log.Info("session follows its client's history", "session", id, "client_turns", len(history), "held_turns", len(sess.Turns), "epoch", epoch)
+	return true, nil
+}
+
+// extends reports whether the client's history ends with the session's
+// current turns, and is longer only where the session dropped turns.
+func extends(history []ctxd.Turn, sess ctxd.Session) bool {
+	n, m := len(history), len(sess.Turns)
+	if n < m {
+		return false
+	}
+	if n > m && sess.Count == m && sess.Summary == "" {
+		return false // the session never dropped a turn: the client has turns it never saw
+	}
+	for i, t := range sess.Turns {
+		h := history[n-m+i]
+		if strings.TrimSpace(h.Query) != strings.TrimSpace(t.Query) || strings.TrimSpace(h.Answer) != strings.TrimSpace(t.Answer) {
+			return false
+		}
+	}
+	return true
+}
