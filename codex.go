@@ -93,3 +93,19 @@ type CodexEvent struct {
 	Status   int            `json:"status,omitempty"`
 	Kind     Kind           `json:"kind,omitempty"`
 }
+
+// CodexFile is one file of the codex, as GET /v1/codex/files lists it.
+type CodexFile struct {
+	Path       string `json:"path"` // slash-separated, relative to the codex root
+	Bytes      int64  `json:"bytes"`
+	Lines      int    `json:"lines"`
+	SHA256     string `json:"sha256"`
+	Redactions int    `json:"redactions,omitempty"` // secrets replaced in its content
+}
+
+// CodexFileContent is GET /v1/codex/files/{path}: a file's content as
+// prompts see it (secrets redacted).
+type CodexFileContent struct {
+	CodexFile
+	Content string `json:"content"`
+}

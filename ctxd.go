@@ -165,3 +165,10 @@ type Action struct {
 	TokensDropped int    `json:"tokens_dropped"`
 	Epoch         int    `json:"epoch"` // the epoch the session is in afterwards
 }
+
+// SigilInfo is GET /v1/sigil: the sigil a request acts as.
+type SigilInfo struct {
+	Name          string   `json:"name"`
+	Scopes        []string `json:"scopes"`
+	Authenticated bool     `json:"authenticated"` // by a token; otherwise trusted as the socket's owner
+}

@@ -9,6 +9,9 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
 
 	"github.com/ctxd/ctxd"
 )
@@ -16,18 +19,41 @@ import (
 // Client is a ctxd API client.
 type Client struct {
 	socket string
+	base   string // http://ctxd on the socket, or the TCP listener's URL
+	token  string
 	http   *http.Client
 }
 
-// New returns a client for the daemon listening on socket.
-func New(socket string) *Client {
+// Option configures a client.
+type Option func(*Client)
+
+// WithToken sends a sigil's token with every request (Authorization:
+// Bearer): the request acts as that sigil. The TCP listener requires one.
+func WithToken(token string) Option { return func(c *Client) { c.token = token } }
+
+// New returns a client for the daemon listening on the Unix socket.
+func New(socket string, opts ...Option) *Client {
 	tr := &http.Transport{
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 			var d net.Dialer
 			return d.DialContext(ctx, "unix", socket)
 		},
 	}
-	return &Client{socket: socket, http: &http.Client{Transport: tr}}
+	c := &Client{socket: socket, base: "http://ctxd", http: &http.Client{Transport: tr}}
+	for _, o := range opts {
+		o(c)
+	}
+	return c
+}
+
+// NewTCP returns a client for the daemon's TCP listener at base (e.g.
+// http://127.0.0.1:11435); it needs WithToken.
+func NewTCP(base string, opts ...Option) *Client {
+	c := &Client{socket: base, base: strings.TrimSuffix(base, "/"), http: &http.Client{}}
+	for _, o := range opts {
+		o(c)
+	}
+	return c
 }
 
 // APIError is an error answer from the daemon.
@@ -48,9 +74,12 @@ func (c *Client) do(ctx context.Context, method, path string, body any) (*http.R
 		}
 		rd = bytes.NewReader(b)
 	}
-	req, err := http.NewRequestWithContext(ctx, method, "http://ctxd"+path, rd)
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path, rd)
 	if err != nil {
 		return nil, err
+	}
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
 	}
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
@@ -159,4 +188,119 @@ func (c *Client) LoadCodex(ctx context.Context, path string, onProgress func(ctx
 		return false, nil
 	})
 	return st, err
+}
+
+// Health is GET /v1/health: nil once the daemon answers requests; an
+// *APIError (503) while its backend is starting, saying why.
+func (c *Client) Health(ctx context.Context) error {
+	resp, err := c.do(ctx, http.MethodGet, "/v1/health", nil)
+	if err != nil {
+		return err
+	}
+	return resp.Body.Close()
+}
+
+// Status is GET /v1/status. The daemon's status has many parts; it is
+// decoded into v (daemon.Status, or a map).
+func (c *Client) Status(ctx context.Context, v any) error { return c.GetJSON(ctx, "/v1/status", v) }
+
+// Schema is GET /v1/schema: the RunContext's JSON Schema.
+func (c *Client) Schema(ctx context.Context) ([]byte, error) { return c.GetRaw(ctx, "/v1/schema") }
+
+// Sessions is GET /v1/sessions: every session, by id.
+func (c *Client) Sessions(ctx context.Context) ([]ctxd.SessionInfo, error) {
+	var out struct {
+		Sessions []ctxd.SessionInfo `json:"sessions"`
+	}
+	err := c.GetJSON(ctx, "/v1/sessions", &out)
+	return out.Sessions, err
+}
+
+// Session is GET /v1/sessions/{id}: the session's current epoch.
+func (c *Client) Session(ctx context.Context, id string) (*ctxd.SessionTurns, error) {
+	var out ctxd.SessionTurns
+	if err := c.GetJSON(ctx, "/v1/sessions/"+url.PathEscape(id), &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// DeleteSession is DELETE /v1/sessions/{id}; it waits for the session's
+// running request.
+func (c *Client) DeleteSession(ctx context.Context, id string) error {
+	resp, err := c.do(ctx, http.MethodDelete, "/v1/sessions/"+url.PathEscape(id), nil)
+	if err != nil {
+		return err
+	}
+	return resp.Body.Close()
+}
+
+// LastPrompt is GET /v1/sessions/{id}/prompt: the exact text the
+// session's last request sent to the backend.
+func (c *Client) LastPrompt(ctx context.Context, id string) (*ctxd.LastPrompt, error) {
+	var out ctxd.LastPrompt
+	if err := c.GetJSON(ctx, "/v1/sessions/"+url.PathEscape(id)+"/prompt", &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// CodexStats is GET /v1/codex: the loaded codex.
+func (c *Client) CodexStats(ctx context.Context) (*ctxd.CodexStats, error) {
+	var out ctxd.CodexStats
+	if err := c.GetJSON(ctx, "/v1/codex", &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// SearchCodex is GET /v1/codex/search: the k codex excerpts that best
+// match q (k <= 0: the daemon's default).
+func (c *Client) SearchCodex(ctx context.Context, q string, k int) ([]ctxd.Excerpt, error) {
+	v := url.Values{"q": {q}}
+	if k > 0 {
+		v.Set("k", strconv.Itoa(k))
+	}
+	var out struct {
+		Excerpts []ctxd.Excerpt `json:"excerpts"`
+	}
+	err := c.GetJSON(ctx, "/v1/codex/search?"+v.Encode(), &out)
+	return out.Excerpts, err
+}
+
+// CodexFiles is GET /v1/codex/files: the codex's files in path order.
+func (c *Client) CodexFiles(ctx context.Context) ([]ctxd.CodexFile, error) {
+	var out struct {
+		Files []ctxd.CodexFile `json:"files"`
+	}
+	err := c.GetJSON(ctx, "/v1/codex/files", &out)
+	return out.Files, err
+}
+
+// CodexFile is GET /v1/codex/files/{path}: one file's content as prompts
+// see it (secrets redacted).
+func (c *Client) CodexFile(ctx context.Context, path string) (*ctxd.CodexFileContent, error) {
+	var out ctxd.CodexFileContent
+	if err := c.GetJSON(ctx, "/v1/codex/files/"+escapePath(path), &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// Sigil is GET /v1/sigil: the sigil this client's requests act as.
+func (c *Client) Sigil(ctx context.Context) (*ctxd.SigilInfo, error) {
+	var out ctxd.SigilInfo
+	if err := c.GetJSON(ctx, "/v1/sigil", &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// escapePath escapes each segment of a slash-separated path.
+func escapePath(p string) string {
+	parts := strings.Split(p, "/")
+	for i, s := range parts {
+		parts[i] = url.PathEscape(s)
+	}
+	return strings.Join(parts, "/")
 }

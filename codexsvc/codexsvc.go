@@ -458,3 +458,41 @@ func (s *Service) Close() error {
 	}
 	return nil
 }
+
+// Files lists the current codex's files in path order; false if no codex
+// is loaded.
+func (s *Service) Files() ([]ctxd.CodexFile, bool) {
+	l := s.current.Load()
+	if l == nil {
+		return nil, false
+	}
+	out := make([]ctxd.CodexFile, len(l.codex.Files))
+	for i, f := range l.codex.Files {
+		out[i] = ctxd.CodexFile{Path: f.Path, Bytes: f.Size, Lines: f.Lines, SHA256: f.SHA256, Redactions: len(f.Redactions)}
+	}
+	return out, true
+}
+
+// File is one file of the current codex with its content as prompts see
+// it (secrets redacted). An unknown path is KindNotFound; a file that
+// changed since the load is KindConflict (the watcher's reload follows).
+func (s *Service) File(path string) (ctxd.CodexFileContent, error) {
+	l := s.current.Load()
+	if l == nil {
+		return ctxd.CodexFileContent{}, ctxd.Errorf(ctxd.KindNotFound, "no codex is loaded")
+	}
+	files := l.codex.Files
+	i := slices.IndexFunc(files, func(f codex.File) bool { return f.Path == path })
+	if i < 0 {
+		return ctxd.CodexFileContent{}, ctxd.Errorf(ctxd.KindNotFound, "codex %q has no file %q", l.codex.Name, path)
+	}
+	text, err := l.codex.Content(i)
+	if err != nil {
+		return ctxd.CodexFileContent{}, ctxd.Errorf(ctxd.KindConflict, "%v", err)
+	}
+	f := files[i]
+	return ctxd.CodexFileContent{
+		CodexFile: ctxd.CodexFile{Path: f.Path, Bytes: f.Size, Lines: f.Lines, SHA256: f.SHA256, Redactions: len(f.Redactions)},
+		Content:   text,
+	}, nil
+}

@@ -19,6 +19,7 @@ var allowed = map[string]string{
 	"/v1/health": "GET", "/v1/status": "GET", "/v1/schema": "GET", "/v1/ask": "POST",
 	"/v1/sessions": "GET", "/v1/sessions/{id}": "GET, DELETE", "/v1/sessions/{id}/prompt": "GET",
 	"/v1/codex": "GET", "/v1/codex/load": "POST", "/v1/codex/search": "GET",
+	"/v1/codex/files": "GET", "/v1/codex/files/{path...}": "GET", "/v1/sigil": "GET",
 }
 
 // routes is every route of both listeners: the native API under /v1/ and
@@ -38,6 +39,9 @@ func (d *Daemon) routes(tokens bool) http.Handler {
 	mux.HandleFunc("GET /v1/codex", d.handleCodexStats)
 	mux.HandleFunc("POST /v1/codex/load", d.handleCodexLoad)
 	mux.HandleFunc("GET /v1/codex/search", d.handleCodexSearch)
+	mux.HandleFunc("GET /v1/codex/files", d.handleCodexFiles)
+	mux.HandleFunc("GET /v1/codex/files/{path...}", d.handleCodexFile)
+	mux.HandleFunc("GET /v1/sigil", d.handleSigil)
 	// Method-less patterns for the same paths catch the wrong methods:
 	// the method-specific ones above take precedence.
 	for path, allow := range allowed {

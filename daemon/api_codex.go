@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/ctxd/ctxd"
+	"github.com/ctxd/ctxd/runcontext"
 	"github.com/ctxd/ctxd/sigils"
 )
 
@@ -115,4 +116,73 @@ func (d *Daemon) handleCodexSearch(w http.ResponseWriter, r *http.Request) {
 		ex = []ctxd.Excerpt{}
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"query": query, "excerpts": ex})
+}
+
+// codexReader resolves the request's sigil and checks that it may read the
+// codex (the search_codex scope), or answers the error.
+func (d *Daemon) codexReader(w http.ResponseWriter, r *http.Request) (*engine, bool) {
+	name, err := sigilFor(r, r.URL.Query().Get("sigil"))
+	if err == nil {
+		var sigil runcontext.Sigil
+		if sigil, err = d.sigils.Resolve(name); err != nil {
+			err = ctxd.Errorf(ctxd.KindForbidden, "%v", err)
+		} else if !sigils.Allows(sigil, sigils.ScopeSearchCodex) {
+			err = ctxd.Errorf(ctxd.KindForbidden, "sigil %q lacks the %q scope", sigil.Name, sigils.ScopeSearchCodex)
+		}
+	}
+	var e *engine
+	if err == nil {
+		e, err = d.engine()
+	}
+	if err != nil {
+		writeError(w, err)
+		return nil, false
+	}
+	return e, true
+}
+
+// handleCodexFiles lists the codex's files, for sigils that may read it.
+func (d *Daemon) handleCodexFiles(w http.ResponseWriter, r *http.Request) {
+	e, ok := d.codexReader(w, r)
+	if !ok {
+		return
+	}
+	files, ok := e.codex.Files()
+	if !ok {
+		writeError(w, ctxd.Errorf(ctxd.KindNotFound, "no codex is loaded"))
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"files": files})
+}
+
+// handleCodexFile is one codex file's content as prompts see it (secrets
+// redacted), for sigils that may read the codex.
+func (d *Daemon) handleCodexFile(w http.ResponseWriter, r *http.Request) {
+	e, ok := d.codexReader(w, r)
+	if !ok {
+		return
+	}
+	f, err := e.codex.File(r.PathValue("path"))
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, f)
+}
+
+// handleSigil says which sigil a request acts as and its scopes: what a
+// client (the MCP server) may offer.
+func (d *Daemon) handleSigil(w http.ResponseWriter, r *http.Request) {
+	name, err := sigilFor(r, r.URL.Query().Get("sigil"))
+	var sigil runcontext.Sigil
+	if err == nil {
+		if sigil, err = d.sigils.Resolve(name); err != nil {
+			err = ctxd.Errorf(ctxd.KindForbidden, "%v", err)
+		}
+	}
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, ctxd.SigilInfo{Name: sigil.Name, Scopes: sigil.Scopes, Authenticated: authenticated(r) != ""})
 }
