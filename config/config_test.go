@@ -135,18 +135,25 @@ func TestLoadErrorsNameTheKey(t *testing.T) {
 
 func TestValidateNamesField(t *testing.T) {
 	cases := map[string]func(*Config){
-		"backend.mode":          func(c *Config) { c.Backend.Mode = "cloud" },
-		"backend.listen":        func(c *Config) { c.Backend.Listen = "0.0.0.0:11434" },
-		"backend.url":           func(c *Config) { c.Backend.Mode = "external"; c.Backend.URL = "localhost:11434" },
-		"daemon.log_level":      func(c *Config) { c.Daemon.LogLevel = "loud" },
-		"daemon.default_sigil":  func(c *Config) { c.Daemon.DefaultSigil = "nobody" },
-		"limits.answer_reserve": func(c *Config) { c.Limits.AnswerReserve = 0 },
-		"identity.persona":      func(c *Config) { c.Identity.Persona = "" },
-		"daemon.socket":         func(c *Config) { c.Daemon.Socket = "/" + strings.Repeat("s", 120) },
-		"daemon.max_body_bytes": func(c *Config) { c.Daemon.MaxBodyBytes = 10 },
-		"backend.model":         func(c *Config) { c.Backend.Model = "" },
-		"backend.cache_ram_mb":  func(c *Config) { c.Backend.CacheRAMMB = 512 }, // Ollama has no such cache
-		"backend.cache_ram_mb ": func(c *Config) { c.Backend.Kind, c.Backend.CacheRAMMB = "llamacpp", -1 },
+		"backend.mode":                func(c *Config) { c.Backend.Mode = "cloud" },
+		"backend.listen":              func(c *Config) { c.Backend.Listen = "0.0.0.0:11434" },
+		"backend.url":                 func(c *Config) { c.Backend.Mode = "external"; c.Backend.URL = "localhost:11434" },
+		"daemon.log_level":            func(c *Config) { c.Daemon.LogLevel = "loud" },
+		"daemon.default_sigil":        func(c *Config) { c.Daemon.DefaultSigil = "nobody" },
+		"limits.answer_reserve":       func(c *Config) { c.Limits.AnswerReserve = 0 },
+		"identity.persona":            func(c *Config) { c.Identity.Persona = "" },
+		"daemon.socket":               func(c *Config) { c.Daemon.Socket = "/" + strings.Repeat("s", 120) },
+		"daemon.max_body_bytes":       func(c *Config) { c.Daemon.MaxBodyBytes = 10 },
+		"backend.model":               func(c *Config) { c.Backend.Model = "" },
+		"backend.cache_ram_mb":        func(c *Config) { c.Backend.CacheRAMMB = 512 }, // Ollama has no such cache
+		"backend.cache_ram_mb ":       func(c *Config) { c.Backend.Kind, c.Backend.CacheRAMMB = "llamacpp", -1 },
+		"sigils.default.token_sha256": func(c *Config) { c.Sigils["default"] = Sigil{Scopes: []string{"ask"}, TokenSHA256: "xyz"} },
+		"daemon.tcp_listen":           func(c *Config) { c.Daemon.TCPListen = "127.0.0.1:11435" }, // no sigil has a token
+		"daemon.tcp_listen ": func(c *Config) {
+			c.Daemon.TCPListen = "0.0.0.0:11435"
+			c.Sigils["default"] = Sigil{Scopes: []string{"ask"}, TokenSHA256: strings.Repeat("a", 64)}
+		},
+		"daemon.tcp_listen  ": func(c *Config) { c.Daemon.TCPListen = "11435" },
 	}
 	for field, mutate := range cases {
 		c := Default(env)
@@ -155,6 +162,21 @@ func TestValidateNamesField(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), strings.TrimSpace(field)) {
 			t.Errorf("%s: error %v does not name it", field, err)
 		}
+	}
+}
+
+func TestTCPListen(t *testing.T) {
+	c := Default(env)
+	c.Sigils["default"] = Sigil{Scopes: []string{"ask"}, TokenSHA256: strings.Repeat("a", 64)}
+	for _, addr := range []string{"127.0.0.1:11435", "[::1]:0", "localhost:11435"} {
+		c.Daemon.TCPListen = addr
+		if err := c.Validate(); err != nil {
+			t.Errorf("%s: %v", addr, err)
+		}
+	}
+	c.Daemon.TCPListen, c.Daemon.TCPAllowRemote = "0.0.0.0:11435", true
+	if err := c.Validate(); err != nil {
+		t.Errorf("a remote address explicitly allowed: %v", err)
 	}
 }
 

@@ -165,6 +165,14 @@ type Status struct {
 	Environment  ctxd.Environment     `json:"environment"`
 	MemorySource string               `json:"memory_source"`
 	Sessions     int                  `json:"sessions"`
+	Listeners    Listeners            `json:"listeners"`
+}
+
+// Listeners says where the daemon listens and how it trusts requests.
+type Listeners struct {
+	Socket string `json:"socket"`
+	TCP    string `json:"tcp,omitempty"` // every request on it needs a sigil's token
+	Trust  string `json:"trust"`
 }
 
 // handleStatus reports the daemon's state. It reads snapshots only: it
@@ -189,6 +197,11 @@ func (d *Daemon) handleStatus(w http.ResponseWriter, r *http.Request) {
 		}
 	} else if msg := d.initErr.Load(); msg != nil {
 		st.Error = *msg
+	}
+	st.Listeners = Listeners{Socket: d.cfg.Daemon.Socket, TCP: d.TCPAddr(),
+		Trust: "requests on the socket are trusted as its owner (by uid) and act as the sigil they name; no sigil has a token"}
+	if d.sigils.HasTokens() {
+		st.Listeners.Trust = "a request with a token acts as its sigil; one without, on the socket only, is trusted as the socket's owner (by uid) and acts as the sigil it names"
 	}
 	st.Environment = d.sensor.Environment()
 	if d.sensor == ctxd.Sensor(d.probe) {

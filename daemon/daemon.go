@@ -86,6 +86,7 @@ type Daemon struct {
 	sensor ctxd.Sensor
 	probe  *hostenv.Probe // the hardware probe: memory for the window plan, and the sensor unless one was given
 
+	tcpAddr  atomic.Pointer[string] // the TCP listener's address, once it listens
 	ready    atomic.Pointer[engine] // nil until the backend is ready
 	initErr  atomic.Pointer[string] // why it is not ready yet
 	drainMu  sync.Mutex             // guards draining; handled.Add happens under it
@@ -179,6 +180,8 @@ func (d *Daemon) Run(ctx context.Context, ln net.Listener, ready func()) error {
 			srvs[0].Close()
 			return fmt.Errorf("daemon: daemon.tcp_listen: %w", err)
 		}
+		addr := tln.Addr().String()
+		d.tcpAddr.Store(&addr)
 		srvs = append(srvs, newServer(true))
 		go func() { serveErr <- srvs[1].Serve(tln) }()
 		d.log.Info("listening", "tcp", tln.Addr().String(), "tokens", "required")
@@ -455,6 +458,14 @@ func (d *Daemon) stableBlocks(f runcontext.Format, c runcontext.Codex) (runconte
 	return f.Render(&runcontext.RunContext{
 		Identity: d.identity(), Codex: c, Environment: d.sensor.Environment(), Sigil: sigil,
 	})
+}
+
+// TCPAddr is the TCP listener's address ("" when there is none yet).
+func (d *Daemon) TCPAddr() string {
+	if a := d.tcpAddr.Load(); a != nil {
+		return *a
+	}
+	return ""
 }
 
 // engine is the request path, or an error of kind KindUnavailable saying

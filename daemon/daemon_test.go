@@ -33,6 +33,7 @@ type fixture struct {
 	store   ctxd.Store
 	sensor  *fake.Sensor
 	client  *client.Client
+	daemon  *Daemon
 	cancel  context.CancelFunc
 	done    chan error // Run's result
 }
@@ -120,6 +121,7 @@ func newFixture(t *testing.T, o fixtureOptions) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
+	f.daemon = d
 	ln, err := Listen(cfg.Daemon.Socket)
 	if err != nil {
 		t.Fatal(err)

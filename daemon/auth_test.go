@@ -1,0 +1,164 @@
+package daemon
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ctxd/ctxd"
+	"github.com/ctxd/ctxd/client"
+	"github.com/ctxd/ctxd/config"
+	"github.com/ctxd/ctxd/sigils"
+)
+
+// tcpFixture is a daemon with the TCP listener on and a token for sigil
+// "coder".
+func tcpFixture(t *testing.T) (*fixture, string, string) {
+	t.Helper()
+	tok, hash, err := sigils.NewToken()
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := newFixture(t, fixtureOptions{config: func(c *config.Config) {
+		c.Daemon.TCPListen = "127.0.0.1:0"
+		c.Sigils["coder"] = config.Sigil{Scopes: []string{"ask", "search_codex"}, TokenSHA256: hash}
+	}})
+	var base string
+	for deadline := time.Now().Add(10 * time.Second); base == "" && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if a := f.daemon.TCPAddr(); a != "" {
+			base = "http://" + a
+		}
+	}
+	if base == "" {
+		t.Fatal("the TCP listener never listened")
+	}
+	return f, base, tok
+}
+
+func tcpDo(t *testing.T, method, url, token, body string) (int, string) {
+	t.Helper()
+	req, _ := http.NewRequestWithContext(t.Context(), method, url, strings.NewReader(body))
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// TestTCPListenerNeedsTokens: on the TCP listener every request but the
+// health probes carries a sigil's token, refused in the shape of the
+// route's door when it is missing or wrong, and acts as that sigil.
+func TestTCPListenerNeedsTokens(t *testing.T) {
+	f, base, tok := tcpFixture(t)
+	chat := `{"model":"fake","messages":[{"role":"user","content":"hi"}]}`
+	for _, c := range []struct {
+		method, path, body, token string
+		status                    int
+		shape                     string // a fragment of the error's shape
+	}{
+		{"GET", "/v1/health", "", "", 200, `"ready"`},
+		{"GET", "/", "", "", 200, "Ollama is running"},
+		{"POST", "/v1/ask", `{"session":"s","query":"q"}`, "", 401, `"kind": "unauthorized"`},
+		{"GET", "/v1/status", "", "", 401, "needs a sigil's token"},
+		{"POST", "/v1/chat/completions", chat, "", 401, `"code":"invalid_api_key"`},
+		{"POST", "/v1/chat/completions", chat, "ctxd_wrong", 401, `"type":"authentication_error"`},
+		{"POST", "/api/chat", chat, "", 401, `{"error":"this listener needs`},
+		{"GET", "/api/tags", "", "sk-dummy", 401, `{"error":"Authorization: the token matches no sigil`},
+	} {
+		status, body := tcpDo(t, c.method, base+c.path, c.token, c.body)
+		if status != c.status || !strings.Contains(body, c.shape) {
+			t.Errorf("%s %s (token %q): %d %s; want %d with %s", c.method, c.path, c.token, status, body, c.status, c.shape)
+		}
+	}
+
+	c := client.NewTCP(base, client.WithToken(tok))
+	who, err := c.Sigil(t.Context())
+	if err != nil || who.Name != "coder" || !who.Authenticated {
+		t.Fatalf("sigil over TCP: %+v %v", who, err)
+	}
+	sum, err := c.Ask(t.Context(), ctxd.AskRequest{Session: "tcp", Query: "hello"}, nil)
+	if err != nil || sum.Turn != 1 {
+		t.Fatalf("ask over TCP: %+v %v", sum, err)
+	}
+	// A token may not act as another sigil.
+	_, err = c.Ask(t.Context(), ctxd.AskRequest{Session: "tcp", Query: "again", Sigil: "default"}, nil)
+	if e, ok := err.(*client.APIError); !ok || e.Status != 403 || !strings.Contains(e.Message, `may not act as sigil "default"`) {
+		t.Errorf("token of coder naming default: %v", err)
+	}
+	status, body := tcpDo(t, "POST", base+"/v1/chat/completions", tok, chat)
+	var cc struct {
+		Usage struct {
+			PromptTokens int `json:"prompt_tokens"`
+		}
+	}
+	if json.Unmarshal([]byte(body), &cc); status != 200 || cc.Usage.PromptTokens == 0 {
+		t.Errorf("chat over TCP with the token: %d %s", status, body)
+	}
+
+	// On the socket a request needs no token, but a wrong one is refused.
+	if who, err := f.client.Sigil(t.Context()); err != nil || who.Name != "default" || who.Authenticated {
+		t.Errorf("socket without a token: %+v %v", who, err)
+	}
+	if _, err := client.New(f.cfg.Daemon.Socket, client.WithToken("ctxd_nope")).Sigil(t.Context()); err == nil || !strings.Contains(err.Error(), "401") {
+		t.Errorf("socket with a wrong token: %v", err)
+	}
+	if who, err := client.New(f.cfg.Daemon.Socket, client.WithToken(tok)).Sigil(t.Context()); err != nil || who.Name != "coder" {
+		t.Errorf("socket with the token: %+v %v", who, err)
+	}
+	var st Status
+	if err := f.client.Status(t.Context(), &st); err != nil || st.Listeners.TCP == "" || !strings.Contains(st.Listeners.Trust, "token") {
+		t.Errorf("status listeners: %+v %v", st.Listeners, err)
+	}
+}
+
+// TestDoorsOnTheSocket: an OpenAI client resending its history keeps one
+// session whose prompts extend each other, as the native API's do.
+func TestDoorsOnTheSocket(t *testing.T) {
+	f := newFixture(t, fixtureOptions{})
+	f.backend.SetAnswer("fine")
+	msgs := []map[string]string{{"role": "system", "content": "Be kind."}}
+	var cached []int
+	for i, q := range []string{"one", "two", "three"} {
+		msgs = append(msgs, map[string]string{"role": "user", "content": q})
+		b, _ := json.Marshal(map[string]any{"model": "fake", "messages": msgs})
+		status, body := f.do(t, "POST", "/v1/chat/completions", "application/json", string(b))
+		var c struct {
+			Choices []struct {
+				Message struct{ Content string }
+			}
+			Usage struct {
+				Prompt  int `json:"prompt_tokens"`
+				Details struct {
+					Cached int `json:"cached_tokens"`
+				} `json:"prompt_tokens_details"`
+			}
+			Ctxd ctxd.Summary
+		}
+		if err := json.Unmarshal([]byte(body), &c); err != nil || status != 200 {
+			t.Fatalf("turn %d: %d %s", i+1, status, body)
+		}
+		if c.Ctxd.Turn != i+1 || c.Ctxd.PrefixBreak != nil {
+			t.Errorf("turn %d: summary turn %d break %+v", i+1, c.Ctxd.Turn, c.Ctxd.PrefixBreak)
+		}
+		cached = append(cached, c.Usage.Details.Cached)
+		msgs = append(msgs, map[string]string{"role": "assistant", "content": c.Choices[0].Message.Content})
+	}
+	if cached[1] == 0 || cached[2] <= cached[1] {
+		t.Errorf("cached tokens per turn %v: each turn should reuse the one before", cached)
+	}
+	sessions, err := f.client.Sessions(t.Context())
+	if err != nil || len(sessions) != 1 || sessions[0].Turns != 3 || !strings.HasPrefix(sessions[0].ID, "oai-") {
+		t.Errorf("sessions %+v %v", sessions, err)
+	}
+}

@@ -1,0 +1,99 @@
+package orchestrator
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/ctxd/ctxd"
+	"github.com/ctxd/ctxd/governor"
+)
+
+// TestSessionFollowsClientHistory is a door's client resending its whole
+// history: while it only grows, every prompt extends the one before and
+// nothing is rewritten; an edit, a regenerated turn or another
+// conversation under the same session starts a new epoch holding the
+// client's turns, and the record keeps the old ones.
+func TestSessionFollowsClientHistory(t *testing.T) {
+	h := newTest(t, governor.Limits{NumCtx: 100000, AnswerReserve: 64}, 1)
+	h.backend.SetAnswer("  the answer \n")
+	var history []ctxd.Turn
+	ask := func(q string, hist []ctxd.Turn, system string) *ctxd.Summary {
+		t.Helper()
+		sum, err := h.o.Ask(t.Context(), ctxd.AskRequest{Session: "door", Query: q, History: append([]ctxd.Turn{}, hist...), System: system}, noop)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return sum
+	}
+	for i, q := range []string{"q1", "q2", "q3"} {
+		sum := ask(q, history, "client rules")
+		if i > 0 && (sum.PrefixBreak != nil || sum.CachedTokens == 0 || sum.Epoch != 0) {
+			t.Fatalf("turn %d: break %+v cached %d epoch %d", i+1, sum.PrefixBreak, sum.CachedTokens, sum.Epoch)
+		}
+		// The client sends back the answer as it got it (trimmed, as some do).
+		history = append(history, ctxd.Turn{Query: q, Answer: "the answer"})
+	}
+	if p := h.lastPrompt(); !strings.Contains(p, "### INSTRUCTIONS\nclient rules\n") {
+		t.Errorf("the client's system text is not in the identity block:\n%s", p[:min(300, len(p))])
+	}
+
+	// The client edits its first question: a new epoch with its turns.
+	edited := append([]ctxd.Turn{{Query: "q1 edited", Answer: "the answer"}}, history[1:]...)
+	sum := ask("q4", edited, "client rules")
+	if sum.Epoch != 1 || sum.PrefixBreak == nil || sum.PrefixBreak.Block != "state" || !strings.Contains(sum.PrefixNote, "client's history") {
+		t.Errorf("edit: epoch %d break %+v note %q", sum.Epoch, sum.PrefixBreak, sum.PrefixNote)
+	}
+	if p := h.lastPrompt(); !strings.Contains(p, "q1 edited") || strings.Count(p, "### USER\nq1\n") != 0 {
+		t.Errorf("the prompt does not hold the client's edited history")
+	}
+	s, _ := h.store.Session(t.Context(), "door")
+	if len(s.Turns) != 4 || s.Count != 3+3+1 {
+		t.Errorf("store: %d turns in the epoch, %d in all; want 4 and 7 (nothing deleted)", len(s.Turns), s.Count)
+	}
+
+	// Regenerate: the client drops the last answer and asks again.
+	edited = append(edited, ctxd.Turn{Query: "q4", Answer: "the answer"})
+	sum = ask("q5", edited, "client rules")
+	if sum.Epoch != 1 || sum.PrefixBreak != nil {
+		t.Errorf("extending after the edit: epoch %d break %+v", sum.Epoch, sum.PrefixBreak)
+	}
+	sum = ask("q5 again", edited, "client rules")
+	if sum.Epoch != 2 {
+		t.Errorf("regenerate: epoch %d, want 2", sum.Epoch)
+	}
+	// Another conversation with no history under the same session.
+	if sum = ask("fresh", []ctxd.Turn{}, "client rules"); sum.Epoch != 3 {
+		t.Errorf("fresh conversation: epoch %d, want 3", sum.Epoch)
+	}
+	if s, _ := h.store.Session(t.Context(), "door"); len(s.Turns) != 1 {
+		t.Errorf("fresh conversation: %d turns held, want 1", len(s.Turns))
+	}
+}
+
+// TestFollowAfterCompaction: once the governor compacted the session, the
+// client's longer history still extends it.
+func TestFollowAfterCompaction(t *testing.T) {
+	h := newTest(t, governor.Limits{NumCtx: 100000, AnswerReserve: 64, MaxDepth: 4, CompactTo: 2}, 1)
+	h.backend.SetAnswer("a")
+	var history []ctxd.Turn
+	compacted := false
+	for i := range 8 {
+		q := "question " + string(rune('a'+i))
+		sum, err := h.o.Ask(t.Context(), ctxd.AskRequest{Session: "c", Query: q, History: append([]ctxd.Turn{}, history...)}, noop)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, a := range sum.Governor {
+			if a.Kind == ctxd.ActionCompact {
+				compacted = true
+			}
+		}
+		if sum.PrefixNote != "" && i > 0 {
+			t.Fatalf("turn %d: the session took the client's history after compaction: %q", i+1, sum.PrefixNote)
+		}
+		history = append(history, ctxd.Turn{Query: q, Answer: "a"})
+	}
+	if !compacted {
+		t.Fatal("the governor never compacted: the test proves nothing")
+	}
+}
