@@ -50,12 +50,18 @@ run-llamacpp: build $(DEMO_MODEL)
 # there; tests that need it skip without it.
 LLAMA_SERVER ?= $(or $(CTXD_LLAMA_SERVER),$(wildcard ../shared/bin/llama-server))
 
+# The official openai and ollama npm clients the front doors are tested
+# with, pinned in integration/node/package-lock.json.
+NODE_CLIENTS := integration/node/node_modules/.package-lock.json
+$(NODE_CLIENTS): integration/node/package.json integration/node/package-lock.json
+	cd integration/node && npm ci --no-audit --no-fund
+
 # The whole suite, the integration tests on the real Ollama and (where it
 # is found) the real llama-server included; then the backend-facing tests
 # again on the newer Ollama the adapter supports (llama-server's ran once).
 COMPAT_VERSION := v0.17.4
-test: ollama $(BIN)/ollama-$(COMPAT_VERSION)
-	CTXD_REQUIRE_OLLAMA=1 CTXD_OLLAMA_BIN=$(abspath $(OLLAMA)) $(GO) test -count=1 -timeout 30m ./...
+test: ollama $(BIN)/ollama-$(COMPAT_VERSION) $(NODE_CLIENTS)
+	CTXD_REQUIRE_OLLAMA=1 CTXD_REQUIRE_NODE=1 CTXD_OLLAMA_BIN=$(abspath $(OLLAMA)) $(GO) test -count=1 -timeout 30m ./...
 	CTXD_REQUIRE_OLLAMA=1 CTXD_LLAMA_SERVER=off CTXD_OLLAMA_BIN=$(abspath $(BIN)/ollama-$(COMPAT_VERSION)) $(GO) test -count=1 -timeout 30m ./ollama/ ./integration/
 
 

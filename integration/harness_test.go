@@ -81,6 +81,7 @@ func modelPath(t testing.TB, c modelgen.Config) string {
 // running is a daemon under test.
 type running struct {
 	cfg    config.Config
+	daemon *daemon.Daemon
 	client *client.Client
 	stop   func() error // stops the daemon and returns Run's error
 }
@@ -157,7 +158,7 @@ func startEnv(t testing.TB, cfg config.Config, wait bool, env ...string) *runnin
 	ready := make(chan struct{})
 	done := make(chan error, 1)
 	go func() { done <- d.Run(ctx, ln, func() { close(ready) }) }()
-	r := &running{cfg: cfg, client: client.New(cfg.Daemon.Socket)}
+	r := &running{cfg: cfg, daemon: d, client: client.New(cfg.Daemon.Socket)}
 	stopped := false
 	r.stop = func() error {
 		if stopped {
