@@ -46,6 +46,7 @@ Usage:
   ctxd codex stats [--json]                       totals, mode and why, largest files, redactions, skips
   ctxd codex bench --gguf MODEL PATH              time first load, unchanged reload, one-file-changed reload
   ctxd schema                                     print the RunContext JSON Schema
+  ctxd mcp      [--socket PATH] [--token TOKEN]   serve MCP on stdin/stdout for an agent (token also from $CTXD_TOKEN)
   ctxd sigil token NAME                           make a token for sigil NAME (printed once) and its config line
   ctxd genmodel --out FILE [flags]                write a random-weight GGUF model
   ctxd bench [--ollama BIN] [--out DIR]           run the benchmark harness on the real backend
@@ -86,6 +87,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = cmdBench(args[1:], stdout, stderr)
 	case "schema":
 		_, err = stdout.Write(runcontext.Schema())
+	case "mcp":
+		err = cmdMCP(args[1:], stderr)
 	case "sigil":
 		err = cmdSigil(args[1:], stdout)
 	case "genmodel":
