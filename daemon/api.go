@@ -20,6 +20,7 @@ var allowed = map[string]string{
 	"/v1/sessions": "GET", "/v1/sessions/{id}": "GET, DELETE", "/v1/sessions/{id}/prompt": "GET",
 	"/v1/codex": "GET", "/v1/codex/load": "POST", "/v1/codex/search": "GET",
 	"/v1/codex/files": "GET", "/v1/codex/files/{path...}": "GET", "/v1/sigil": "GET",
+	"/v1/ws": "GET",
 }
 
 // routes is every route of both listeners: the native API under /v1/ and
@@ -42,6 +43,7 @@ func (d *Daemon) routes(tokens bool) http.Handler {
 	mux.HandleFunc("GET /v1/codex/files", d.handleCodexFiles)
 	mux.HandleFunc("GET /v1/codex/files/{path...}", d.handleCodexFile)
 	mux.HandleFunc("GET /v1/sigil", d.handleSigil)
+	mux.HandleFunc("GET /v1/ws", d.handleWS)
 	// Method-less patterns for the same paths catch the wrong methods:
 	// the method-specific ones above take precedence.
 	for path, allow := range allowed {
@@ -51,9 +53,9 @@ func (d *Daemon) routes(tokens bool) http.Handler {
 		})
 	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, ctxd.Errorf(ctxd.KindUnknownRoute, "no route %s %s; ctxd's own routes are under /v1/ (health, status, schema, ask, sessions, codex), the OpenAI door's are /v1/chat/completions, /v1/completions and /v1/models, the Ollama door's under /api/", r.Method, r.URL.Path))
+		writeError(w, ctxd.Errorf(ctxd.KindUnknownRoute, "no route %s %s; ctxd's own routes are under /v1/ (health, status, schema, ask, sessions, codex, sigil, ws), the OpenAI door's are /v1/chat/completions, /v1/completions and /v1/models, the Ollama door's under /api/", r.Method, r.URL.Path))
 	})
-	return d.track(d.recoverer(d.authenticate(mux, tokens)))
+	return d.track(d.authenticate(d.recoverer(mux), tokens)) // the recoverer logs paths: it sees none with a token
 }
 
 // track counts the requests being served, so a shutdown can wait for

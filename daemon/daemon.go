@@ -54,6 +54,7 @@ type Model struct {
 	Window      governor.WindowPlan
 	Facts       governor.ModelFacts
 	Format      runcontext.Format // how prompts are rendered; nil: the plain format
+	ModelInfo   map[string]any    // the model's metadata as Ollama's /api/show has it (Ollama only); the Ollama door shows it
 	// ChoosesSlots: the backend runs each request on the slot ctxd names
 	// (llama-server), rather than choosing one itself (Ollama).
 	ChoosesSlots bool
@@ -101,6 +102,7 @@ type engine struct {
 	sched  *scheduler.Scheduler
 	orch   *orchestrator.Orchestrator
 	codex  *codexsvc.Service
+	hub    *hub      // WebSocket sessions' notices
 	since  time.Time // when it became ready
 }
 
@@ -243,6 +245,11 @@ func (d *Daemon) drain(srvs []*http.Server, stopRequests context.CancelCauseFunc
 		if err := <-errs; err != nil {
 			failed = true
 		}
+	}
+	// Shutdown forgets hijacked connections (WebSocket sessions): their
+	// handlers have the rest of the grace period too.
+	if !failed && !d.waitHijacked(grace) {
+		failed = true
 	}
 	if !failed {
 		return
@@ -427,10 +434,13 @@ func (d *Daemon) start(ctx context.Context) (err error) {
 	if err != nil {
 		return ctxd.Errorf(ctxd.KindInvalid, "%w", err)
 	}
+	// WebSocket sessions hear of each new codex; they start closing when
+	// ctx ends, which it does when the daemon begins to shut down.
+	e.hub = newHub(ctx.Done(), d.sensor, d.log)
 	e.codex = codexsvc.New(codexsvc.Config{
 		Codex: d.cfg.Codex, StateDir: d.cfg.Daemon.StateDir, Limits: e.limits,
 		Tokenizer: e.model.Tokenizer, TokenizerID: e.model.TokenizerID, Counter: counter,
-		Specials: e.model.Format.Specials(), Sink: e.orch, Logger: d.log,
+		Specials: e.model.Format.Specials(), Sink: hubSink{next: e.orch, hub: e.hub}, Logger: d.log,
 		Stable: func(c runcontext.Codex) (runcontext.Rendered, error) {
 			return d.stableBlocks(e.model.Format, c)
 		},
