@@ -10,7 +10,10 @@
 // named for it (runcontext, governor, scheduler, orchestrator, the adapters).
 package ctxd
 
-import "regexp"
+import (
+	"encoding/json"
+	"regexp"
+)
 
 // AskRequest is one query of one session: the body of POST /v1/ask.
 type AskRequest struct {
@@ -29,6 +32,24 @@ type AskRequest struct {
 	// edited, dropped or regenerated one), the session starts a new epoch
 	// holding the client's turns; the old ones stay in the record.
 	History []Turn `json:"history,omitempty"`
+	// Tools are the client's tools (an OpenAI or Ollama client's function
+	// definitions). Those the sigil's scopes allow (tool:NAME, or tools
+	// for all) are offered to the model in the sigil block; the others are
+	// listed in the summary's tools_refused.
+	Tools []Tool `json:"tools,omitempty"`
+}
+
+// Tool is a function a client offers the model.
+type Tool struct {
+	Name        string          `json:"name"`
+	Description string          `json:"description,omitempty"`
+	Parameters  json.RawMessage `json:"parameters,omitempty"` // a JSON Schema
+}
+
+// ToolCall is the model asking for a tool.
+type ToolCall struct {
+	Name      string          `json:"name"`
+	Arguments json.RawMessage `json:"arguments"` // a JSON object
 }
 
 // SessionIDPattern is what a session id must look like.
@@ -72,28 +93,36 @@ type Summary struct {
 	CachedTokens int    `json:"cached_tokens"` // prefix the backend slot is expected to hold
 	// BackendCachedTokens is what the backend says it reused (llama-server's
 	// cache_n), when it says; ReuseNote explains a difference from CachedTokens.
-	BackendCachedTokens *int         `json:"backend_cached_tokens,omitempty"`
-	ReuseNote           string       `json:"reuse_note,omitempty"`
-	EvaluatedTokens     int          `json:"evaluated_tokens"` // prompt tokens the backend must evaluate
-	ReusePercent        float64      `json:"reuse_percent"`
-	AnswerTokens        int          `json:"answer_tokens"`
-	TTFTMillis          float64      `json:"ttft_ms"` // from sending to the backend to its first token
-	PromptEvalMs        float64      `json:"backend_prompt_eval_ms"`
-	BackendPromptN      int          `json:"backend_prompt_eval_count"`
-	TotalMillis         float64      `json:"total_ms"`
-	QueueWaitMs         float64      `json:"queue_wait_ms"` // waiting for the session's earlier request and for a slot
-	QueueAhead          int          `json:"queue_ahead"`   // requests ahead of this one when it joined the slot queue
-	Slot                int          `json:"slot"`          // the backend slot that served it
-	DoneReason          string       `json:"done_reason"`
-	DoneNote            string       `json:"done_note,omitempty"` // why an answer is incomplete
-	PrefixBreak         *PrefixBreak `json:"prefix_break,omitempty"`
-	PrefixNote          string       `json:"prefix_note,omitempty"`
-	Codex               CodexPlan    `json:"codex"`
-	Excerpts            int          `json:"excerpts"`              // codex excerpts retrieved for this query (RAG)
-	WorkingSet          *WorkingSet  `json:"working_set,omitempty"` // RAG with a working set
-	Epoch               int          `json:"epoch"`
-	Governor            []Action     `json:"governor,omitempty"` // what the governor did to make it fit
-	Budget              Budget       `json:"budget"`
+	BackendCachedTokens *int    `json:"backend_cached_tokens,omitempty"`
+	ReuseNote           string  `json:"reuse_note,omitempty"`
+	EvaluatedTokens     int     `json:"evaluated_tokens"` // prompt tokens the backend must evaluate
+	ReusePercent        float64 `json:"reuse_percent"`
+	AnswerTokens        int     `json:"answer_tokens"`
+	TTFTMillis          float64 `json:"ttft_ms"` // from sending to the backend to its first token
+	PromptEvalMs        float64 `json:"backend_prompt_eval_ms"`
+	BackendPromptN      int     `json:"backend_prompt_eval_count"`
+	TotalMillis         float64 `json:"total_ms"`
+	QueueWaitMs         float64 `json:"queue_wait_ms"` // waiting for the session's earlier request and for a slot
+	QueueAhead          int     `json:"queue_ahead"`   // requests ahead of this one when it joined the slot queue
+	Slot                int     `json:"slot"`          // the backend slot that served it
+	DoneReason          string  `json:"done_reason"`
+	DoneNote            string  `json:"done_note,omitempty"` // why an answer is incomplete
+	// ToolCalls are the calls the answer makes to tools offered to it;
+	// the answer's text is then their canonical rendering.
+	ToolCalls []ToolCall `json:"tool_calls,omitempty"`
+	// ToolsRefused names the client's tools the sigil may not use (not
+	// offered), and the tools the answer called that were not offered
+	// (refused: the answer stays text); ToolNote says which was which.
+	ToolsRefused []string     `json:"tools_refused,omitempty"`
+	ToolNote     string       `json:"tool_note,omitempty"`
+	PrefixBreak  *PrefixBreak `json:"prefix_break,omitempty"`
+	PrefixNote   string       `json:"prefix_note,omitempty"`
+	Codex        CodexPlan    `json:"codex"`
+	Excerpts     int          `json:"excerpts"`              // codex excerpts retrieved for this query (RAG)
+	WorkingSet   *WorkingSet  `json:"working_set,omitempty"` // RAG with a working set
+	Epoch        int          `json:"epoch"`
+	Governor     []Action     `json:"governor,omitempty"` // what the governor did to make it fit
+	Budget       Budget       `json:"budget"`
 }
 
 // PrefixBreak says where a prompt stopped extending the session's previous

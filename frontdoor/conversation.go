@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/ctxd/ctxd"
+	"github.com/ctxd/ctxd/toolcall"
 )
 
 // message is one chat message as OpenAI and Ollama clients send it.
@@ -99,11 +100,15 @@ func toConversation(msgs []message) (conversation, error) {
 				cur.Answer += "\n\n"
 			}
 			cur.Answer += text
-			if len(m.ToolCalls) > 0 && string(m.ToolCalls) != "null" {
+			calls, err := toolCallsOf(m.ToolCalls, i)
+			if err != nil {
+				return c, err
+			}
+			if len(calls) > 0 {
 				if cur.Answer != "" {
 					cur.Answer += "\n"
 				}
-				cur.Answer += "[tool calls] " + string(m.ToolCalls)
+				cur.Answer += toolcall.Render(calls)
 			}
 		default:
 			return c, ctxd.Errorf(ctxd.KindInvalid, "messages[%d].role: %q is not one of system, developer, user, assistant, tool", i, m.Role)
@@ -128,6 +133,38 @@ func toConversation(msgs []message) (conversation, error) {
 		}
 	}
 	return c, nil
+}
+
+// toolCallsOf reads an assistant message's tool calls, in OpenAI's shape
+// (arguments a JSON text) or Ollama's (arguments an object). They render
+// as the session recorded them (toolcall.Render), so a client that sends
+// back the calls it got extends the session's prefix.
+func toolCallsOf(raw json.RawMessage, i int) ([]ctxd.ToolCall, error) {
+	if len(raw) == 0 || string(raw) == "null" {
+		return nil, nil
+	}
+	var wire []struct {
+		Function struct {
+			Name      string          `json:"name"`
+			Arguments json.RawMessage `json:"arguments"`
+		} `json:"function"`
+	}
+	if err := json.Unmarshal(raw, &wire); err != nil {
+		return nil, ctxd.Errorf(ctxd.KindInvalid, "messages[%d].tool_calls: %v", i, err)
+	}
+	calls := make([]ctxd.ToolCall, len(wire))
+	for k, w := range wire {
+		args := w.Function.Arguments
+		var text string
+		if json.Unmarshal(args, &text) == nil { // OpenAI: a JSON text
+			args = json.RawMessage(text)
+		}
+		if w.Function.Name == "" || (len(strings.TrimSpace(string(args))) > 0 && !json.Valid(args)) {
+			return nil, ctxd.Errorf(ctxd.KindInvalid, "messages[%d].tool_calls[%d]: a function name and JSON arguments are required", i, k)
+		}
+		calls[k] = ctxd.ToolCall{Name: w.Function.Name, Arguments: args}
+	}
+	return calls, nil
 }
 
 // contentText is a message's text: its content string, or the text parts

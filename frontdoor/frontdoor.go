@@ -31,6 +31,11 @@ type Model struct {
 	BackendKind    string    // "ollama" or "llamacpp"
 	BackendVersion string    // the backend's version
 	Loaded         time.Time // when the backend loaded it
+	Embedding      int       // embedding length
+	BlockCount     int       // layers
+	// Info is the model's metadata as Ollama's /api/show has it, when the
+	// backend is Ollama; the door shows it with ctxd's window.
+	Info map[string]any
 }
 
 // Config is what the doors need.
@@ -138,11 +143,10 @@ func sameModel(a, b string) bool {
 }
 
 // decode reads a JSON body into v (unknown fields allowed: clients send
-// vendors' extras) and returns the names of its top-level fields.
+// vendors' extras) and returns the names of its top-level fields. The
+// content type is not checked, as OpenAI and Ollama do not check it:
+// their documentation's curl examples send JSON as a form.
 func (d *Doors) decode(w http.ResponseWriter, r *http.Request, v any) ([]string, error) {
-	if ct := r.Header.Get("Content-Type"); ct != "" && !strings.HasPrefix(ct, "application/json") && !strings.HasPrefix(ct, "text/plain") {
-		return nil, ctxd.Errorf(ctxd.KindUnsupported, "content type %q: send application/json", ct)
-	}
 	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, d.cfg.MaxBodyBytes))
 	if err != nil {
 		var mbe *http.MaxBytesError

@@ -23,6 +23,7 @@ type engine struct {
 	pieces []string
 	err    error
 	after  int // fail with err after this many pieces (0: before any)
+	calls  []ctxd.ToolCall
 }
 
 func (e *engine) Ask(ctx context.Context, req ctxd.AskRequest, onToken func(string) error) (*ctxd.Summary, error) {
@@ -38,7 +39,7 @@ func (e *engine) Ask(ctx context.Context, req ctxd.AskRequest, onToken func(stri
 	if e.err != nil {
 		return nil, e.err
 	}
-	return &ctxd.Summary{Session: req.Session, Turn: len(req.History) + 1, PromptTokens: 100, CachedTokens: 96, AnswerTokens: len(e.pieces), DoneReason: ctxd.DoneStop}, nil
+	return &ctxd.Summary{Session: req.Session, Turn: len(req.History) + 1, PromptTokens: 100, CachedTokens: 96, AnswerTokens: len(e.pieces), DoneReason: ctxd.DoneStop, ToolCalls: e.calls}, nil
 }
 
 var testModel = Model{Name: "ctxd-demo", Architecture: "llama", NumCtx: 4096, BackendKind: "ollama", BackendVersion: "0.6.5", Loaded: time.Unix(1700000000, 0)}
@@ -82,7 +83,7 @@ func TestConversation(t *testing.T) {
 		{Role: "assistant", Content: json.RawMessage(`"a1"`)},
 		{Role: "user", Content: json.RawMessage(`"q2a"`)},
 		{Role: "user", Content: json.RawMessage(`"q2b"`)},
-		{Role: "assistant", Content: json.RawMessage(`null`), ToolCalls: json.RawMessage(`[{"id":"c1"}]`)},
+		{Role: "assistant", Content: json.RawMessage(`null`), ToolCalls: json.RawMessage(`[{"id":"c1","type":"function","function":{"name":"grep","arguments":"{\"pattern\": \"x\"}"}}]`)},
 		{Role: "tool", Name: "grep", Content: json.RawMessage(`"found"`)},
 		{Role: "assistant", Content: json.RawMessage(`"a3"`)},
 		{Role: "assistant", Content: json.RawMessage(`"a3b"`)},
@@ -98,7 +99,7 @@ func TestConversation(t *testing.T) {
 	}
 	want := []ctxd.Turn{
 		{Query: "q1", Answer: "a1"},
-		{Query: "q2a\n\nq2b", Answer: `[tool calls] [{"id":"c1"}]`},
+		{Query: "q2a\n\nq2b", Answer: `{"name":"grep","arguments":{"pattern":"x"}}`},
 		{Query: "[tool result grep]\nfound", Answer: "a3\n\na3b"},
 	}
 	if !reflect.DeepEqual(c.History, want) {
@@ -120,13 +121,13 @@ func TestConversation(t *testing.T) {
 	}
 
 	bad := map[string][]message{
-		"messages: required":             nil,
+		"messages: required":            nil,
 		"last message must be the user": {{Role: "user", Content: json.RawMessage(`"q"`)}, {Role: "assistant", Content: json.RawMessage(`"a"`)}},
-		"role":                           {{Role: "wizard", Content: json.RawMessage(`"q"`)}},
-		"text parts only":                {{Role: "user", Content: json.RawMessage(`[{"type":"image_url","image_url":{"url":"x"}}]`)}},
-		"take text only":                 {{Role: "user", Content: json.RawMessage(`"q"`), Images: []string{"aGk="}}},
-		"empty":                          {{Role: "user", Content: json.RawMessage(`"  "`)}},
-		"a string or a list":             {{Role: "user", Content: json.RawMessage(`42`)}},
+		"role":                          {{Role: "wizard", Content: json.RawMessage(`"q"`)}},
+		"text parts only":               {{Role: "user", Content: json.RawMessage(`[{"type":"image_url","image_url":{"url":"x"}}]`)}},
+		"take text only":                {{Role: "user", Content: json.RawMessage(`"q"`), Images: []string{"aGk="}}},
+		"empty":                         {{Role: "user", Content: json.RawMessage(`"  "`)}},
+		"a string or a list":            {{Role: "user", Content: json.RawMessage(`42`)}},
 	}
 	for want, msgs := range bad {
 		if _, err := toConversation(msgs); err == nil || !strings.Contains(err.Error(), want) {
@@ -154,7 +155,7 @@ func TestOpenAIChat(t *testing.T) {
 	if err := json.Unmarshal(b, &c); err != nil {
 		t.Fatal(err)
 	}
-	if c.Object != "chat.completion" || c.Choices[0].Message.Content != "Hello" || c.Choices[0].Message.Role != "assistant" || c.Choices[0].FinishReason != "stop" {
+	if c.Object != "chat.completion" || deref(c.Choices[0].Message.Content) != "Hello" || c.Choices[0].Message.Role != "assistant" || c.Choices[0].FinishReason != "stop" {
 		t.Errorf("completion %s", b)
 	}
 	if c.Usage.PromptTokens != 100 || c.Usage.PromptTokensDetails.CachedTokens != 96 || c.Usage.CompletionTokens != 2 || c.Usage.TotalTokens != 102 {
@@ -211,7 +212,7 @@ func TestOpenAIChatStream(t *testing.T) {
 		if c.Object != "chat.completion.chunk" || len(c.Choices) != 1 {
 			t.Fatalf("chunk %s", d)
 		}
-		text.WriteString(c.Choices[0].Delta.Content)
+		text.WriteString(deref(c.Choices[0].Delta.Content))
 		if i == 0 && c.Choices[0].Delta.Role != "assistant" {
 			t.Errorf("first chunk has no role: %s", d)
 		}
@@ -401,5 +402,67 @@ func TestSigilRefusal(t *testing.T) {
 	resp, b := post(t, srv, "/api/chat", `{"model":"ctxd","messages":[{"role":"user","content":"q"}]}`)
 	if resp.StatusCode != 403 || !strings.Contains(string(b), "no") {
 		t.Errorf("%d %s", resp.StatusCode, b)
+	}
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}
+
+func TestToolCalls(t *testing.T) {
+	e := &engine{pieces: []string{`{"name":"grep",`, `"arguments":{"q":"x"}}`}, calls: []ctxd.ToolCall{{Name: "grep", Arguments: json.RawMessage(`{"q":"x"}`)}}}
+	srv := serve(t, e, false)
+	tools := `"tools":[{"type":"function","function":{"name":"grep","description":"Search.","parameters":{"type":"object"}}}]`
+	resp, b := post(t, srv, "/v1/chat/completions", `{"model":"ctxd",`+tools+`,"messages":[{"role":"user","content":"q"}]}`)
+	var c struct {
+		Choices []struct {
+			Message struct {
+				Content   *string
+				ToolCalls []openaiToolCall `json:"tool_calls"`
+			}
+			FinishReason string `json:"finish_reason"`
+		}
+	}
+	json.Unmarshal(b, &c)
+	if resp.StatusCode != 200 || c.Choices[0].FinishReason != "tool_calls" || c.Choices[0].Message.Content != nil ||
+		len(c.Choices[0].Message.ToolCalls) != 1 || c.Choices[0].Message.ToolCalls[0].Function.Arguments != `{"q":"x"}` ||
+		!strings.HasPrefix(c.Choices[0].Message.ToolCalls[0].ID, "call_") {
+		t.Errorf("%d %s", resp.StatusCode, b)
+	}
+	if len(e.asks[0].Tools) != 1 || e.asks[0].Tools[0].Name != "grep" || string(e.asks[0].Tools[0].Parameters) != `{"type":"object"}` {
+		t.Errorf("tools asked: %+v", e.asks[0].Tools)
+	}
+
+	// Streamed: the whole answer's tool calls in one chunk, no text first.
+	_, b = post(t, srv, "/v1/chat/completions", `{"model":"ctxd","stream":true,`+tools+`,"messages":[{"role":"user","content":"q"}]}`)
+	data := sse(t, b)
+	if len(data) != 3 || !strings.Contains(data[0], `"tool_calls":[{"index":0,"id":"call_`) || strings.Contains(data[0], `"content":"{`) ||
+		!strings.Contains(data[1], `"finish_reason":"tool_calls"`) || data[2] != "[DONE]" {
+		t.Errorf("stream: %q", data)
+	}
+
+	// tool_choice none offers no tools; a forced choice is reported ignored.
+	post(t, srv, "/v1/chat/completions", `{"model":"ctxd","tool_choice":"none",`+tools+`,"messages":[{"role":"user","content":"q"}]}`)
+	if e.asks[2].Tools != nil {
+		t.Errorf("tool_choice none: tools %+v", e.asks[2].Tools)
+	}
+	resp, _ = post(t, srv, "/v1/chat/completions", `{"model":"ctxd","tool_choice":"required",`+tools+`,"messages":[{"role":"user","content":"q"}]}`)
+	if resp.Header.Get("X-Ctxd-Ignored") != "tool_choice" {
+		t.Errorf("tool_choice required: ignored %q", resp.Header.Get("X-Ctxd-Ignored"))
+	}
+	resp, b = post(t, srv, "/v1/chat/completions", `{"model":"ctxd","tools":[{"type":"retrieval"}],"messages":[{"role":"user","content":"q"}]}`)
+	if resp.StatusCode != 400 || !strings.Contains(string(b), "tools[0].type") {
+		t.Errorf("a non-function tool: %d %s", resp.StatusCode, b)
+	}
+
+	// Ollama: the arguments are an object.
+	_, b = post(t, srv, "/api/chat", `{"model":"ctxd","stream":false,`+tools+`,"messages":[{"role":"user","content":"q"}]}`)
+	var o ollamaChunk
+	json.Unmarshal(b, &o)
+	if o.Message == nil || len(o.Message.ToolCalls) != 1 || string(o.Message.ToolCalls[0].Function.Arguments) != `{"q":"x"}` || o.Message.Content != "" {
+		t.Errorf("ollama: %s", b)
 	}
 }

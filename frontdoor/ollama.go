@@ -1,7 +1,10 @@
 package frontdoor
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
+	"maps"
 	"net/http"
 	"slices"
 	"strings"
@@ -18,6 +21,7 @@ const ollamaAPIVersion = "0.6.5"
 type ollamaChatRequest struct {
 	Model    string          `json:"model"`
 	Messages []message       `json:"messages"`
+	Tools    []openaiTool    `json:"tools"`
 	Stream   *bool           `json:"stream"` // Ollama streams unless told not to
 	Format   json.RawMessage `json:"format"`
 	Options  map[string]any  `json:"options"`
@@ -41,7 +45,7 @@ type ollamaGenerateRequest struct {
 // num_ctx, num_batch and the like would make Ollama reload the model, and
 // sampling is the daemon's plan for every client; each one sent is listed
 // as ignored.
-var ollamaHonoured = []string{"model", "messages", "prompt", "system", "stream", "options", "raw", "template", "suffix", "images", "format"}
+var ollamaHonoured = []string{"model", "messages", "prompt", "system", "stream", "options", "raw", "template", "suffix", "images", "format", "tools"}
 
 // ollamaIgnored lists the fields and options a request sent that ctxd did
 // not act on, options as "options.NAME".
@@ -75,8 +79,26 @@ func refuseUnsupported(format json.RawMessage, raw bool, template, suffix string
 
 // ollamaMessage is a message in Ollama's answers.
 type ollamaMessage struct {
-	Role    string `json:"role"`
-	Content string `json:"content"`
+	Role      string           `json:"role"`
+	Content   string           `json:"content"`
+	ToolCalls []ollamaToolCall `json:"tool_calls,omitempty"`
+}
+
+// ollamaToolCall is a tool call in Ollama's shape: the arguments are an
+// object.
+type ollamaToolCall struct {
+	Function struct {
+		Name      string          `json:"name"`
+		Arguments json.RawMessage `json:"arguments"`
+	} `json:"function"`
+}
+
+func toOllamaToolCalls(calls []ctxd.ToolCall) []ollamaToolCall {
+	out := make([]ollamaToolCall, len(calls))
+	for i, c := range calls {
+		out[i].Function.Name, out[i].Function.Arguments = c.Name, c.Arguments
+	}
+	return out
 }
 
 // ollamaCtxd is ctxd's own part of a final answer.
@@ -135,12 +157,16 @@ func (d *Doors) ollamaChat(w http.ResponseWriter, r *http.Request) {
 	if err == nil {
 		sigil, err = d.cfg.Sigil(r)
 	}
+	var tools []ctxd.Tool
+	if err == nil {
+		tools, err = toolsOf(req.Tools, nil)
+	}
 	if err != nil {
 		WriteOllamaError(w, err)
 		return
 	}
 	setSummaryHeaders(w, session, ignored)
-	ask := ctxd.AskRequest{Session: session, Query: conv.Query, Sigil: sigil, System: conv.System, History: conv.History}
+	ask := ctxd.AskRequest{Session: session, Query: conv.Query, Sigil: sigil, System: conv.System, History: conv.History, Tools: tools}
 	d.ollamaAnswer(w, r, eng, ask, req.Model, req.Stream == nil || *req.Stream, true, ignored)
 }
 
@@ -195,22 +221,27 @@ func (d *Doors) ollamaLoaded(w http.ResponseWriter, model string, chat bool, ign
 }
 
 // ollamaAnswer asks and answers in Ollama's shape, streaming NDJSON unless
-// the client said stream: false.
+// the client said stream: false. An answer to a request that offers tools
+// is sent whole when it is complete: only the whole answer tells a tool
+// call from text.
 func (d *Doors) ollamaAnswer(w http.ResponseWriter, r *http.Request, eng Engine, ask ctxd.AskRequest, model string, stream, chat bool, ignored []string) {
 	if len(ignored) > 0 {
 		d.log.Info("ollama door: ignored fields and options (never forwarded)", "session", ask.Session, "ignored", ignored)
 	}
-	piece := func(text string) ollamaChunk {
+	piece := func(text string, calls []ctxd.ToolCall) ollamaChunk {
 		c := ollamaChunk{Model: model, CreatedAt: d.now().UTC()}
 		if chat {
 			c.Message = &ollamaMessage{Role: "assistant", Content: text}
+			if len(calls) > 0 {
+				c.Message.Content, c.Message.ToolCalls = "", toOllamaToolCalls(calls)
+			}
 		} else {
 			c.Response = &text
 		}
 		return c
 	}
 	final := func(text string, s *ctxd.Summary) ollamaChunk {
-		c := piece(text)
+		c := piece(text, s.ToolCalls)
 		c.Done, c.DoneReason = true, s.DoneReason
 		if s.DoneReason == ctxd.DoneIncomplete {
 			c.DoneReason = ctxd.DoneStop
@@ -222,19 +253,16 @@ func (d *Doors) ollamaAnswer(w http.ResponseWriter, r *http.Request, eng Engine,
 		c.Ctxd = &ollamaCtxd{Session: s.Session, Ignored: ignored, Summary: s}
 		return c
 	}
-	if !stream {
-		var sb strings.Builder
-		sum, err := eng.Ask(r.Context(), ask, func(t string) error { sb.WriteString(t); return nil })
-		if err != nil {
-			d.logAskError(ask.Session, err)
-			WriteOllamaError(w, err)
-			return
-		}
-		writeJSON(w, http.StatusOK, final(sb.String(), sum))
-		return
-	}
+	whole := !stream || len(ask.Tools) > 0
+	var sb strings.Builder
 	s := &streamer{w: w, timeout: d.cfg.WriteTimeout}
-	sum, err := eng.Ask(r.Context(), ask, func(t string) error { return s.send(piece(t)) })
+	sum, err := eng.Ask(r.Context(), ask, func(t string) error {
+		if whole {
+			sb.WriteString(t)
+			return nil
+		}
+		return s.send(piece(t, nil))
+	})
 	if err != nil {
 		d.logAskError(ask.Session, err)
 		if !s.started {
@@ -243,6 +271,15 @@ func (d *Doors) ollamaAnswer(w http.ResponseWriter, r *http.Request, eng Engine,
 		}
 		_ = s.send(map[string]string{"error": err.Error()})
 		return
+	}
+	if !stream {
+		writeJSON(w, http.StatusOK, final(sb.String(), sum))
+		return
+	}
+	if whole && len(sum.ToolCalls) == 0 && sb.Len() > 0 {
+		if err := s.send(piece(sb.String(), nil)); err != nil {
+			return
+		}
 	}
 	_ = s.send(final("", sum))
 }
@@ -255,6 +292,13 @@ type ollamaDetails struct {
 	Families          []string `json:"families"`
 	ParameterSize     string   `json:"parameter_size"`
 	QuantizationLevel string   `json:"quantization_level"`
+}
+
+// digestOf stands for the model's digest: clients show its first 12
+// characters. It names the model and its window as ctxd serves them.
+func digestOf(m Model) string {
+	h := sha256.Sum256([]byte(m.Name + "\x00" + m.BackendKind + "\x00" + itoa(m.NumCtx)))
+	return hex.EncodeToString(h[:])
 }
 
 func detailsOf(m Model) ollamaDetails {
@@ -276,7 +320,7 @@ func (d *Doors) ollamaTags(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"models": []map[string]any{{
-		"name": tagged(m.Name), "model": tagged(m.Name), "modified_at": m.Loaded.UTC(), "size": 0, "digest": "",
+		"name": tagged(m.Name), "model": tagged(m.Name), "modified_at": m.Loaded.UTC(), "size": 0, "digest": digestOf(m),
 		"details": detailsOf(m),
 	}}})
 }
@@ -288,7 +332,7 @@ func (d *Doors) ollamaPs(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"models": []map[string]any{{
-		"name": tagged(m.Name), "model": tagged(m.Name), "size": 0, "digest": "", "details": detailsOf(m),
+		"name": tagged(m.Name), "model": tagged(m.Name), "size": 0, "digest": digestOf(m), "details": detailsOf(m),
 		"expires_at": time.Date(2318, 1, 1, 0, 0, 0, 0, time.UTC), "size_vram": 0, "context_length": m.NumCtx,
 	}}})
 }
@@ -313,11 +357,25 @@ func (d *Doors) ollamaShow(w http.ResponseWriter, r *http.Request) {
 		WriteOllamaError(w, err)
 		return
 	}
-	// The context length shown is ctxd's window, not the trained one: it
-	// is what a client should size its prompts to.
-	info := map[string]any{"general.architecture": m.Architecture}
+	// The model's own metadata, but the context length shown is ctxd's
+	// window, not the trained one: it is what a client should size its
+	// prompts to. Clients read the general keys without checking them.
+	info := maps.Clone(m.Info)
+	if info == nil {
+		info = map[string]any{}
+	}
+	info["general.architecture"] = m.Architecture
+	if _, ok := info["general.parameter_count"]; !ok {
+		info["general.parameter_count"] = 0
+	}
 	if m.Architecture != "" {
 		info[m.Architecture+".context_length"] = m.NumCtx
+		if _, ok := info[m.Architecture+".embedding_length"]; !ok {
+			info[m.Architecture+".embedding_length"] = m.Embedding
+		}
+		if _, ok := info[m.Architecture+".block_count"]; !ok && m.BlockCount > 0 {
+			info[m.Architecture+".block_count"] = m.BlockCount
+		}
 	}
 	writeJSON(w, http.StatusOK, map[string]any{
 		"license": "", "modelfile": "# served by ctxd; the prompt is ctxd's RunContext\nFROM " + m.Name + "\n",

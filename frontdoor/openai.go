@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"net/http"
+	"slices"
 	"strings"
 
 	"github.com/ctxd/ctxd"
@@ -18,13 +19,15 @@ type openaiChatRequest struct {
 	StreamOptions *struct {
 		IncludeUsage bool `json:"include_usage"`
 	} `json:"stream_options"`
-	N *int `json:"n"`
+	N          *int            `json:"n"`
+	Tools      []openaiTool    `json:"tools"`
+	ToolChoice json.RawMessage `json:"tool_choice"`
 }
 
 // openaiHonoured are the request fields ctxd acts on; the rest (sampling,
 // max_tokens, tools, ...) are listed in X-Ctxd-Ignored: ctxd's plan sets
 // the sampling and the answer reserve for every client alike.
-var openaiHonoured = []string{"model", "messages", "prompt", "stream", "stream_options", "n", "user"}
+var openaiHonoured = []string{"model", "messages", "prompt", "stream", "stream_options", "n", "user", "tools", "tool_choice"}
 
 // Usage is OpenAI's usage object, with the cached tokens ctxd's prefix
 // saved.
@@ -51,8 +54,69 @@ func finishReason(s *ctxd.Summary) string {
 }
 
 type chatMessage struct {
-	Role    string `json:"role,omitempty"`
-	Content string `json:"content"`
+	Role      string           `json:"role,omitempty"`
+	Content   *string          `json:"content"` // null beside tool calls
+	ToolCalls []openaiToolCall `json:"tool_calls,omitempty"`
+}
+
+// openaiToolCall is a tool call in OpenAI's shape: the arguments are a
+// JSON text.
+type openaiToolCall struct {
+	Index    *int   `json:"index,omitempty"` // in stream chunks
+	ID       string `json:"id"`
+	Type     string `json:"type"`
+	Function struct {
+		Name      string `json:"name"`
+		Arguments string `json:"arguments"`
+	} `json:"function"`
+}
+
+func toOpenAIToolCalls(calls []ctxd.ToolCall, stream bool) []openaiToolCall {
+	out := make([]openaiToolCall, len(calls))
+	for i, c := range calls {
+		out[i] = openaiToolCall{ID: newID("call_"), Type: "function"}
+		out[i].Function.Name, out[i].Function.Arguments = c.Name, string(c.Arguments)
+		if stream {
+			out[i].Index = &i
+		}
+	}
+	return out
+}
+
+// openaiTool is a tool definition in OpenAI's shape.
+type openaiTool struct {
+	Type     string `json:"type"`
+	Function struct {
+		Name        string          `json:"name"`
+		Description string          `json:"description"`
+		Parameters  json.RawMessage `json:"parameters"`
+	} `json:"function"`
+}
+
+// toolsOf reads a request's tool definitions (OpenAI's and Ollama's share
+// a shape); tool_choice "none" offers none.
+func toolsOf(defs []openaiTool, choice json.RawMessage) ([]ctxd.Tool, error) {
+	if strings.TrimSpace(string(choice)) == `"none"` {
+		return nil, nil
+	}
+	var out []ctxd.Tool
+	for i, d := range defs {
+		if d.Type != "" && d.Type != "function" {
+			return nil, ctxd.Errorf(ctxd.KindInvalid, "tools[%d].type: %q; ctxd offers function tools", i, d.Type)
+		}
+		if d.Function.Name == "" {
+			return nil, ctxd.Errorf(ctxd.KindInvalid, "tools[%d].function.name: required", i)
+		}
+		out = append(out, ctxd.Tool{Name: d.Function.Name, Description: d.Function.Description, Parameters: d.Function.Parameters})
+	}
+	return out, nil
+}
+
+// toolChoiceHonoured: ctxd offers the tools and the model chooses
+// ("auto"), or offers none ("none"); it cannot force a call.
+func toolChoiceHonoured(choice json.RawMessage) bool {
+	c := strings.TrimSpace(string(choice))
+	return c == "" || c == "null" || c == `"auto"` || c == `"none"`
 }
 
 type chatChoice struct {
@@ -107,13 +171,21 @@ func (d *Doors) openaiChat(w http.ResponseWriter, r *http.Request) {
 	if err == nil {
 		sigil, err = d.cfg.Sigil(r)
 	}
+	var tools []ctxd.Tool
+	if err == nil {
+		tools, err = toolsOf(req.Tools, req.ToolChoice)
+	}
 	if err != nil {
 		WriteOpenAIError(w, err)
 		return
 	}
-	ignored := ignoredOf(sent, openaiHonoured...)
+	honoured := openaiHonoured
+	if !toolChoiceHonoured(req.ToolChoice) {
+		honoured = slices.DeleteFunc(slices.Clone(honoured), func(f string) bool { return f == "tool_choice" })
+	}
+	ignored := ignoredOf(sent, honoured...)
 	setSummaryHeaders(w, session, ignored)
-	ask := ctxd.AskRequest{Session: session, Query: conv.Query, Sigil: sigil, System: conv.System, History: conv.History}
+	ask := ctxd.AskRequest{Session: session, Query: conv.Query, Sigil: sigil, System: conv.System, History: conv.History, Tools: tools}
 	d.openaiAnswer(w, r, eng, ask, req.Model, req.Stream, req.StreamOptions != nil && req.StreamOptions.IncludeUsage, "chat.completion", ignored)
 }
 
@@ -168,7 +240,9 @@ func (d *Doors) openaiCompletion(w http.ResponseWriter, r *http.Request) {
 }
 
 // openaiAnswer asks and answers in OpenAI's shape: object is
-// "chat.completion" or "text_completion".
+// "chat.completion" or "text_completion". An answer to a request that
+// offers tools is sent whole when it is complete, streamed or not: only
+// the whole answer tells a tool call from text.
 func (d *Doors) openaiAnswer(w http.ResponseWriter, r *http.Request, eng Engine, ask ctxd.AskRequest, model string, stream, includeUsage bool, object string, ignored []string) {
 	chat := object == "chat.completion"
 	id, created := newID("chatcmpl-"), d.now().Unix()
@@ -178,51 +252,52 @@ func (d *Doors) openaiAnswer(w http.ResponseWriter, r *http.Request, eng Engine,
 	if len(ignored) > 0 {
 		d.log.Debug("openai door: ignored request fields", "session", ask.Session, "fields", ignored)
 	}
-	if !stream {
-		var sb strings.Builder
-		sum, err := eng.Ask(r.Context(), ask, func(t string) error { sb.WriteString(t); return nil })
-		if err != nil {
-			d.logAskError(ask.Session, err)
-			WriteOpenAIError(w, err)
-			return
-		}
-		fr := finishReason(sum)
-		c := completion{ID: id, Object: object, Created: created, Model: model, Usage: usageOf(sum), Ctxd: sum}
-		text := sb.String()
+	whole := !stream || len(ask.Tools) > 0
+	var sb strings.Builder
+	var s *streamer
+	chunkObject := object
+	if stream {
+		s = &streamer{w: w, timeout: d.cfg.WriteTimeout, sse: true}
 		if chat {
-			c.Choices = []chatChoice{{Message: &chatMessage{Role: "assistant", Content: text}, FinishReason: &fr}}
-		} else {
-			c.Choices = []chatChoice{{Text: &text, FinishReason: &fr}}
+			chunkObject = "chat.completion.chunk"
 		}
-		writeJSON(w, http.StatusOK, c)
-		return
 	}
-	s := &streamer{w: w, timeout: d.cfg.WriteTimeout, sse: true}
-	chunkObject := "chat.completion.chunk"
-	if !chat {
-		chunkObject = "text_completion"
+	newCompletion := func() completion {
+		return completion{ID: id, Object: chunkObject, Created: created, Model: model}
 	}
-	chunk := func(text string, role string, fr *string) completion {
-		c := completion{ID: id, Object: chunkObject, Created: created, Model: model}
-		if chat {
-			c.Choices = []chatChoice{{Delta: &chatMessage{Role: role, Content: text}, FinishReason: fr}}
-		} else {
-			c.Choices = []chatChoice{{Text: &text, FinishReason: fr}}
+	// choice is one choice: the message (or delta) with text or tool
+	// calls, and its finish reason (nil in a stream's middle chunks).
+	choice := func(text string, role string, calls []ctxd.ToolCall, fr *string) chatChoice {
+		if !chat {
+			return chatChoice{Text: &text, FinishReason: fr}
 		}
-		return c
+		m := &chatMessage{Role: role, Content: &text}
+		if len(calls) > 0 {
+			m.Content, m.ToolCalls = nil, toOpenAIToolCalls(calls, stream)
+		}
+		if stream {
+			return chatChoice{Delta: m, FinishReason: fr}
+		}
+		return chatChoice{Message: m, FinishReason: fr}
 	}
 	first := true
 	sum, err := eng.Ask(r.Context(), ask, func(t string) error {
+		if whole {
+			sb.WriteString(t)
+			return nil
+		}
 		role := ""
 		if first && chat {
 			role = "assistant"
 		}
 		first = false
-		return s.send(chunk(t, role, nil))
+		c := newCompletion()
+		c.Choices = []chatChoice{choice(t, role, nil, nil)}
+		return s.send(c)
 	})
 	if err != nil {
 		d.logAskError(ask.Session, err)
-		if !s.started {
+		if s == nil || !s.started {
 			WriteOpenAIError(w, err)
 			return
 		}
@@ -231,16 +306,38 @@ func (d *Doors) openaiAnswer(w http.ResponseWriter, r *http.Request, eng Engine,
 		return
 	}
 	fr := finishReason(sum)
-	last := chunk("", "", &fr)
-	if first && chat {
-		last.Choices[0].Delta.Role = "assistant"
+	if len(sum.ToolCalls) > 0 {
+		fr = "tool_calls"
 	}
+	if !stream {
+		c := newCompletion()
+		c.Usage, c.Ctxd = usageOf(sum), sum
+		c.Choices = []chatChoice{choice(sb.String(), "assistant", sum.ToolCalls, &fr)}
+		writeJSON(w, http.StatusOK, c)
+		return
+	}
+	if whole { // the answer, or its tool calls, in one chunk
+		c := newCompletion()
+		c.Choices = []chatChoice{choice(sb.String(), "assistant", sum.ToolCalls, nil)}
+		first = false
+		if err := s.send(c); err != nil {
+			return
+		}
+	}
+	last := newCompletion()
+	role := ""
+	if first && chat {
+		role = "assistant"
+	}
+	last.Choices = []chatChoice{choice("", role, nil, &fr)}
 	last.Ctxd = sum
 	if err := s.send(last); err != nil {
 		return
 	}
 	if includeUsage {
-		if err := s.send(completion{ID: id, Object: chunkObject, Created: created, Model: model, Choices: []chatChoice{}, Usage: usageOf(sum)}); err != nil {
+		u := newCompletion()
+		u.Choices, u.Usage = []chatChoice{}, usageOf(sum)
+		if err := s.send(u); err != nil {
 			return
 		}
 	}

@@ -145,8 +145,24 @@ func startEnv(t testing.TB, cfg config.Config, wait bool, env ...string) *runnin
 	if err := level.UnmarshalText([]byte(cfg.Daemon.LogLevel)); err != nil {
 		t.Fatal(err)
 	}
-	logger := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: level}))
-	d, err := daemon.New(cfg, daemon.Options{Logger: logger, Version: "test", BackendEnv: append([]string{"PATH=" + os.Getenv("PATH")}, env...)})
+	return startOpts(t, cfg, wait, daemon.Options{BackendEnv: append([]string{"PATH=" + os.Getenv("PATH")}, env...)})
+}
+
+// startWith is start with the daemon's options (fakes) given.
+func startWith(t testing.TB, cfg config.Config, opts daemon.Options) *running {
+	t.Helper()
+	return startOpts(t, cfg, true, opts)
+}
+
+func startOpts(t testing.TB, cfg config.Config, wait bool, opts daemon.Options) *running {
+	t.Helper()
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(cfg.Daemon.LogLevel)); err != nil {
+		t.Fatal(err)
+	}
+	opts.Logger = slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: level}))
+	opts.Version = "test"
+	d, err := daemon.New(cfg, opts)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,7 +1,9 @@
 package orchestrator
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -24,6 +26,8 @@ type prepared struct {
 	actions  []ctxd.Action
 	// workingSet is what the RAG working set did, if there is one.
 	workingSet *ctxd.WorkingSet
+	// toolsRefused names the client's tools the sigil may not offer.
+	toolsRefused []string
 }
 
 // prepare loads the session, builds and validates the RunContext, and has
@@ -40,6 +44,7 @@ func (o *Orchestrator) prepare(ctx context.Context, req ctxd.AskRequest, sigil r
 	if rag && sigils.Allows(sigil, sigils.ScopeSearchCodex) {
 		sigil.Tools = []string{sigils.ScopeSearchCodex}
 	}
+	sigil.ClientTools, p.toolsRefused = clientTools(sigil, req.Tools)
 	identity := o.cfg.Identity
 	identity.Instructions = req.System
 	rc := &runcontext.RunContext{
@@ -151,7 +156,7 @@ func (o *Orchestrator) prepare(ctx context.Context, req ctxd.AskRequest, sigil r
 			ws.ExcerptTokensNew = max(0, m.BlockTokens[runcontext.BlockQuery]-bare)
 		}
 	}
-	return prepared{sess: sess, rc: rc, rendered: m.Rendered, tokens: m.tokens, budget: budget, actions: actions, workingSet: ws}, nil
+	return prepared{sess: sess, rc: rc, rendered: m.Rendered, tokens: m.tokens, budget: budget, actions: actions, workingSet: ws, toolsRefused: p.toolsRefused}, nil
 }
 
 // WorkingSet is a RAG codex that keeps the files relevant to recent
@@ -387,4 +392,26 @@ func (o *Orchestrator) generateAside(ctx context.Context, session string, m meas
 		return gen, fmt.Errorf("orchestrator: condense history: %w", err)
 	}
 	return gen, nil
+}
+
+// clientTools are the client's tools the sigil's scopes allow, as the
+// sigil block renders them, and the names of those they do not.
+func clientTools(sigil runcontext.Sigil, tools []ctxd.Tool) (offered []runcontext.ClientTool, refused []string) {
+	for _, t := range tools {
+		if !sigils.AllowsTool(sigil, t.Name) {
+			refused = append(refused, t.Name)
+			continue
+		}
+		params := ""
+		if p := bytes.TrimSpace(t.Parameters); len(p) > 0 && string(p) != "null" {
+			var buf bytes.Buffer
+			if json.Compact(&buf, p) == nil {
+				params = buf.String()
+			} else {
+				params = string(p) // Validate names it
+			}
+		}
+		offered = append(offered, runcontext.ClientTool{Name: t.Name, Description: t.Description, Parameters: params})
+	}
+	return offered, refused
 }

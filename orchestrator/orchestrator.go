@@ -18,6 +18,7 @@ import (
 	"github.com/ctxd/ctxd/scheduler"
 	"github.com/ctxd/ctxd/sigils"
 	"github.com/ctxd/ctxd/tokencount"
+	"github.com/ctxd/ctxd/toolcall"
 )
 
 // Config is what the orchestrator needs besides its collaborators.
@@ -278,19 +279,53 @@ func (o *Orchestrator) Ask(ctx context.Context, req ctxd.AskRequest, onToken fun
 	sum.BackendPromptN = gen.PromptEvalCount
 	sum.DoneReason = gen.DoneReason
 	sum.TotalMillis = ms(o.cfg.Now().Sub(arrived))
-	if err := o.record(ctx, req, p.sess, rc, gen.Text, sum); err != nil {
+	answer := o.toolCalls(sum, rc.Sigil, p.toolsRefused, gen.Text)
+	if err := o.record(ctx, req, p.sess, rc, answer, sum); err != nil {
 		return nil, err
 	}
 	o.mu.Lock()
 	if len(o.prompts) >= 1024 {
 		clear(o.prompts) // a bound: a session whose prompt is dropped reports no prefix break once
 	}
-	o.prompts[req.Session] = previous{rendered: rendered, answer: o.cfg.Format.Answer(gen.Text)}
+	o.prompts[req.Session] = previous{rendered: rendered, answer: o.cfg.Format.Answer(answer)}
 	o.mu.Unlock()
 	o.last.Store(sum)
 	o.log.Info("answered", "session", req.Session, "turn", sum.Turn, "slot", sum.Slot, "prompt_tokens", sum.PromptTokens,
 		"cached_tokens", sum.CachedTokens, "queue_wait_ms", sum.QueueWaitMs, "ttft_ms", sum.TTFTMillis, "done", sum.DoneReason)
 	return sum, nil
+}
+
+// toolCalls reads the answer's calls to the client's tools into the
+// summary and returns the answer as the session records it: a tool call in
+// its canonical text (what a door renders when the client sends it back),
+// anything else as it is. A call to a tool the sigil did not offer is
+// refused: the answer stays text, and the summary says why.
+func (o *Orchestrator) toolCalls(sum *ctxd.Summary, sigil runcontext.Sigil, notOffered []string, answer string) string {
+	var notes []string
+	if len(notOffered) > 0 {
+		sum.ToolsRefused = append(sum.ToolsRefused, notOffered...)
+		notes = append(notes, fmt.Sprintf("sigil %q may not offer the model %s (it needs the scope tools, or tool:NAME): not offered",
+			sigil.Name, strings.Join(notOffered, ", ")))
+	}
+	if len(sigil.ClientTools) > 0 {
+		names := make([]string, len(sigil.ClientTools))
+		for i, t := range sigil.ClientTools {
+			names[i] = t.Name
+		}
+		calls, refused, ok := toolcall.Parse(answer, names)
+		switch {
+		case ok && len(refused) > 0:
+			sum.ToolsRefused = append(sum.ToolsRefused, refused...)
+			notes = append(notes, fmt.Sprintf("the answer called %s, which sigil %q was not offered: refused, the answer stays text",
+				strings.Join(refused, ", "), sigil.Name))
+			o.log.Warn("tool call refused: not offered to the sigil", "session", sum.Session, "sigil", sigil.Name, "tools", refused)
+		case ok:
+			sum.ToolCalls = calls
+			answer = toolcall.Render(calls)
+		}
+	}
+	sum.ToolNote = strings.Join(notes, "; ")
+	return answer
 }
 
 // generate sends a prompt to the lease's slot and records what the slot

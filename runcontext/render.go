@@ -120,8 +120,26 @@ func renderSigil(s Sigil) string {
 	for _, t := range s.Tools {
 		out += "tool: " + t + "\n"
 	}
+	if len(s.ClientTools) > 0 {
+		out += ToolProtocol
+		for _, t := range s.ClientTools {
+			out += "- " + t.Name
+			if d := strings.TrimSpace(t.Description); d != "" {
+				out += ": " + escape(strings.Join(strings.Fields(d), " "))
+			}
+			out += "\n"
+			if t.Parameters != "" {
+				out += "  parameters: " + t.Parameters + "\n"
+			}
+		}
+	}
 	return out + "\n"
 }
+
+// ToolProtocol tells the model how to call the client's tools: an answer
+// that is only a JSON object (or one per line) naming an offered tool is a
+// tool call (package toolcall reads it).
+const ToolProtocol = "client tools (to call one, answer with only a JSON object per call, one per line: {\"name\": \"TOOL\", \"arguments\": {...}}):\n"
 
 func renderKarma(k Karma) string {
 	var sb strings.Builder

@@ -75,6 +75,16 @@ type Sigil struct {
 	Name   string   `json:"name" jsonschema:"pattern=^[a-z0-9][a-z0-9._-]{0\\,63}$"`
 	Scopes []string `json:"scopes" jsonschema_description:"sorted, unique permission scopes"`
 	Tools  []string `json:"tools,omitempty" jsonschema_description:"tools offered to this sigil, by its scopes"`
+	// ClientTools are the tools the client offers the model, as far as
+	// the sigil's scopes allow them.
+	ClientTools []ClientTool `json:"client_tools,omitempty" jsonschema_description:"the client's tools the sigil's scopes allow"`
+}
+
+// ClientTool is a function the client offers the model.
+type ClientTool struct {
+	Name        string `json:"name" jsonschema:"pattern=^[A-Za-z0-9_.-]{1\\,64}$"`
+	Description string `json:"description,omitempty"`
+	Parameters  string `json:"parameters,omitempty" jsonschema_description:"JSON Schema of the arguments, compact"`
 }
 
 // Karma is the set of verified past traces chosen for this epoch. Block 5.

@@ -1,6 +1,7 @@
 package runcontext
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"path"
@@ -34,6 +35,9 @@ var (
 	PowerStates       = []string{"unknown", "ac", "battery", "low_power"}
 	ConnectivityBands = []string{"unknown", "offline", "online"}
 )
+
+// ToolNameRE is what a client tool's name must look like (OpenAI's rule).
+var ToolNameRE = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,64}$`)
 
 // Validate checks every block and returns all problems found, each a
 // *FieldError naming its field, joined; nil if the RunContext is valid.
@@ -69,6 +73,16 @@ func (rc *RunContext) Validate() error {
 	for i, tool := range rc.Sigil.Tools {
 		if !scopeRE.MatchString(tool) {
 			v.fail(fmt.Sprintf("sigil.tools[%d]", i), fmt.Sprintf("%q must match %s", tool, scopeRE))
+		}
+	}
+	for i, t := range rc.Sigil.ClientTools {
+		field := fmt.Sprintf("sigil.client_tools[%d]", i)
+		if !ToolNameRE.MatchString(t.Name) {
+			v.fail(field+".name", fmt.Sprintf("%q must match %s", t.Name, ToolNameRE))
+		}
+		v.text(field+".description", t.Description, false)
+		if t.Parameters != "" && (!json.Valid([]byte(t.Parameters)) || strings.ContainsAny(t.Parameters, "\n\r")) {
+			v.fail(field+".parameters", "must be compact JSON")
 		}
 	}
 	if rc.Karma.Epoch < 0 {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"regexp"
 	"slices"
+	"strings"
 
 	"github.com/ctxd/ctxd/runcontext"
 )
@@ -13,6 +14,8 @@ import (
 const (
 	ScopeAsk         = "ask"          // may send queries
 	ScopeSearchCodex = "search_codex" // may be offered the codex search tool
+	ScopeTools       = "tools"        // may offer the model any of its client's tools
+	ScopeToolPrefix  = "tool:"        // tool:NAME: may offer the model the client's tool NAME
 )
 
 // ErrUnknown is returned for a sigil the registry does not hold.
@@ -71,4 +74,10 @@ func (r *Registry) Resolve(name string) (runcontext.Sigil, error) {
 func Allows(s runcontext.Sigil, scope string) bool {
 	_, found := slices.BinarySearch(s.Scopes, scope)
 	return found
+}
+
+// AllowsTool reports whether s may offer the model its client's tool
+// name: the tools scope, or tool:NAME (the name lowercased, as scopes are).
+func AllowsTool(s runcontext.Sigil, name string) bool {
+	return Allows(s, ScopeTools) || Allows(s, ScopeToolPrefix+strings.ToLower(name))
 }

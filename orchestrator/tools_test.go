@@ -1,0 +1,66 @@
+package orchestrator
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/ctxd/ctxd"
+	"github.com/ctxd/ctxd/governor"
+)
+
+// TestClientTools: the client's tools the sigil's scopes allow are
+// offered in the sigil block, the others are not and the summary says so;
+// an answer that calls an offered tool is a tool call, recorded in its
+// canonical text so that the client's echo of it extends the session; a
+// call to a tool that was not offered is refused and stays text.
+func TestClientTools(t *testing.T) {
+	h := newTest(t, governor.Limits{NumCtx: 100000, AnswerReserve: 64}, 1)
+	tools := []ctxd.Tool{
+		{Name: "grep", Description: "Search the files.", Parameters: json.RawMessage(`{"type": "object", "properties": {"pattern": {"type": "string"}}}`)},
+		{Name: "shell", Description: "Run a command."},
+	}
+	h.backend.SetAnswer(`  {"name": "grep", "arguments": {"pattern": "Listen"}} `)
+	sum, err := h.o.Ask(t.Context(), ctxd.AskRequest{Session: "t", Query: "where is Listen?", Sigil: "tooler", Tools: tools, History: []ctxd.Turn{}}, noop)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := h.lastPrompt()
+	if !strings.Contains(p, "- grep: Search the files.\n  parameters: {\"type\":\"object\",\"properties\":{\"pattern\":{\"type\":\"string\"}}}\n") || strings.Contains(p, "shell") {
+		t.Errorf("sigil block offers the wrong tools:\n%s", p)
+	}
+	if len(sum.ToolCalls) != 1 || sum.ToolCalls[0].Name != "grep" || string(sum.ToolCalls[0].Arguments) != `{"pattern":"Listen"}` {
+		t.Errorf("tool calls %+v", sum.ToolCalls)
+	}
+	if len(sum.ToolsRefused) != 1 || sum.ToolsRefused[0] != "shell" || !strings.Contains(sum.ToolNote, "tool:NAME") {
+		t.Errorf("refused %v note %q", sum.ToolsRefused, sum.ToolNote)
+	}
+	s, _ := h.store.Session(t.Context(), "t")
+	if got := s.Turns[0].Answer; got != `{"name":"grep","arguments":{"pattern":"Listen"}}` {
+		t.Errorf("recorded answer %q", got)
+	}
+
+	// The client sends the call back with the tool's result: the session
+	// extends, it does not start over.
+	h.backend.SetAnswer(`{"name": "shell", "arguments": {"cmd": "rm -rf /"}}`)
+	history := []ctxd.Turn{{Query: "where is Listen?", Answer: `{"name":"grep","arguments":{"pattern":"Listen"}}`}}
+	sum, err = h.o.Ask(t.Context(), ctxd.AskRequest{Session: "t", Query: "[tool result grep]\ndaemon.go:12", Sigil: "tooler", Tools: tools, History: history}, noop)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sum.PrefixNote != "" || sum.PrefixBreak != nil || sum.Epoch != 0 {
+		t.Errorf("the echo of the tool call did not extend the session: note %q break %+v", sum.PrefixNote, sum.PrefixBreak)
+	}
+	if len(sum.ToolCalls) != 0 || !strings.Contains(sum.ToolNote, "the answer called shell") {
+		t.Errorf("a call to a tool not offered: calls %+v note %q", sum.ToolCalls, sum.ToolNote)
+	}
+	// A sigil without tool scopes offers none, and the model's JSON is text.
+	h.backend.SetAnswer(`{"name": "grep", "arguments": {}}`)
+	sum, err = h.o.Ask(t.Context(), ctxd.AskRequest{Session: "u", Query: "q", Tools: tools}, noop)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(sum.ToolCalls) != 0 || len(sum.ToolsRefused) != 2 || strings.Contains(h.lastPrompt(), "client tools") {
+		t.Errorf("default sigil: calls %+v refused %v", sum.ToolCalls, sum.ToolsRefused)
+	}
+}

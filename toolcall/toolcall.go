@@ -1,0 +1,142 @@
+// Package toolcall reads tool calls out of a model's answer and writes
+// them back in one canonical text.
+//
+// ctxd renders the client's tools in the sigil block with one protocol for
+// every model (runcontext.ToolProtocol): an answer that is only a JSON
+// object {"name": ..., "arguments": {...}} per call, one per line, is a
+// tool call. Parse also reads the shapes models are trained on: a JSON
+// array of calls, "parameters" for "arguments", a ```json fence, and
+// Hermes-style <tool_call>...</tool_call> tags. An answer with anything
+// else in it is text.
+package toolcall
+
+import (
+	"bytes"
+	"encoding/json"
+	"strings"
+
+	"github.com/ctxd/ctxd"
+)
+
+// Parse reads answer as tool calls. ok is false when the answer is text.
+// Calls to a tool not in offered are returned in refused, not in calls:
+// ctxd never hands the client a call to a tool its sigil did not offer.
+func Parse(answer string, offered []string) (calls []ctxd.ToolCall, refused []string, ok bool) {
+	raw, ok := parseAll(answer)
+	if !ok {
+		return nil, nil, false
+	}
+	for _, c := range raw {
+		if contains(offered, c.Name) {
+			calls = append(calls, c)
+		} else {
+			refused = append(refused, c.Name)
+		}
+	}
+	return calls, refused, true
+}
+
+// Render is calls as one canonical text: one compact JSON object per
+// line. A session records a tool-calling answer in this form, and a door
+// renders the assistant's tool calls a client sends back the same way, so
+// the two compare equal.
+func Render(calls []ctxd.ToolCall) string {
+	lines := make([]string, len(calls))
+	for i, c := range calls {
+		args := compact(c.Arguments)
+		if args == "" {
+			args = "{}"
+		}
+		name, _ := json.Marshal(c.Name)
+		lines[i] = `{"name":` + string(name) + `,"arguments":` + args + `}`
+	}
+	return strings.Join(lines, "\n")
+}
+
+type wire struct {
+	Name       string          `json:"name"`
+	Arguments  json.RawMessage `json:"arguments"`
+	Parameters json.RawMessage `json:"parameters"`
+}
+
+func parseAll(answer string) ([]ctxd.ToolCall, bool) {
+	s := strings.TrimSpace(answer)
+	if f, ok := strings.CutPrefix(s, "```json"); ok {
+		s = strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(f), "```"))
+	}
+	if strings.HasPrefix(s, "<tool_call>") {
+		var parts []string
+		for _, p := range strings.Split(s, "<tool_call>")[1:] {
+			body, rest, found := strings.Cut(p, "</tool_call>")
+			if strings.TrimSpace(rest) != "" && found {
+				return nil, false
+			}
+			parts = append(parts, strings.TrimSpace(body))
+		}
+		s = strings.Join(parts, "\n")
+	}
+	if s == "" || (s[0] != '{' && s[0] != '[') {
+		return nil, false
+	}
+	var ws []wire
+	if s[0] == '[' {
+		if json.Unmarshal([]byte(s), &ws) != nil {
+			return nil, false
+		}
+	} else {
+		dec := json.NewDecoder(strings.NewReader(s))
+		for dec.More() {
+			var w wire
+			if dec.Decode(&w) != nil {
+				return nil, false
+			}
+			ws = append(ws, w)
+		}
+	}
+	if len(ws) == 0 {
+		return nil, false
+	}
+	calls := make([]ctxd.ToolCall, len(ws))
+	for i, w := range ws {
+		args := w.Arguments
+		if len(args) == 0 {
+			args = w.Parameters
+		}
+		if w.Name == "" || !isObject(args) {
+			return nil, false
+		}
+		calls[i] = ctxd.ToolCall{Name: w.Name, Arguments: json.RawMessage(compact(args))}
+	}
+	return calls, true
+}
+
+// isObject: arguments are a JSON object, or absent.
+func isObject(b json.RawMessage) bool {
+	t := bytes.TrimSpace(b)
+	if len(t) == 0 || string(t) == "null" {
+		return true
+	}
+	var m map[string]json.RawMessage
+	return json.Unmarshal(t, &m) == nil
+}
+
+func compact(b json.RawMessage) string {
+	t := bytes.TrimSpace(b)
+	if len(t) == 0 || string(t) == "null" {
+		return "{}"
+	}
+	var buf bytes.Buffer
+	if json.Compact(&buf, t) != nil {
+		return string(t)
+	}
+	return buf.String()
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}

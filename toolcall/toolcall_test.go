@@ -1,0 +1,45 @@
+package toolcall
+
+import (
+	"slices"
+	"testing"
+)
+
+func TestParse(t *testing.T) {
+	offered := []string{"grep", "read_file"}
+	cases := []struct {
+		answer  string
+		ok      bool
+		calls   string // Render of the calls
+		refused []string
+	}{
+		{`{"name": "grep", "arguments": {"pattern": "x",  "path": "."}}`, true, `{"name":"grep","arguments":{"pattern":"x","path":"."}}`, nil},
+		{"  {\"name\":\"grep\",\"arguments\":{}}\n{\"name\":\"read_file\",\"parameters\":{\"path\":\"a\"}}\n", true,
+			"{\"name\":\"grep\",\"arguments\":{}}\n{\"name\":\"read_file\",\"arguments\":{\"path\":\"a\"}}", nil},
+		{`[{"name":"grep"}]`, true, `{"name":"grep","arguments":{}}`, nil},
+		{"```json\n{\"name\":\"grep\",\"arguments\":{\"q\":1}}\n```", true, `{"name":"grep","arguments":{"q":1}}`, nil},
+		{"<tool_call>\n{\"name\":\"grep\",\"arguments\":{}}\n</tool_call>\n<tool_call>{\"name\":\"read_file\",\"arguments\":{}}</tool_call>", true,
+			"{\"name\":\"grep\",\"arguments\":{}}\n{\"name\":\"read_file\",\"arguments\":{}}", nil},
+		{`{"name":"rm_rf","arguments":{}}`, true, "", []string{"rm_rf"}},
+		{`{"name":"grep","arguments":{}} {"name":"shell","arguments":{"cmd":"x"}}`, true, `{"name":"grep","arguments":{}}`, []string{"shell"}},
+		{`The answer is {"name":"grep"}`, false, "", nil},
+		{`{"name":"grep","arguments":{}} and some text`, false, "", nil},
+		{`{"name":"grep","arguments":"not an object"}`, false, "", nil},
+		{`{"arguments":{}}`, false, "", nil},
+		{`{"name":"grep"`, false, "", nil},
+		{"", false, "", nil},
+		{"plain words", false, "", nil},
+	}
+	for _, c := range cases {
+		calls, refused, ok := Parse(c.answer, offered)
+		if ok != c.ok || Render(calls) != c.calls || !slices.Equal(refused, c.refused) {
+			t.Errorf("Parse(%q) = %q %v %v; want %q %v %v", c.answer, Render(calls), refused, ok, c.calls, c.refused, c.ok)
+		}
+		if ok && len(calls) > 0 { // the canonical text reads back as itself
+			again, _, ok2 := Parse(Render(calls), offered)
+			if !ok2 || Render(again) != Render(calls) {
+				t.Errorf("Render(%q) does not parse back: %q", c.answer, Render(again))
+			}
+		}
+	}
+}
