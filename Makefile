@@ -51,10 +51,10 @@ run-llamacpp: build $(DEMO_MODEL)
 LLAMA_SERVER ?= $(or $(CTXD_LLAMA_SERVER),$(wildcard ../shared/bin/llama-server))
 
 # The official openai and ollama npm clients the front doors are tested
-# with, pinned in integration/node/package-lock.json.
-NODE_CLIENTS := integration/node/node_modules/.package-lock.json
-$(NODE_CLIENTS): integration/node/package.json integration/node/package-lock.json
-	cd integration/node && npm ci --no-audit --no-fund
+# with, and the example agent's, pinned in their package-lock.json files.
+NODE_CLIENTS := integration/node/node_modules/.package-lock.json examples/openai-agent/node_modules/.package-lock.json
+%/node_modules/.package-lock.json: %/package.json %/package-lock.json
+	cd $* && npm ci --no-audit --no-fund
 
 # The whole suite, the integration tests on the real Ollama and (where it
 # is found) the real llama-server included; then the backend-facing tests

@@ -25,9 +25,20 @@ func authenticated(r *http.Request) string {
 // but for the health check and Ollama's "is it running" probe; on the Unix
 // socket it acts as the sigil it names, trusted as the socket's owner.
 // Errors have the shape of the door the path belongs to.
+//
+// A client that cannot send a header (the ollama CLI) may put the token in
+// its base URL instead: /t/TOKEN/api/chat is /api/chat with that token.
 func (d *Daemon) authenticate(next http.Handler, required bool) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		r, pathTok, inPath := tokenInPath(r)
 		tok, has := bearer(r)
+		if inPath {
+			if has {
+				writeErrorFor(w, r, ctxd.Errorf(ctxd.KindInvalid, "a token in both the path and the Authorization header: send one"))
+				return
+			}
+			tok, has = pathTok, true
+		}
 		if !has {
 			open := r.URL.Path == "/v1/health" || r.URL.Path == "/"
 			if required && !open {
@@ -47,6 +58,23 @@ func (d *Daemon) authenticate(next http.Handler, required bool) http.Handler {
 		}
 		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), authKey{}, s.Name)))
 	})
+}
+
+// tokenPathPrefix starts a path that carries a token: /t/TOKEN/...
+const tokenPathPrefix = "/t/"
+
+// tokenInPath takes a token off the front of the path (/t/TOKEN/rest is
+// /rest), so that neither routing nor any error message sees it.
+func tokenInPath(r *http.Request) (*http.Request, string, bool) {
+	rest, ok := strings.CutPrefix(r.URL.Path, tokenPathPrefix)
+	if !ok {
+		return r, "", false
+	}
+	tok, path, _ := strings.Cut(rest, "/")
+	r2 := r.Clone(r.Context())
+	r2.URL.Path, r2.URL.RawPath = "/"+path, ""
+	r2.RequestURI = r2.URL.RequestURI()
+	return r2, tok, true
 }
 
 // bearer is the request's bearer token, if it sends one.

@@ -75,9 +75,14 @@ func TestTCPListenerNeedsTokens(t *testing.T) {
 		{"POST", "/v1/chat/completions", chat, "ctxd_wrong", 401, `"type":"authentication_error"`},
 		{"POST", "/api/chat", chat, "", 401, `{"error":"this listener needs`},
 		{"GET", "/api/tags", "", "sk-dummy", 401, `{"error":"Authorization: the token matches no sigil`},
+		{"GET", "/t/ctxd_wrong/api/tags", "", "", 401, `{"error":"Authorization: the token matches no sigil`},
+		{"GET", "/t/" + tok + "/api/tags", "", "", 200, `"models"`},
+		{"GET", "/t/" + tok + "/api/tags", "", tok, 400, `in both the path and the Authorization header`},
+		{"GET", "/t/" + tok + "/api/nothing", "", "", 404, `no route GET /api/nothing`},
+		{"GET", "/t/" + tok + "/v1/sigil", "", "", 200, `"name": "coder"`},
 	} {
 		status, body := tcpDo(t, c.method, base+c.path, c.token, c.body)
-		if status != c.status || !strings.Contains(body, c.shape) {
+		if status != c.status || !strings.Contains(body, c.shape) || strings.Contains(body, tok) {
 			t.Errorf("%s %s (token %q): %d %s; want %d with %s", c.method, c.path, c.token, status, body, c.status, c.shape)
 		}
 	}

@@ -13,10 +13,11 @@ func (d *Daemon) doors() *frontdoor.Doors {
 			if err != nil {
 				return nil, frontdoor.Model{}, err
 			}
-			info := e.model.Info
+			info, facts := e.model.Info, e.model.Facts
 			return e.orch, frontdoor.Model{
 				Name: info.Model, Architecture: info.Architecture, NumCtx: info.NumCtx, AnswerReserve: e.limits.AnswerReserve,
 				BackendKind: info.Kind, BackendVersion: info.Version, Loaded: e.since,
+				Embedding: facts.Embedding, BlockCount: facts.BlockCount, Info: e.model.ModelInfo,
 			}, nil
 		},
 		Sigil:        doorSigil,

@@ -132,6 +132,7 @@ func (d *Daemon) openOllama(ctx context.Context, onRestart func()) (_ *Model, er
 		return nil, err
 	}
 	m.Info.Architecture, m.Info.TrainedCtx = facts.Architecture, facts.ContextLength
+	m.ModelInfo = facts.Info
 	if m.Facts, m.Window, err = d.planWindow(facts); err != nil {
 		return nil, err
 	}

@@ -122,7 +122,7 @@ func TestDoors(t *testing.T) {
 		t.Fatalf("the model loaded %d times at start; want 1", loads)
 	}
 	var conversation []map[string]string // what the OpenAI client sent last
-	var door []turnFigures                // what it got, turn by turn
+	var door []turnFigures               // what it got, turn by turn
 
 	t.Run("openai npm", func(t *testing.T) {
 		var out struct {
@@ -217,6 +217,7 @@ func TestDoors(t *testing.T) {
 			"bad_token":     {Status: 401, Message: "matches no sigil"},
 			"over_window":   {Status: 422, Message: "token"},
 			"format":        {Status: 400, Message: "format"},
+			"oversize":      {Status: 413, Message: "over the cap"},
 		} {
 			got := out.Errors[name]
 			if !got.Thrown || got.Class != "ResponseError" || got.Status != want.Status || !strings.Contains(got.Message, want.Message) {
@@ -261,6 +262,21 @@ func TestDoors(t *testing.T) {
 		}
 	})
 
+	t.Run("ollama cli", func(t *testing.T) {
+		// The ollama CLI sends no header: its base URL carries the token.
+		ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+		defer cancel()
+		for _, args := range [][]string{{"run", "ctxd", "Which handler serves kind 4?"}, {"list"}, {"show", "ctxd"}, {"ps"}} {
+			cmd := exec.CommandContext(ctx, r.cfg.Backend.Binary, args...)
+			cmd.Env = append(os.Environ(), "OLLAMA_HOST="+base+"/t/"+tok)
+			out, err := cmd.CombinedOutput()
+			t.Logf("ollama %s:\n%s", strings.Join(args, " "), out)
+			if err != nil {
+				t.Errorf("ollama %s: %v\n%s", strings.Join(args, " "), err, out)
+			}
+		}
+	})
+
 	t.Run("curl on the socket", func(t *testing.T) {
 		curl, err := exec.LookPath("curl")
 		if err != nil {
@@ -280,6 +296,16 @@ func TestDoors(t *testing.T) {
 			"-H", "Content-Type: application/json", "-d", `{"session":`).Output()
 		if !strings.Contains(string(out), `"kind": "invalid"`) || !strings.HasSuffix(string(out), "400") {
 			t.Errorf("curl malformed body: %s", out)
+		}
+		// The doors' shapes for a malformed body, on the socket.
+		for path, want := range map[string]string{
+			"/v1/chat/completions": `{"error":{"message":"malformed JSON body`,
+			"/api/chat":            `{"error":"malformed JSON body`,
+		} {
+			out, _ = exec.Command(curl, "-sS", "-w", "\n%{http_code}", "--unix-socket", r.cfg.Daemon.Socket, "http://ctxd"+path, "-d", `{"model":`).Output()
+			if !strings.HasPrefix(string(out), want) || !strings.HasSuffix(string(out), "400") {
+				t.Errorf("curl %s with a malformed body: %s", path, out)
+			}
 		}
 	})
 
@@ -362,4 +388,3 @@ func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
 	r.Header.Set("Authorization", "Bearer "+b.token)
 	return http.DefaultTransport.RoundTrip(r)
 }
-

@@ -30,7 +30,8 @@ func cmdSigil(args []string, stdout io.Writer) error {
 # (Authorization: Bearer, or the OpenAI/Ollama client's API key).
 %s
 
-# Add to the daemon's config (only the hash is stored), then restart it:
+# Add these lines at the end of the daemon's config file (only the hash is
+# kept), then restart the daemon:
 [sigils.%s]
 scopes = ["ask"]     # keep the sigil's own scopes if it has them
 token_sha256 = %q

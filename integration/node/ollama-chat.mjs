@@ -47,5 +47,6 @@ async function expectError(name, fn) {
 await expectError('unknown_model', () => ollama.chat({ model: 'llama3', messages: [{ role: 'user', content: 'hi' }], stream: false }));
 await expectError('bad_token', () => new Ollama({ host, headers: { Authorization: 'Bearer ctxd_wrong' } }).list());
 await expectError('over_window', () => ollama.chat({ model, messages: [{ role: 'user', content: 'word '.repeat(20000) }], stream: false }));
+await expectError('oversize', () => ollama.chat({ model, messages: [{ role: 'user', content: 'x'.repeat(2_000_000) }], stream: false }));
 await expectError('format', () => ollama.chat({ model, messages: [{ role: 'user', content: 'hi' }], format: 'json', stream: false }));
 console.log(JSON.stringify(out));
