@@ -126,6 +126,42 @@ func IsOllamaPath(p string) bool { return p == "/" || strings.HasPrefix(p, "/api
 // engine is the request path, or the error that says why there is none.
 func (d *Doors) engine() (Engine, Model, error) { return d.cfg.Engine() }
 
+// open is the start every asking handler shares: it decodes the body into
+// req, finds the request path and checks the model *model names (read
+// after decoding). It returns the fields the body sent.
+func (d *Doors) open(w http.ResponseWriter, r *http.Request, req any, model *string) ([]string, Engine, error) {
+	sent, err := d.decode(w, r, req)
+	if err != nil {
+		return nil, nil, err
+	}
+	eng, m, err := d.engine()
+	if err == nil {
+		err = checkModel(*model, m)
+	}
+	return sent, eng, err
+}
+
+// ask is the AskRequest of a conversation on a door: its session (the
+// header's, or one derived from how the conversation starts) and the
+// request's sigil.
+func (d *Doors) ask(r *http.Request, door, model string, c conversation, tools []ctxd.Tool) (ctxd.AskRequest, error) {
+	session, err := sessionOf(r, door, model, c.System, c.First)
+	if err != nil {
+		return ctxd.AskRequest{}, err
+	}
+	sigil, err := d.cfg.Sigil(r)
+	if err != nil {
+		return ctxd.AskRequest{}, err
+	}
+	return ctxd.AskRequest{Session: session, Query: c.Query, Sigil: sigil, System: c.System, History: c.History, Tools: tools}, nil
+}
+
+// oneTurn is a conversation of one question (a text completion, Ollama's
+// generate): no history, so its session starts over each time.
+func oneTurn(system, prompt string) conversation {
+	return conversation{System: system, Query: prompt, First: prompt, History: []ctxd.Turn{}}
+}
+
 // checkModel accepts the served model's name, with or without Ollama's
 // ":latest" tag, and "ctxd"; anything else is not found, naming what is.
 func checkModel(asked string, m Model) error {

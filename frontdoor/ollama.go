@@ -127,15 +127,7 @@ type ollamaChunk struct {
 
 func (d *Doors) ollamaChat(w http.ResponseWriter, r *http.Request) {
 	var req ollamaChatRequest
-	sent, err := d.decode(w, r, &req)
-	if err != nil {
-		WriteOllamaError(w, err)
-		return
-	}
-	eng, model, err := d.engine()
-	if err == nil {
-		err = checkModel(req.Model, model)
-	}
+	sent, eng, err := d.open(w, r, &req, &req.Model)
 	if err == nil {
 		err = refuseUnsupported(req.Format, false, "", "", nil)
 	}
@@ -149,38 +141,25 @@ func (d *Doors) ollamaChat(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	conv, err := toConversation(req.Messages)
-	var session string
-	if err == nil {
-		session, err = sessionOf(r, "oll", req.Model, conv.System, conv.First)
-	}
-	var sigil string
-	if err == nil {
-		sigil, err = d.cfg.Sigil(r)
-	}
 	var tools []ctxd.Tool
 	if err == nil {
 		tools, err = toolsOf(req.Tools, nil)
+	}
+	var ask ctxd.AskRequest
+	if err == nil {
+		ask, err = d.ask(r, "oll", req.Model, conv, tools)
 	}
 	if err != nil {
 		WriteOllamaError(w, err)
 		return
 	}
-	setSummaryHeaders(w, session, ignored)
-	ask := ctxd.AskRequest{Session: session, Query: conv.Query, Sigil: sigil, System: conv.System, History: conv.History, Tools: tools}
+	setSummaryHeaders(w, ask.Session, ignored)
 	d.ollamaAnswer(w, r, eng, ask, req.Model, req.Stream == nil || *req.Stream, true, ignored)
 }
 
 func (d *Doors) ollamaGenerate(w http.ResponseWriter, r *http.Request) {
 	var req ollamaGenerateRequest
-	sent, err := d.decode(w, r, &req)
-	if err != nil {
-		WriteOllamaError(w, err)
-		return
-	}
-	eng, model, err := d.engine()
-	if err == nil {
-		err = checkModel(req.Model, model)
-	}
+	sent, eng, err := d.open(w, r, &req, &req.Model)
 	if err == nil {
 		err = refuseUnsupported(req.Format, req.Raw, req.Template, req.Suffix, req.Images)
 	}
@@ -193,17 +172,12 @@ func (d *Doors) ollamaGenerate(w http.ResponseWriter, r *http.Request) {
 		d.ollamaLoaded(w, req.Model, false, ignored)
 		return
 	}
-	session, err := sessionOf(r, "ollg", req.Model, req.System, req.Prompt)
-	var sigil string
-	if err == nil {
-		sigil, err = d.cfg.Sigil(r)
-	}
+	ask, err := d.ask(r, "ollg", req.Model, oneTurn(req.System, req.Prompt), nil)
 	if err != nil {
 		WriteOllamaError(w, err)
 		return
 	}
-	setSummaryHeaders(w, session, ignored)
-	ask := ctxd.AskRequest{Session: session, Query: req.Prompt, Sigil: sigil, System: req.System, History: []ctxd.Turn{}}
+	setSummaryHeaders(w, ask.Session, ignored)
 	d.ollamaAnswer(w, r, eng, ask, req.Model, req.Stream == nil || *req.Stream, false, ignored)
 }
 

@@ -147,15 +147,7 @@ func newID(prefix string) string {
 
 func (d *Doors) openaiChat(w http.ResponseWriter, r *http.Request) {
 	var req openaiChatRequest
-	sent, err := d.decode(w, r, &req)
-	if err != nil {
-		WriteOpenAIError(w, err)
-		return
-	}
-	eng, model, err := d.engine()
-	if err == nil {
-		err = checkModel(req.Model, model)
-	}
+	sent, eng, err := d.open(w, r, &req, &req.Model)
 	if err == nil && req.N != nil && *req.N != 1 {
 		err = ctxd.Errorf(ctxd.KindInvalid, "n: %d choices asked; ctxd answers with one", *req.N)
 	}
@@ -163,17 +155,13 @@ func (d *Doors) openaiChat(w http.ResponseWriter, r *http.Request) {
 	if err == nil {
 		conv, err = toConversation(req.Messages)
 	}
-	var session string
-	if err == nil {
-		session, err = sessionOf(r, "oai", req.Model, conv.System, conv.First)
-	}
-	var sigil string
-	if err == nil {
-		sigil, err = d.cfg.Sigil(r)
-	}
 	var tools []ctxd.Tool
 	if err == nil {
 		tools, err = toolsOf(req.Tools, req.ToolChoice)
+	}
+	var ask ctxd.AskRequest
+	if err == nil {
+		ask, err = d.ask(r, "oai", req.Model, conv, tools)
 	}
 	if err != nil {
 		WriteOpenAIError(w, err)
@@ -184,8 +172,7 @@ func (d *Doors) openaiChat(w http.ResponseWriter, r *http.Request) {
 		honoured = slices.DeleteFunc(slices.Clone(honoured), func(f string) bool { return f == "tool_choice" })
 	}
 	ignored := ignoredOf(sent, honoured...)
-	setSummaryHeaders(w, session, ignored)
-	ask := ctxd.AskRequest{Session: session, Query: conv.Query, Sigil: sigil, System: conv.System, History: conv.History, Tools: tools}
+	setSummaryHeaders(w, ask.Session, ignored)
 	d.openaiAnswer(w, r, eng, ask, req.Model, req.Stream, req.StreamOptions != nil && req.StreamOptions.IncludeUsage, "chat.completion", ignored)
 }
 
@@ -203,39 +190,27 @@ type openaiCompletionRequest struct {
 
 func (d *Doors) openaiCompletion(w http.ResponseWriter, r *http.Request) {
 	var req openaiCompletionRequest
-	sent, err := d.decode(w, r, &req)
-	if err != nil {
-		WriteOpenAIError(w, err)
-		return
-	}
-	eng, model, err := d.engine()
-	if err == nil {
-		err = checkModel(req.Model, model)
-	}
+	sent, eng, err := d.open(w, r, &req, &req.Model)
 	if err == nil && req.N != nil && *req.N != 1 {
 		err = ctxd.Errorf(ctxd.KindInvalid, "n: %d choices asked; ctxd answers with one", *req.N)
 	}
-	var prompt, session string
+	var prompt string
 	if err == nil {
 		prompt, err = promptText(req.Prompt)
 	}
 	if err == nil && strings.TrimSpace(prompt) == "" {
 		err = ctxd.Errorf(ctxd.KindInvalid, "prompt: must not be blank")
 	}
+	var ask ctxd.AskRequest
 	if err == nil {
-		session, err = sessionOf(r, "oaic", req.Model, "", prompt)
-	}
-	var sigil string
-	if err == nil {
-		sigil, err = d.cfg.Sigil(r)
+		ask, err = d.ask(r, "oaic", req.Model, oneTurn("", prompt), nil)
 	}
 	if err != nil {
 		WriteOpenAIError(w, err)
 		return
 	}
 	ignored := ignoredOf(sent, openaiHonoured...)
-	setSummaryHeaders(w, session, ignored)
-	ask := ctxd.AskRequest{Session: session, Query: prompt, Sigil: sigil, History: []ctxd.Turn{}}
+	setSummaryHeaders(w, ask.Session, ignored)
 	d.openaiAnswer(w, r, eng, ask, req.Model, req.Stream, req.StreamOptions != nil && req.StreamOptions.IncludeUsage, "text_completion", ignored)
 }
 

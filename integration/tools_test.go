@@ -35,6 +35,19 @@ func (m toolModel) Generate(ctx context.Context, req ctxd.GenerateRequest, onTok
 	return ctxd.Generation{Text: answer, DoneReason: ctxd.DoneStop, BackendCached: -1, EvalCount: 8}, nil
 }
 
+// toolCallChoice is a chat completion's choice as the openai client
+// returns it.
+type toolCallChoice struct {
+	FinishReason string `json:"finish_reason"`
+	Message      struct {
+		Content   *string `json:"content"`
+		ToolCalls []struct {
+			ID       string `json:"id"`
+			Function struct{ Name, Arguments string }
+		} `json:"tool_calls"`
+	}
+}
+
 // TestOpenAIToolCalls: the official openai client's tool calling, plain
 // and through its stream helper, round-trips through the OpenAI door, with
 // the tools the sigil's scopes allow. The backend is a scripted model: no
@@ -61,17 +74,8 @@ func TestOpenAIToolCalls(t *testing.T) {
 	}
 	r := startWith(t, cfg, daemon.Options{Open: open, Store: fake.NewStore(), Sensor: fake.NewSensor()})
 	var out struct {
-		Plain, Stream struct {
-			FinishReason string `json:"finish_reason"`
-			Message      struct {
-				Content   *string `json:"content"`
-				ToolCalls []struct {
-					ID       string `json:"id"`
-					Function struct{ Name, Arguments string }
-				} `json:"tool_calls"`
-			}
-		}
-		After struct {
+		Plain, Stream toolCallChoice
+		After         struct {
 			FinishReason string `json:"finish_reason"`
 			Content      string
 			Ctxd         ctxd.Summary
