@@ -148,12 +148,6 @@ func startEnv(t testing.TB, cfg config.Config, wait bool, env ...string) *runnin
 	return startOpts(t, cfg, wait, daemon.Options{BackendEnv: append([]string{"PATH=" + os.Getenv("PATH")}, env...)})
 }
 
-// startWith is start with the daemon's options (fakes) given.
-func startWith(t testing.TB, cfg config.Config, opts daemon.Options) *running {
-	t.Helper()
-	return startOpts(t, cfg, true, opts)
-}
-
 func startOpts(t testing.TB, cfg config.Config, wait bool, opts daemon.Options) *running {
 	t.Helper()
 	var level slog.Level
