@@ -7,10 +7,15 @@ import (
 	"sync"
 )
 
+// ollamaLoadMarker is the line Ollama's scheduler logs once for every
+// runner it starts, in v0.6 and v0.17 alike. ("llama runner started in"
+// is not: v0.17 waits for a new runner twice and logs it twice per load.)
+const ollamaLoadMarker = `msg="loaded runners"`
+
 // lineCounter counts the lines of a growing log that hold a marker,
 // reading only what was appended since it last looked: how often the
-// managed Ollama loaded a model ("llama runner started in"), which is how
-// an operator sees that no client's num_ctx made it reload.
+// managed Ollama loaded a model (ollamaLoadMarker), which is how an
+// operator sees that no client's num_ctx made it reload.
 type lineCounter struct {
 	path   string
 	marker []byte

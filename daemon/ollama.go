@@ -94,7 +94,7 @@ func (d *Daemon) openOllama(ctx context.Context, onRestart func()) (_ *Model, er
 	var base *url.URL
 	if b.Mode == "managed" {
 		dir := filepath.Join(d.cfg.Daemon.StateDir, "ollama")
-		m.Loads = newLineCounter(filepath.Join(dir, "ollama.log"), "llama runner started in").Count
+		m.Loads = newLineCounter(filepath.Join(dir, "ollama.log"), ollamaLoadMarker).Count
 		s, err := ollama.Start(ctx, ollama.ServeConfig{
 			Binary: b.ServerBinary(), Addr: b.Listen, NumParallel: b.Slots,
 			ModelsDir: filepath.Join(dir, "models"), HomeDir: filepath.Join(dir, "home"),
