@@ -145,11 +145,11 @@ func (d *Doors) open(w http.ResponseWriter, r *http.Request, req any, model *str
 // header's, or one derived from how the conversation starts) and the
 // request's sigil.
 func (d *Doors) ask(r *http.Request, door, model string, c conversation, tools []ctxd.Tool) (ctxd.AskRequest, error) {
-	session, err := sessionOf(r, door, model, c.System, c.First)
+	sigil, err := d.cfg.Sigil(r)
 	if err != nil {
 		return ctxd.AskRequest{}, err
 	}
-	sigil, err := d.cfg.Sigil(r)
+	session, err := sessionOf(r, door, sigil, model, c.System, c.First)
 	if err != nil {
 		return ctxd.AskRequest{}, err
 	}
@@ -223,10 +223,11 @@ func ignoredOf(sent []string, honoured ...string) []string {
 }
 
 // sessionOf is the session of a conversation: the X-Ctxd-Session header,
-// else one derived from what the conversation starts with (door, model,
-// system text, first user message), so a client that resends its history
-// lands in the same session every turn.
-func sessionOf(r *http.Request, door, model, system, first string) (string, error) {
+// else one derived from who asks and what the conversation starts with
+// (door, sigil, model, system text, first user message), so a client that
+// resends its history lands in the same session every turn, and two agents
+// whose conversations start alike do not share one.
+func sessionOf(r *http.Request, door, sigil, model, system, first string) (string, error) {
 	if s := r.Header.Get("X-Ctxd-Session"); s != "" {
 		if err := ctxd.CheckSessionID(s); err != nil {
 			return "", ctxd.Errorf(ctxd.KindInvalid, "header X-Ctxd-Session: %v", err)
@@ -234,7 +235,7 @@ func sessionOf(r *http.Request, door, model, system, first string) (string, erro
 		return s, nil
 	}
 	h := sha256.New()
-	for _, s := range []string{door, strings.TrimSuffix(model, ":latest"), strings.TrimSpace(system), strings.TrimSpace(first)} {
+	for _, s := range []string{door, sigil, strings.TrimSuffix(model, ":latest"), strings.TrimSpace(system), strings.TrimSpace(first)} {
 		h.Write([]byte(s))
 		h.Write([]byte{0})
 	}

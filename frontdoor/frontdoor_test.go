@@ -466,3 +466,30 @@ func TestToolCalls(t *testing.T) {
 		t.Errorf("ollama: %s", b)
 	}
 }
+
+// Two agents whose conversations start alike get sessions of their own:
+// the derived session names the sigil the request acts as.
+func TestDerivedSessionIsPerSigil(t *testing.T) {
+	e := &engine{pieces: []string{"a"}}
+	d := New(Config{
+		Engine: func() (Engine, Model, error) { return e, testModel, nil },
+		Sigil:  func(r *http.Request) (string, error) { return r.Header.Get("X-Test-Sigil"), nil },
+	})
+	mux := http.NewServeMux()
+	d.Register(mux)
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+	body := `{"model":"ctxd","stream":false,"messages":[{"role":"user","content":"q1"}]}`
+	for _, path := range []string{"/v1/chat/completions", "/api/chat"} {
+		e.asks = nil
+		for _, sigil := range []string{"alice", "bob", "alice"} {
+			if resp, b := post(t, srv, path, body, "X-Test-Sigil", sigil); resp.StatusCode != 200 {
+				t.Fatalf("%s: %d %s", path, resp.StatusCode, b)
+			}
+		}
+		a1, b, a2 := e.asks[0], e.asks[1], e.asks[2]
+		if a1.Sigil != "alice" || b.Sigil != "bob" || a1.Session == b.Session || a1.Session != a2.Session {
+			t.Errorf("%s: alice %q (%s), bob %q (%s), alice again %q", path, a1.Session, a1.Sigil, b.Session, b.Sigil, a2.Session)
+		}
+	}
+}
