@@ -3,7 +3,6 @@ package orchestrator
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -14,6 +13,7 @@ import (
 	"github.com/ctxd/ctxd/runcontext"
 	"github.com/ctxd/ctxd/sigils"
 	"github.com/ctxd/ctxd/tokencount"
+	"github.com/ctxd/ctxd/toolcall"
 )
 
 // prepared is a request made ready for the backend.
@@ -404,14 +404,15 @@ func clientTools(sigil runcontext.Sigil, tools []ctxd.Tool) (offered []runcontex
 		}
 		params := ""
 		if p := bytes.TrimSpace(t.Parameters); len(p) > 0 && string(p) != "null" {
-			var buf bytes.Buffer
-			if json.Compact(&buf, p) == nil {
-				params = buf.String()
-			} else {
+			var ok bool
+			if params, ok = toolcall.Canonical(p); !ok {
 				params = string(p) // Validate names it
 			}
 		}
 		offered = append(offered, runcontext.ClientTool{Name: t.Name, Description: t.Description, Parameters: params})
 	}
+	// One order whatever the client's: a client that lists its tools from
+	// a map must not break the sigil block every turn.
+	slices.SortStableFunc(offered, func(a, b runcontext.ClientTool) int { return strings.Compare(a.Name, b.Name) })
 	return offered, refused
 }

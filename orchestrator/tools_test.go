@@ -2,11 +2,13 @@ package orchestrator
 
 import (
 	"encoding/json"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/ctxd/ctxd"
 	"github.com/ctxd/ctxd/governor"
+	"github.com/ctxd/ctxd/runcontext"
 )
 
 // TestClientTools: the client's tools the sigil's scopes allow are
@@ -26,7 +28,7 @@ func TestClientTools(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := h.lastPrompt()
-	if !strings.Contains(p, "- grep: Search the files.\n  parameters: {\"type\":\"object\",\"properties\":{\"pattern\":{\"type\":\"string\"}}}\n") || strings.Contains(p, "shell") {
+	if !strings.Contains(p, "- grep: Search the files.\n  parameters: {\"properties\":{\"pattern\":{\"type\":\"string\"}},\"type\":\"object\"}\n") || strings.Contains(p, "shell") {
 		t.Errorf("sigil block offers the wrong tools:\n%s", p)
 	}
 	if len(sum.ToolCalls) != 1 || sum.ToolCalls[0].Name != "grep" || string(sum.ToolCalls[0].Arguments) != `{"pattern":"Listen"}` {
@@ -62,5 +64,25 @@ func TestClientTools(t *testing.T) {
 	}
 	if len(sum.ToolCalls) != 0 || len(sum.ToolsRefused) != 2 || strings.Contains(h.lastPrompt(), "client tools") {
 		t.Errorf("default sigil: calls %+v refused %v", sum.ToolCalls, sum.ToolsRefused)
+	}
+}
+
+// The client's tools render the same whatever their order and the key
+// order of their parameters: a client that lists them from a map keeps
+// its prefix.
+func TestClientToolsRenderInOneOrder(t *testing.T) {
+	sigil := runcontext.Sigil{Name: "s", Scopes: []string{"ask", "tools"}}
+	a := []ctxd.Tool{
+		{Name: "read", Parameters: json.RawMessage(`{"type":"object","properties":{"path":{"type":"string"}}}`)},
+		{Name: "grep", Parameters: json.RawMessage(`{"properties":{"q":{"type":"string"}}, "type":"object"}`)},
+	}
+	b := []ctxd.Tool{
+		{Name: "grep", Parameters: json.RawMessage(`{"type":"object","properties":{"q":{"type":"string"}}}`)},
+		{Name: "read", Parameters: json.RawMessage(`{"properties":{"path":{"type":"string"}},"type":"object"}`)},
+	}
+	x, _ := clientTools(sigil, a)
+	y, _ := clientTools(sigil, b)
+	if !slices.Equal(x, y) || x[0].Name != "grep" {
+		t.Errorf("%+v\n%+v", x, y)
 	}
 }

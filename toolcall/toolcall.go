@@ -125,11 +125,30 @@ func compact(b json.RawMessage) string {
 	if len(t) == 0 || string(t) == "null" {
 		return "{}"
 	}
-	var buf bytes.Buffer
-	if json.Compact(&buf, t) != nil {
-		return string(t)
+	if c, ok := Canonical(t); ok {
+		return c
 	}
-	return buf.String()
+	return string(t)
+}
+
+// Canonical is a JSON value in one form whatever the client did to it on
+// the way back: compact, object keys sorted, numbers as a float64 prints
+// (1.0 is 1), and <, > and & unescaped. Clients decode a tool call's
+// arguments into their own maps and objects and send them back re-encoded
+// (Ollama's Go client sorts the keys; JavaScript prints 1.0 as 1), and the
+// session must still see the answer it recorded. false if b is not JSON.
+func Canonical(b []byte) (string, bool) {
+	var v any
+	if err := json.Unmarshal(b, &v); err != nil {
+		return "", false
+	}
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return "", false
+	}
+	return strings.TrimSuffix(buf.String(), "\n"), true
 }
 
 func contains(list []string, s string) bool {

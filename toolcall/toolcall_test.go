@@ -1,8 +1,11 @@
 package toolcall
 
 import (
+	"encoding/json"
 	"slices"
 	"testing"
+
+	"github.com/ctxd/ctxd"
 )
 
 func TestParse(t *testing.T) {
@@ -13,7 +16,7 @@ func TestParse(t *testing.T) {
 		calls   string // Render of the calls
 		refused []string
 	}{
-		{`{"name": "grep", "arguments": {"pattern": "x",  "path": "."}}`, true, `{"name":"grep","arguments":{"pattern":"x","path":"."}}`, nil},
+		{`{"name": "grep", "arguments": {"pattern": "x",  "path": "."}}`, true, `{"name":"grep","arguments":{"path":".","pattern":"x"}}`, nil},
 		{"  {\"name\":\"grep\",\"arguments\":{}}\n{\"name\":\"read_file\",\"parameters\":{\"path\":\"a\"}}\n", true,
 			"{\"name\":\"grep\",\"arguments\":{}}\n{\"name\":\"read_file\",\"arguments\":{\"path\":\"a\"}}", nil},
 		{`[{"name":"grep"}]`, true, `{"name":"grep","arguments":{}}`, nil},
@@ -41,5 +44,31 @@ func TestParse(t *testing.T) {
 				t.Errorf("Render(%q) does not parse back: %q", c.answer, Render(again))
 			}
 		}
+	}
+}
+
+// A client decodes a call's arguments into its own map and sends them back
+// re-encoded (Ollama's Go client sorts keys and prints 1.0 as 1): the
+// canonical text is the same both ways, so the session's prefix holds.
+func TestRenderSurvivesAClientsRoundTrip(t *testing.T) {
+	answer := `{"name":"grep","arguments":{"pattern":"<a & b>","path":".","limit":10.0,"opts":{"z":true,"a":[1.5,"x"]}}}`
+	calls, _, ok := Parse(answer, []string{"grep"})
+	if !ok {
+		t.Fatal("not a tool call")
+	}
+	recorded := Render(calls)
+	var args map[string]any // what the client holds
+	if err := json.Unmarshal(calls[0].Arguments, &args); err != nil {
+		t.Fatal(err)
+	}
+	back, err := json.Marshal(args) // what it sends back
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := Render([]ctxd.ToolCall{{Name: "grep", Arguments: back}}); got != recorded {
+		t.Errorf("sent back: %s\nrecorded:  %s", got, recorded)
+	}
+	if want := `{"name":"grep","arguments":{"limit":10,"opts":{"a":[1.5,"x"],"z":true},"path":".","pattern":"<a & b>"}}`; recorded != want {
+		t.Errorf("recorded %s; want %s", recorded, want)
 	}
 }
