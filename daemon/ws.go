@@ -31,6 +31,7 @@ import (
 const (
 	wsMaxAsks     = 8  // running asks per connection
 	wsQueue       = 16 // messages waiting for the writer; a producer that finds it full waits
+	wsRefusals    = 16 // errors for messages that started nothing, waiting for the writer; past that the connection ends
 	wsNoticeQueue = 8  // notices waiting for one connection; more are dropped, and counted
 	// wsCloseWait bounds the close handshake when the daemon stops: a peer
 	// that does not answer the close frame in time is cut off.
@@ -207,9 +208,10 @@ func (d *Daemon) handleWS(w http.ResponseWriter, r *http.Request) {
 	ctx, end := context.WithCancelCause(context.WithoutCancel(r.Context()))
 	c := &wsConn{
 		d: d, e: e, ws: ws, r: r, sub: sub, ctx: ctx, end: end,
-		log:  d.log.With("ws", e.hub.conns.Add(1)),
-		out:  make(chan wsOut, wsQueue),
-		asks: map[string]context.CancelCauseFunc{},
+		log:      d.log.With("ws", e.hub.conns.Add(1)),
+		out:      make(chan wsOut, wsQueue),
+		refusals: make(chan wsOut, wsRefusals),
+		asks:     map[string]context.CancelCauseFunc{},
 	}
 	c.serve()
 }
@@ -225,6 +227,10 @@ type wsConn struct {
 	ctx context.Context         // ends with the connection
 	end context.CancelCauseFunc // ends the connection, saying why (an error of kind KindCanceled or KindUnavailable)
 	out chan wsOut              // the writer's queue
+	// refusals is the writer's queue of errors for messages that started
+	// nothing. The reader queues them without waiting, so that it never
+	// stops reading (pongs, cancels) behind a full queue.
+	refusals chan wsOut
 
 	mu       sync.Mutex                         // guards asks, active, draining, closing
 	asks     map[string]context.CancelCauseFunc // running asks by id
@@ -479,6 +485,9 @@ func (c *wsConn) queue(m ctxd.WSMessage) {
 
 // refuse answers a message that starts nothing with an error. It carries
 // the message's id unless that is a running ask's, which it must not end.
+// It never waits: a client that has sent more refused messages than the
+// queue holds without reading their answers is not reading, and its
+// connection ends.
 func (c *wsConn) refuse(id string, err error) {
 	c.mu.Lock()
 	if _, running := c.asks[id]; running {
@@ -486,8 +495,10 @@ func (c *wsConn) refuse(id string, err error) {
 	}
 	c.mu.Unlock()
 	select {
-	case c.out <- wsOut{msg: wsError(id, err), refused: true}:
-	case <-c.ctx.Done():
+	case c.refusals <- wsOut{msg: wsError(id, err), refused: true}:
+	default:
+		c.log.Info("websocket client sent refused messages faster than it read their errors; connection closed", "queued", wsRefusals)
+		c.end(ctxd.Errorf(ctxd.KindCanceled, "the client sent %d refused messages without reading their errors", wsRefusals+1))
 	}
 }
 
@@ -536,6 +547,7 @@ func (c *wsConn) write() {
 		case <-c.ctx.Done():
 			return
 		case o = <-c.out:
+		case o = <-c.refusals:
 		case o.msg = <-c.sub.ch:
 		}
 		if o.goAway {

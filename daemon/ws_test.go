@@ -661,3 +661,37 @@ func TestWSShutdown(t *testing.T) {
 		}
 	})
 }
+
+// TestWSRefusalsNeverBlockTheReader: with the writer's queue full (a
+// long answer streaming to a slow client), the reader still answers bad
+// messages without waiting, so it goes on reading pongs and cancels; a
+// client that leaves more refusals unread than their queue holds is not
+// reading, and its connection ends, saying why.
+func TestWSRefusalsNeverBlockTheReader(t *testing.T) {
+	t.Parallel()
+	ctx, end := context.WithCancelCause(t.Context())
+	c := &wsConn{ctx: ctx, end: end, log: slog.New(slog.DiscardHandler),
+		out: make(chan wsOut), refusals: make(chan wsOut, wsRefusals), asks: map[string]context.CancelCauseFunc{}}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := range wsRefusals {
+			c.refuse(fmt.Sprint(i), ctxd.Errorf(ctxd.KindInvalid, "bad message %d", i))
+		}
+		if ctx.Err() != nil {
+			t.Errorf("the connection ended with %d refusals queued: %v", wsRefusals, context.Cause(ctx))
+		}
+		c.refuse("one-too-many", ctxd.Errorf(ctxd.KindInvalid, "bad message"))
+	}()
+	select {
+	case <-done:
+	case <-time.After(wsGuard):
+		t.Fatal("refuse waited for the writer")
+	}
+	if n := len(c.refusals); n != wsRefusals {
+		t.Errorf("%d refusals queued; want %d", n, wsRefusals)
+	}
+	if ctx.Err() == nil || !strings.Contains(context.Cause(ctx).Error(), "refused messages without reading") {
+		t.Errorf("the connection of a client that does not read: %v", context.Cause(ctx))
+	}
+}
