@@ -37,6 +37,12 @@ type AskRequest struct {
 	// for all) are offered to the model in the sigil block; the others are
 	// listed in the summary's tools_refused.
 	Tools []Tool `json:"tools,omitempty"`
+	// Ephemeral asks one question outside any conversation (a door's text
+	// completion, Ollama's generate): no history is read or followed and
+	// nothing is recorded, so a client that sends a thousand independent
+	// prompts leaves no thousand sessions behind. Session still names the
+	// ask (its queue, its summary). Set by the doors, not by the native API.
+	Ephemeral bool `json:"-"`
 }
 
 // Tool is a function a client offers the model.

@@ -25,6 +25,8 @@ type conversation struct {
 	History []ctxd.Turn // the earlier exchanges
 	Query   string      // the last user message (with any tool results or system notes after the last answer)
 	First   string      // the conversation's first user message, for its session
+	// Ephemeral: one question outside any conversation, not recorded.
+	Ephemeral bool
 }
 
 // continueQuery stands for the user's part of a turn whose assistant

@@ -153,13 +153,16 @@ func (d *Doors) ask(r *http.Request, door, model string, c conversation, tools [
 	if err != nil {
 		return ctxd.AskRequest{}, err
 	}
-	return ctxd.AskRequest{Session: session, Query: c.Query, Sigil: sigil, System: c.System, History: c.History, Tools: tools}, nil
+	return ctxd.AskRequest{Session: session, Query: c.Query, Sigil: sigil, System: c.System, History: c.History, Tools: tools, Ephemeral: c.Ephemeral}, nil
 }
 
-// oneTurn is a conversation of one question (a text completion, Ollama's
-// generate): no history, so its session starts over each time.
+// oneTurn is one question outside any conversation (a text completion,
+// Ollama's generate): it is answered after the stable blocks, with no
+// history, and not recorded, so a client that sends many independent
+// prompts leaves no sessions behind, and one that names a session in
+// X-Ctxd-Session does not disturb its conversation.
 func oneTurn(system, prompt string) conversation {
-	return conversation{System: system, Query: prompt, First: prompt, History: []ctxd.Turn{}}
+	return conversation{System: system, Query: prompt, First: prompt, Ephemeral: true}
 }
 
 // checkModel accepts the served model's name, with or without Ollama's

@@ -233,7 +233,7 @@ func TestOpenAICompletionsAndModels(t *testing.T) {
 	resp, b := post(t, srv, "/v1/completions", `{"model":"ctxd-demo","prompt":["say x"]}`)
 	var c completion
 	json.Unmarshal(b, &c)
-	if resp.StatusCode != 200 || c.Object != "text_completion" || *c.Choices[0].Text != "x" || e.asks[0].Query != "say x" || e.asks[0].History == nil {
+	if resp.StatusCode != 200 || c.Object != "text_completion" || *c.Choices[0].Text != "x" || e.asks[0].Query != "say x" || !e.asks[0].Ephemeral {
 		t.Errorf("%d %s %+v", resp.StatusCode, b, e.asks)
 	}
 	r, err := http.Get(srv.URL + "/v1/models")
@@ -318,7 +318,7 @@ func TestOllamaDoor(t *testing.T) {
 	_, b = post(t, srv, "/api/generate", `{"model":"ctxd-demo","prompt":"p","system":"S","stream":false}`)
 	var g ollamaChunk
 	json.Unmarshal(b, &g)
-	if g.Response == nil || *g.Response != "Hello" || !g.Done || e.asks[1].System != "S" || e.asks[1].History == nil {
+	if g.Response == nil || *g.Response != "Hello" || !g.Done || e.asks[1].System != "S" || !e.asks[1].Ephemeral {
 		t.Errorf("generate %s %+v", b, e.asks[1])
 	}
 	_, b = post(t, srv, "/api/generate", `{"model":"ctxd-demo","options":{"num_ctx":8192}}`)

@@ -36,9 +36,13 @@ type prepared struct {
 // session.
 func (o *Orchestrator) prepare(ctx context.Context, req ctxd.AskRequest, sigil runcontext.Sigil, codex *codexState) (prepared, error) {
 	var p prepared
-	sess, err := o.session(ctx, req.Session)
-	if err != nil {
-		return p, err
+	sess, tails := ctxd.Session{ID: req.Session}, "" // an ephemeral ask's: none held, none counted
+	if !req.Ephemeral {
+		var err error
+		if sess, err = o.session(ctx, req.Session); err != nil {
+			return p, err
+		}
+		tails = req.Session
 	}
 	rag := codex.block.Mode == runcontext.ModeRAG
 	if rag && sigils.Allows(sigil, sigils.ScopeSearchCodex) {
@@ -82,7 +86,7 @@ func (o *Orchestrator) prepare(ctx context.Context, req ctxd.AskRequest, sigil r
 		actions = append(actions, act)
 		rc.Query.Excerpts = notPresent(retrieved, sess.Turns, ws) // the history that held some may be gone
 	}
-	m, err := o.measure(rc, req.Session)
+	m, err := o.measure(rc, tails)
 	if err != nil {
 		return p, err
 	}
@@ -97,7 +101,7 @@ func (o *Orchestrator) prepare(ctx context.Context, req ctxd.AskRequest, sigil r
 		}
 		actions = append(actions, act)
 		rc.Query.Excerpts = notPresent(retrieved, sess.Turns, ws)
-		if m, err = o.measure(rc, req.Session); err != nil {
+		if m, err = o.measure(rc, tails); err != nil {
 			return p, err
 		}
 		budget, err = o.cfg.Limits.Check(m.Measure)
@@ -108,7 +112,7 @@ func (o *Orchestrator) prepare(ctx context.Context, req ctxd.AskRequest, sigil r
 			rc.Query.Excerpts = rc.Query.Excerpts[:len(rc.Query.Excerpts)-1]
 			dropped++
 			var merr error
-			if m, merr = o.measure(rc, req.Session); merr != nil {
+			if m, merr = o.measure(rc, tails); merr != nil {
 				return merr
 			}
 			if budget, err = o.cfg.Limits.Check(m.Measure); err == nil || len(rc.Query.Excerpts) == 0 {
@@ -131,7 +135,7 @@ func (o *Orchestrator) prepare(ctx context.Context, req ctxd.AskRequest, sigil r
 			// The condensed history holds no excerpts: the question's own
 			// come back, as many as fit.
 			rc.Query.Excerpts = notPresent(retrieved, sess.Turns, ws)
-			if m, err = o.measure(rc, req.Session); err != nil {
+			if m, err = o.measure(rc, tails); err != nil {
 				return p, err
 			}
 			budget, err = o.cfg.Limits.Check(m.Measure)

@@ -174,7 +174,7 @@ func (o *Orchestrator) Ask(ctx context.Context, req ctxd.AskRequest, onToken fun
 	}
 	defer release()
 	followed := false
-	if req.History != nil {
+	if req.History != nil && !req.Ephemeral {
 		if followed, err = o.follow(ctx, req.Session, req.History); err != nil {
 			return nil, err
 		}
@@ -216,6 +216,8 @@ func (o *Orchestrator) Ask(ctx context.Context, req ctxd.AskRequest, onToken fun
 	prev, hadPrev := o.prompts[req.Session]
 	o.mu.Unlock()
 	switch {
+	case req.Ephemeral:
+		sum.PrefixNote = "a question outside any conversation: nothing is recorded"
 	case hadPrev:
 		sum.PrefixBreak = runcontext.Compare(prev.rendered, rendered, prev.answer)
 	case p.sess.Count == 0:
@@ -280,15 +282,17 @@ func (o *Orchestrator) Ask(ctx context.Context, req ctxd.AskRequest, onToken fun
 	sum.DoneReason = gen.DoneReason
 	sum.TotalMillis = ms(o.cfg.Now().Sub(arrived))
 	answer := o.toolCalls(sum, rc.Sigil, p.toolsRefused, gen.Text)
-	if err := o.record(ctx, req, p.sess, rc, answer, sum); err != nil {
-		return nil, err
+	if !req.Ephemeral {
+		if err := o.record(ctx, req, p.sess, rc, answer, sum); err != nil {
+			return nil, err
+		}
+		o.mu.Lock()
+		if len(o.prompts) >= 1024 {
+			clear(o.prompts) // a bound: a session whose prompt is dropped reports no prefix break once
+		}
+		o.prompts[req.Session] = previous{rendered: rendered, answer: o.cfg.Format.Answer(answer)}
+		o.mu.Unlock()
 	}
-	o.mu.Lock()
-	if len(o.prompts) >= 1024 {
-		clear(o.prompts) // a bound: a session whose prompt is dropped reports no prefix break once
-	}
-	o.prompts[req.Session] = previous{rendered: rendered, answer: o.cfg.Format.Answer(answer)}
-	o.mu.Unlock()
 	o.last.Store(sum)
 	o.log.Info("answered", "session", req.Session, "turn", sum.Turn, "slot", sum.Slot, "prompt_tokens", sum.PromptTokens,
 		"cached_tokens", sum.CachedTokens, "queue_wait_ms", sum.QueueWaitMs, "ttft_ms", sum.TTFTMillis, "done", sum.DoneReason)

@@ -562,3 +562,41 @@ func TestStaleExcerptsGoBeforeFreshOnes(t *testing.T) {
 		t.Errorf("history after: %d turns, first with %d excerpts, last with %d", len(sess.Turns), len(sess.Turns[0].Excerpts), len(sess.Turns[len(sess.Turns)-1].Excerpts))
 	}
 }
+
+// TestEphemeralAsk: a question outside any conversation (a door's text
+// completion) is answered after the stable blocks with no history, and
+// nothing is recorded: the session it names, which holds a conversation,
+// is left as it was, and no session is created.
+func TestEphemeralAsk(t *testing.T) {
+	h := newTest(t, governor.Limits{NumCtx: 100000, AnswerReserve: 64}, 1)
+	h.backend.SetAnswer("the first answer")
+	h.ask(t, "conv", "the first question")
+	before, _ := h.store.Session(t.Context(), "conv")
+
+	h.backend.SetAnswer("a completion")
+	for _, session := range []string{"conv", "fresh"} {
+		sum, err := h.o.Ask(t.Context(), ctxd.AskRequest{Session: session, Query: "complete this", Ephemeral: true,
+			History: []ctxd.Turn{{Query: "a history the door never sends", Answer: "x"}}}, noop)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := h.lastPrompt()
+		if strings.Contains(p, "the first question") || strings.Contains(p, "a history the door never sends") || !strings.Contains(p, "complete this") {
+			t.Errorf("%s: the ephemeral prompt holds a history:\n%s", session, p)
+		}
+		if sum.Turn != 1 || sum.CachedTokens == 0 || !strings.Contains(sum.PrefixNote, "nothing is recorded") {
+			t.Errorf("%s: summary turn %d cached %d note %q", session, sum.Turn, sum.CachedTokens, sum.PrefixNote)
+		}
+	}
+	after, _ := h.store.Session(t.Context(), "conv")
+	if after.Count != before.Count || after.Epoch != before.Epoch || len(after.Turns) != 1 {
+		t.Errorf("the named session changed: before %+v after %+v", before, after)
+	}
+	if s, _ := h.store.Session(t.Context(), "fresh"); s.Count != 0 {
+		t.Errorf("an ephemeral ask was recorded: %+v", s)
+	}
+	// The conversation goes on where it was.
+	if sum := h.ask(t, "conv", "the second question"); sum.Turn != 2 || sum.PrefixBreak != nil {
+		t.Errorf("the conversation after: turn %d break %+v", sum.Turn, sum.PrefixBreak)
+	}
+}
