@@ -17,6 +17,17 @@ import (
 	"github.com/ctxd/ctxd/sigils"
 )
 
+// buildCtxd builds the ctxd command of this tree, for the tests that run
+// it as its users do.
+func buildCtxd(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "ctxd")
+	if out, err := exec.Command("go", "build", "-o", bin, "../cmd/ctxd").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
+}
+
 // TestMCPServesTheRealDaemon runs the real `ctxd mcp` binary as an MCP
 // client launches it (a subprocess speaking MCP on stdin and stdout) in
 // front of the real daemon on the real Ollama, and drives it with the MCP
@@ -26,10 +37,7 @@ import (
 // codex's files as resources, before and after a reload.
 func TestMCPServesTheRealDaemon(t *testing.T) {
 	needOllama(t)
-	bin := filepath.Join(t.TempDir(), "ctxd")
-	if out, err := exec.Command("go", "build", "-o", bin, "../cmd/ctxd").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := buildCtxd(t)
 	tok, hash, err := sigils.NewToken()
 	if err != nil {
 		t.Fatal(err)
