@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/ctxd/ctxd"
@@ -322,4 +323,34 @@ func ExampleNewTCP() {
 	// Output:
 	// true
 	// 1 <nil>
+}
+
+// One WebSocket session runs several asks at once, each under its own id.
+// An ask whose context ends is cancelled at the daemon (see Conn.Ask), and
+// the daemon's notices arrive on Notices.
+func ExampleClient_Connect() {
+	socket, _, _, stop := exampleDaemon(false)
+	defer stop()
+
+	conn, err := client.New(socket).Connect(context.Background())
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer conn.Close()
+
+	var wg sync.WaitGroup
+	turns := make([]string, 2)
+	for i, session := range []string{"ws-a", "ws-b"} {
+		wg.Go(func() {
+			sum, err := conn.Ask(context.Background(), ctxd.AskRequest{Session: session, Query: "Where is the socket created?"}, nil)
+			if err != nil {
+				log.Fatal(err)
+			}
+			turns[i] = fmt.Sprintf("%s turn %d", sum.Session, sum.Turn)
+		})
+	}
+	wg.Wait()
+	fmt.Println(turns)
+	// Output:
+	// [ws-a turn 1 ws-b turn 1]
 }
