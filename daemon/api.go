@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/ctxd/ctxd"
+	"github.com/ctxd/ctxd/frontdoor"
 	"github.com/ctxd/ctxd/governor"
 	"github.com/ctxd/ctxd/runcontext"
 	"github.com/ctxd/ctxd/scheduler"
@@ -76,8 +77,9 @@ func (d *Daemon) track(next http.Handler) http.Handler {
 	})
 }
 
-// recoverer keeps a panic in one handler from taking the daemon down. A
-// panic after a stream started ends the stream with an error event.
+// recoverer keeps a panic in one handler from taking the daemon down. It
+// answers in the error shape of the route's door; a panic after a stream
+// started ends the stream with an error event of that door's shape.
 func (d *Daemon) recoverer(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		tw := &trackedWriter{ResponseWriter: w}
@@ -89,7 +91,10 @@ func (d *Daemon) recoverer(next http.Handler) http.Handler {
 				d.log.Error("handler panic", "method", r.Method, "path", r.URL.Path, "panic", v)
 				err := ctxd.Errorf(ctxd.KindInternal, "internal error; see the daemon log")
 				if !tw.wrote {
-					writeError(w, err)
+					writeErrorFor(w, r, err) // in the door's shape on a door's path
+					return
+				}
+				if frontdoor.WriteStreamError(w, r.URL.Path, err) {
 					return
 				}
 				if b, merr := json.Marshal(errorEvent(err)); merr == nil {

@@ -1,6 +1,9 @@
 package frontdoor
 
 import (
+	"encoding/json"
+	"fmt"
+	"io"
 	"net/http"
 
 	"github.com/ctxd/ctxd"
@@ -48,4 +51,23 @@ func WriteOpenAIError(w http.ResponseWriter, err error) {
 // WriteOllamaError answers with err in Ollama's shape: {"error": "..."}.
 func WriteOllamaError(w http.ResponseWriter, err error) {
 	writeJSON(w, ctxd.KindOf(err).Status(), map[string]string{"error": err.Error()})
+}
+
+// WriteStreamError ends a door's stream that has already started with
+// err, in the shape its clients read mid-stream: an SSE event holding
+// OpenAI's error object, or Ollama's {"error"} line. It returns false,
+// writing nothing, for a path that is no door's.
+func WriteStreamError(w io.Writer, path string, err error) bool {
+	switch {
+	case IsOpenAIPath(path):
+		_, body := openaiErrorOf(err)
+		b, _ := json.Marshal(body)
+		_, _ = fmt.Fprintf(w, "data: %s\n\n", b)
+	case IsOllamaPath(path):
+		b, _ := json.Marshal(map[string]string{"error": err.Error()})
+		_, _ = w.Write(append(b, '\n'))
+	default:
+		return false
+	}
+	return true
 }
