@@ -379,10 +379,11 @@ func TestOllamaInfoRoutes(t *testing.T) {
 	}
 	_, b := post(t, srv, "/api/show", `{"model":"ctxd-demo"}`)
 	var show struct {
-		ModelInfo map[string]any `json:"model_info"`
+		ModelInfo    map[string]any `json:"model_info"`
+		Capabilities []string       `json:"capabilities"`
 	}
 	json.Unmarshal(b, &show)
-	if show.ModelInfo["llama.context_length"] != float64(4096) {
+	if show.ModelInfo["llama.context_length"] != float64(4096) || !slices.Contains(show.Capabilities, "tools") {
 		t.Errorf("show %s", b)
 	}
 	if resp, _ := post(t, srv, "/api/show", `{"model":"nope"}`); resp.StatusCode != 404 {

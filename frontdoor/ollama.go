@@ -355,7 +355,9 @@ func (d *Doors) ollamaShow(w http.ResponseWriter, r *http.Request) {
 		"license": "", "modelfile": "# served by ctxd; the prompt is ctxd's RunContext\nFROM " + m.Name + "\n",
 		"parameters": "num_ctx " + itoa(m.NumCtx), "template": "{{ .Prompt }}",
 		"details": detailsOf(m), "model_info": info, "modified_at": m.Loaded.UTC(),
-		"capabilities": []string{"completion"},
+		// Tools pass through for every model: ctxd offers them in the sigil
+		// block with its own protocol (as far as the sigil's scopes allow).
+		"capabilities": []string{"completion", "tools"},
 	})
 }
 
