@@ -31,6 +31,13 @@ type Option func(*Client)
 // Bearer): the request acts as that sigil. The TCP listener requires one.
 func WithToken(token string) Option { return func(c *Client) { c.token = token } }
 
+// WithTransport sends every request through rt instead of the socket: for
+// a program that serves the daemon's API in process (the daemon's own MCP
+// endpoint does), and for tests.
+func WithTransport(rt http.RoundTripper) Option {
+	return func(c *Client) { c.http = &http.Client{Transport: rt} }
+}
+
 // New returns a client for the daemon listening on the Unix socket.
 func New(socket string, opts ...Option) *Client {
 	tr := &http.Transport{

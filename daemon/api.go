@@ -21,14 +21,16 @@ var allowed = map[string]string{
 	"/v1/sessions": "GET", "/v1/sessions/{id}": "GET, DELETE", "/v1/sessions/{id}/prompt": "GET",
 	"/v1/codex": "GET", "/v1/codex/load": "POST", "/v1/codex/search": "GET",
 	"/v1/codex/files": "GET", "/v1/codex/files/{path...}": "GET", "/v1/sigil": "GET",
-	"/v1/ws": "GET",
+	"/v1/ws": "GET", "/v1/mcp": "GET, POST, DELETE",
 }
 
 // routes is every route of both listeners: the native API under /v1/ and
 // the front doors (OpenAI under /v1/, Ollama under /api/). tokens says
-// whether every request must carry a sigil's token (the TCP listener).
-func (d *Daemon) routes(tokens bool) http.Handler {
+// whether every request must carry a sigil's token (the TCP listener);
+// stopping is closed when the daemon begins to shut down.
+func (d *Daemon) routes(tokens bool, stopping <-chan struct{}) http.Handler {
 	mux := http.NewServeMux()
+	var api http.Handler // the routes behind authentication, for the MCP endpoint's in-process requests
 	d.doors().Register(mux)
 	mux.HandleFunc("GET /v1/health", d.handleHealth)
 	mux.HandleFunc("GET /v1/status", d.handleStatus)
@@ -45,6 +47,10 @@ func (d *Daemon) routes(tokens bool) http.Handler {
 	mux.HandleFunc("GET /v1/codex/files/{path...}", d.handleCodexFile)
 	mux.HandleFunc("GET /v1/sigil", d.handleSigil)
 	mux.HandleFunc("GET /v1/ws", d.handleWS)
+	mcpH := &mcpHTTP{d: d, api: func() http.Handler { return api }, stopping: stopping}
+	for _, m := range []string{"GET", "POST", "DELETE"} {
+		mux.Handle(m+" /v1/mcp", mcpH)
+	}
 	// Method-less patterns for the same paths catch the wrong methods:
 	// the method-specific ones above take precedence.
 	for path, allow := range allowed {
@@ -54,9 +60,10 @@ func (d *Daemon) routes(tokens bool) http.Handler {
 		})
 	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, ctxd.Errorf(ctxd.KindUnknownRoute, "no route %s %s; ctxd's own routes are under /v1/ (health, status, schema, ask, sessions, codex, sigil, ws), the OpenAI door's are /v1/chat/completions, /v1/completions and /v1/models, the Ollama door's under /api/", r.Method, r.URL.Path))
+		writeError(w, ctxd.Errorf(ctxd.KindUnknownRoute, "no route %s %s; ctxd's own routes are under /v1/ (health, status, schema, ask, sessions, codex, sigil, ws, mcp), the OpenAI door's are /v1/chat/completions, /v1/completions and /v1/models, the Ollama door's under /api/", r.Method, r.URL.Path))
 	})
-	return d.track(d.authenticate(d.recoverer(mux), tokens)) // the recoverer logs paths: it sees none with a token
+	api = d.recoverer(mux)
+	return d.track(d.authenticate(api, tokens)) // the recoverer logs paths: it sees none with a token
 }
 
 // track counts the requests being served, so a shutdown can wait for

@@ -184,5 +184,5 @@ func (d *Daemon) handleSigil(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, ctxd.SigilInfo{Name: sigil.Name, Scopes: sigil.Scopes, Authenticated: authenticated(r) != ""})
+	writeJSON(w, http.StatusOK, ctxd.SigilInfo{Name: sigil.Name, Scopes: sigil.Scopes, Authenticated: byToken(r)})
 }

@@ -9,14 +9,29 @@ import (
 	"github.com/ctxd/ctxd/frontdoor"
 )
 
-// authKey is the request context's key of the sigil a token authenticated.
+// authKey is the request context's key of the sigil a request acts as
+// without naming it: the one its token authenticated (an authInfo).
 type authKey struct{}
 
-// authenticated is the name of the sigil the request's token
-// authenticated, or "".
+// authInfo is the sigil a request is bound to. byToken is false for a
+// request of the daemon's own MCP endpoint made in process for a client
+// on the socket that had no token (it is bound to the sigil it named).
+type authInfo struct {
+	name    string
+	byToken bool
+}
+
+// authenticated is the name of the sigil the request is bound to (its
+// token's), or "".
 func authenticated(r *http.Request) string {
-	name, _ := r.Context().Value(authKey{}).(string)
-	return name
+	a, _ := r.Context().Value(authKey{}).(authInfo)
+	return a.name
+}
+
+// byToken reports whether a token authenticated the request's sigil.
+func byToken(r *http.Request) bool {
+	a, _ := r.Context().Value(authKey{}).(authInfo)
+	return a.byToken
 }
 
 // authenticate checks a request's sigil token (Authorization: Bearer). A
@@ -56,7 +71,7 @@ func (d *Daemon) authenticate(next http.Handler, required bool) http.Handler {
 			writeErrorFor(w, r, ctxd.Errorf(ctxd.KindUnauthorized, "Authorization: %v", err))
 			return
 		}
-		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), authKey{}, s.Name)))
+		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), authKey{}, authInfo{name: s.Name, byToken: true})))
 	})
 }
 

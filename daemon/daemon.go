@@ -166,7 +166,7 @@ func (d *Daemon) Run(ctx context.Context, ln net.Listener, ready func()) error {
 	defer stopRequests(nil)
 	newServer := func(tokens bool) *http.Server {
 		return &http.Server{
-			Handler:           d.routes(tokens),
+			Handler:           d.routes(tokens, ctx.Done()),
 			ReadHeaderTimeout: 10 * time.Second,
 			BaseContext:       func(net.Listener) context.Context { return reqCtx },
 			ErrorLog:          slog.NewLogLogger(d.log.Handler(), slog.LevelWarn),

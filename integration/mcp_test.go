@@ -243,3 +243,13 @@ func (l *lockedBuffer) String() string {
 	defer l.mu.Unlock()
 	return l.b.String()
 }
+
+// TestMCPOverHTTPWithTheNpmClient: the daemon's streamable HTTP endpoint
+// (/v1/mcp on the TCP listener, with a token) serves the official MCP
+// TypeScript SDK's client what `ctxd mcp` serves it over stdio.
+func TestMCPOverHTTPWithTheNpmClient(t *testing.T) {
+	needOllama(t)
+	node := needNode(t)
+	_, base, tok := doorsDaemon(t)
+	checkMCPClient(t, node, []string{"CTXD_MCP_URL=" + base + "/v1/mcp", "CTXD_TOKEN=" + tok})
+}

@@ -124,13 +124,54 @@ func TestReadmeMCP(t *testing.T) {
 	cfg.MCPServers["ctxd"] = server
 	js, _ := json.Marshal(cfg)
 
+	checkMCPClient(t, node, []string{"CTXD_MCP_CONFIG=" + string(js)})
+
+	// The hand-made session, as written but for the binary's path.
+	block := readmeBlock(t, "mcp")
+	if !strings.Contains(block, "| bin/ctxd mcp") {
+		t.Fatalf("the block no longer runs bin/ctxd mcp:\n%s", block)
+	}
+	block = strings.Replace(block, "| bin/ctxd mcp", "| "+bin+" mcp", 1)
+	cmd := exec.CommandContext(t.Context(), "bash", "-euo", "pipefail", "-c", block)
+	cmd.Env = append(os.Environ(), "CTXD_SOCKET="+sock, "CTXD_TOKEN="+tok)
+	got, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("the README's MCP session: %v\n%s", err, got)
+	}
+	type rpcLine struct {
+		Result struct {
+			ServerInfo struct{ Name string } `json:"serverInfo"`
+			Tools      []struct{ Name string }
+		} `json:"result"`
+	}
+	var lines []rpcLine
+	for _, l := range strings.Split(strings.TrimSpace(string(got)), "\n") {
+		var one rpcLine
+		if err := json.Unmarshal([]byte(l), &one); err != nil {
+			t.Fatalf("the README's MCP session printed %q: %v", l, err)
+		}
+		lines = append(lines, one)
+	}
+	if len(lines) != 2 || lines[0].Result.ServerInfo.Name != "ctxd" || len(lines[1].Result.Tools) != 3 {
+		t.Errorf("the README's MCP session printed:\n%s", got)
+	}
+}
+
+// checkMCPClient runs the MCP TypeScript SDK's client (mcp-client.mjs)
+// with env against a daemon of doorsDaemon and checks what it got: the
+// tools of sigil agent's scopes, two asks in one session (the second
+// reusing the first's prompt), the status, the codex's files as
+// resources, and an MCP error for each bad input, after which the server
+// still serves.
+func checkMCPClient(t *testing.T, node string, env []string) {
+	t.Helper()
 	type toolResult struct {
 		IsError bool   `json:"isError"`
 		Thrown  bool   `json:"thrown"`
 		Code    int    `json:"code"`
 		Text    string `json:"text"`
 	}
-	var out struct {
+	type mcpClientRun struct {
 		Fatal  string   `json:"fatal"`
 		Tools  []string `json:"tools"`
 		Server struct{ Name string }
@@ -155,7 +196,8 @@ func TestReadmeMCP(t *testing.T) {
 		Errors      map[string]toolResult `json:"errors"`
 		AfterErrors bool                  `json:"after_errors"`
 	}
-	runNode(t, node, "mcp-client.mjs", []string{"CTXD_MCP_CONFIG=" + string(js)}, &out)
+	var out mcpClientRun
+	runNode(t, node, "mcp-client.mjs", env, &out)
 	if out.Fatal != "" {
 		t.Fatalf("the MCP client failed: %s", out.Fatal)
 	}
@@ -196,35 +238,5 @@ func TestReadmeMCP(t *testing.T) {
 	}
 	if out.AfterErrors {
 		t.Error("status failed after the bad input: the server did not stay up")
-	}
-
-	// The hand-made session, as written but for the binary's path.
-	block := readmeBlock(t, "mcp")
-	if !strings.Contains(block, "| bin/ctxd mcp") {
-		t.Fatalf("the block no longer runs bin/ctxd mcp:\n%s", block)
-	}
-	block = strings.Replace(block, "| bin/ctxd mcp", "| "+bin+" mcp", 1)
-	cmd := exec.CommandContext(t.Context(), "bash", "-euo", "pipefail", "-c", block)
-	cmd.Env = append(os.Environ(), "CTXD_SOCKET="+sock, "CTXD_TOKEN="+tok)
-	got, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("the README's MCP session: %v\n%s", err, got)
-	}
-	type rpcLine struct {
-		Result struct {
-			ServerInfo struct{ Name string } `json:"serverInfo"`
-			Tools      []struct{ Name string }
-		} `json:"result"`
-	}
-	var lines []rpcLine
-	for _, l := range strings.Split(strings.TrimSpace(string(got)), "\n") {
-		var one rpcLine
-		if err := json.Unmarshal([]byte(l), &one); err != nil {
-			t.Fatalf("the README's MCP session printed %q: %v", l, err)
-		}
-		lines = append(lines, one)
-	}
-	if len(lines) != 2 || lines[0].Result.ServerInfo.Name != "ctxd" || len(lines[1].Result.Tools) != 3 {
-		t.Errorf("the README's MCP session printed:\n%s", got)
 	}
 }

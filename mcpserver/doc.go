@@ -1,6 +1,7 @@
 // Package mcpserver is ctxd's Model Context Protocol server: it fronts a
 // running daemon, through its client, for agents that speak MCP (`ctxd
-// mcp` serves it over stdio).
+// mcp` serves it over stdio; the daemon serves it over streamable HTTP at
+// /v1/mcp, with a client that calls its API in process).
 //
 // What it offers follows the sigil its client acts as (the token's, else
 // the daemon's default), asked once when the server is made:

@@ -98,6 +98,10 @@ func instructions(scopes []string) string {
 // Sigil is the sigil the server's requests act as.
 func (s *Server) Sigil() ctxd.SigilInfo { return s.sigil }
 
+// MCP is the go-sdk server behind s, for a transport that serves many
+// connections itself (streamable HTTP: mcp.NewStreamableHTTPHandler).
+func (s *Server) MCP() *mcp.Server { return s.mcp }
+
 // Connect serves one MCP connection over t until the client ends it (see
 // mcp.ServerSession.Wait) or it is closed.
 func (s *Server) Connect(ctx context.Context, t mcp.Transport) (*mcp.ServerSession, error) {

@@ -1,20 +1,30 @@
-// Launches ctxd's MCP server as an MCP client does, from a client's JSON
-// config (CTXD_MCP_CONFIG: {"mcpServers": {"ctxd": {command, args, env}}}),
-// with the official MCP TypeScript SDK's client, and prints what it got as
-// JSON. Usage: node mcp-client.mjs
+// Drives ctxd's MCP server with the official MCP TypeScript SDK's client
+// and prints what it got as JSON. Usage: node mcp-client.mjs, with either
+//   CTXD_MCP_CONFIG: a client's JSON config ({"mcpServers": {"ctxd":
+//     {command, args, env}}}): the client launches the server as desktop
+//     clients do and speaks to it over stdio; or
+//   CTXD_MCP_URL (and CTXD_TOKEN): the daemon's streamable HTTP endpoint.
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StdioClientTransport, getDefaultEnvironment } from "@modelcontextprotocol/sdk/client/stdio.js";
+import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
 
-const server = JSON.parse(process.env.CTXD_MCP_CONFIG).mcpServers.ctxd;
-const transport = new StdioClientTransport({
-  command: server.command,
-  args: server.args ?? [],
-  // As desktop clients do: a small default environment plus the config's.
-  env: { ...getDefaultEnvironment(), ...(server.env ?? {}) },
-  stderr: "pipe",
-});
+let transport;
 let stderr = "";
-transport.stderr?.on("data", (b) => (stderr += b));
+if (process.env.CTXD_MCP_URL) {
+  transport = new StreamableHTTPClientTransport(new URL(process.env.CTXD_MCP_URL), {
+    requestInit: { headers: { Authorization: `Bearer ${process.env.CTXD_TOKEN}` } },
+  });
+} else {
+  const server = JSON.parse(process.env.CTXD_MCP_CONFIG).mcpServers.ctxd;
+  transport = new StdioClientTransport({
+    command: server.command,
+    args: server.args ?? [],
+    // As desktop clients do: a small default environment plus the config's.
+    env: { ...getDefaultEnvironment(), ...(server.env ?? {}) },
+    stderr: "pipe",
+  });
+  transport.stderr?.on("data", (b) => (stderr += b));
+}
 
 const client = new Client({ name: "ctxd-integration", version: "0" });
 const out = { errors: {} };

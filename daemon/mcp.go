@@ -1,0 +1,167 @@
+package daemon
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/ctxd/ctxd"
+	"github.com/ctxd/ctxd/client"
+	"github.com/ctxd/ctxd/mcpserver"
+)
+
+// MCP over streamable HTTP (/v1/mcp): the server `ctxd mcp` runs over
+// stdio, on the daemon's own listeners, for MCP clients that connect to a
+// URL rather than launch a command. Its tools call the daemon's API in
+// process, bound to the sigil of the HTTP request that opened the MCP
+// session: its token's, else (on the socket) the one X-Ctxd-Sigil names,
+// else the default. Each sigil has its own MCP sessions, so a session id
+// is no way into another sigil's.
+
+// mcpSessionTimeout ends an MCP session that has sent no request for so
+// long: a client that went away leaves nothing behind for good.
+const mcpSessionTimeout = 30 * time.Minute
+
+// mcpHTTP serves /v1/mcp.
+type mcpHTTP struct {
+	d        *Daemon
+	api      func() http.Handler // the daemon's routes, behind authentication
+	stopping <-chan struct{}     // closed when the daemon begins to shut down
+
+	mu      sync.Mutex
+	bySigil map[string]http.Handler // guarded by mu: each sigil's sessions
+}
+
+func (m *mcpHTTP) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	name, err := doorSigil(r)
+	if err == nil {
+		_, err = m.d.sigils.Resolve(name)
+		if err != nil {
+			err = ctxd.Errorf(ctxd.KindForbidden, "%v", err)
+		}
+	}
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	if r.Method == http.MethodGet {
+		// A stream of the server's own messages, open until the client
+		// leaves: it ends when the daemon begins to stop, so that it does
+		// not hold up the shutdown.
+		ctx, cancel := context.WithCancel(r.Context())
+		defer cancel()
+		go func() {
+			select {
+			case <-m.stopping:
+				cancel()
+			case <-ctx.Done():
+			}
+		}()
+		r = r.WithContext(ctx)
+	}
+	h, err := m.sessions(r.Context(), authInfo{name: name, byToken: byToken(r)})
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	h.ServeHTTP(w, r)
+}
+
+// sessions is the MCP handler of one sigil's sessions, made on first use
+// with one MCP server for all of them.
+func (m *mcpHTTP) sessions(ctx context.Context, sigil authInfo) (http.Handler, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	key := sigil.name
+	if !sigil.byToken {
+		key = "\x00" + key // named on the socket, not proven by a token
+	}
+	if h, ok := m.bySigil[key]; ok {
+		return h, nil
+	}
+	log := m.d.log.With("component", "mcp")
+	c := client.New("", client.WithTransport(inProcess{api: m.api, sigil: sigil}))
+	srv, err := mcpserver.New(ctx, c, mcpserver.Options{Version: m.d.version, Logger: log})
+	if err != nil {
+		return nil, ctxd.Errorf(ctxd.KindInternal, "daemon: MCP server for sigil %q: %w", sigil.name, err)
+	}
+	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv.MCP() }, &mcp.StreamableHTTPOptions{
+		SessionTimeout:      mcpSessionTimeout,
+		MaxRequestBodyBytes: m.d.cfg.Daemon.MaxBodyBytes,
+		Logger:              log,
+	})
+	if m.bySigil == nil {
+		m.bySigil = map[string]http.Handler{}
+	}
+	m.bySigil[key] = h
+	return h, nil
+}
+
+// inProcess is an http.RoundTripper that serves a request with the
+// daemon's routes in this process, bound to a sigil as a token would bind
+// it. The answer streams through a pipe: the handler runs in its own
+// goroutine, which ends when it returns; a reader that closes the body
+// early makes its next write fail, and it returns.
+type inProcess struct {
+	api   func() http.Handler
+	sigil authInfo
+}
+
+func (t inProcess) RoundTrip(req *http.Request) (*http.Response, error) {
+	r := req.Clone(context.WithValue(req.Context(), authKey{}, t.sigil))
+	if r.Body == nil {
+		r.Body = http.NoBody
+	}
+	r.RequestURI, r.RemoteAddr = r.URL.RequestURI(), "in-process"
+	pr, pw := io.Pipe()
+	w := &pipeResponse{header: http.Header{}, body: pw, started: make(chan struct{})}
+	go func() {
+		defer func() {
+			w.WriteHeader(http.StatusOK) // a handler that wrote nothing
+			pw.Close()
+		}()
+		t.api().ServeHTTP(w, r)
+	}()
+	select {
+	case <-w.started:
+	case <-req.Context().Done():
+		pr.CloseWithError(req.Context().Err()) // the handler's writes fail: it returns
+		return nil, req.Context().Err()
+	}
+	return &http.Response{
+		Status: http.StatusText(w.code), StatusCode: w.code, Header: w.sent,
+		Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
+		Body: pr, ContentLength: -1, Request: req,
+	}, nil
+}
+
+// pipeResponse is the http.ResponseWriter of an in-process request.
+type pipeResponse struct {
+	header  http.Header
+	body    *io.PipeWriter
+	once    sync.Once
+	started chan struct{} // closed by WriteHeader: code and sent are set
+	code    int
+	sent    http.Header // the header as it was when the answer started
+}
+
+func (p *pipeResponse) Header() http.Header { return p.header }
+
+func (p *pipeResponse) WriteHeader(code int) {
+	p.once.Do(func() {
+		p.code, p.sent = code, p.header.Clone()
+		close(p.started)
+	})
+}
+
+func (p *pipeResponse) Write(b []byte) (int, error) {
+	p.WriteHeader(http.StatusOK)
+	return p.body.Write(b)
+}
+
+// Flush: every write reaches the reader at once.
+func (p *pipeResponse) Flush() {}
