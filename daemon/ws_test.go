@@ -567,20 +567,6 @@ func TestWSTokenAuthenticatesTheConnection(t *testing.T) {
 // away) and Run returns.
 func TestWSShutdown(t *testing.T) {
 	t.Parallel()
-	// runReturns waits for Run, then leaves its result for the cleanup.
-	runReturns := func(t *testing.T, f *fixture) {
-		t.Helper()
-		select {
-		case err := <-f.done:
-			if err != nil {
-				t.Errorf("Run: %v", err)
-			}
-			f.done <- err
-		case <-time.After(wsGuard):
-			t.Fatal("Run did not return")
-		}
-	}
-
 	t.Run("idle connection", func(t *testing.T) {
 		t.Parallel()
 		// A grace period longer than the guard: the stop must not wait it out.
@@ -589,7 +575,7 @@ func TestWSShutdown(t *testing.T) {
 		}})
 		conn := connect(t, f.client)
 		f.cancel()
-		runReturns(t, f)
+		f.runReturns(t)
 		<-conn.Done()
 		var api *client.APIError
 		if err := conn.Err(); !errors.As(err, &api) || api.Kind != ctxd.KindUnavailable {
@@ -629,7 +615,7 @@ func TestWSShutdown(t *testing.T) {
 		if code := p.closed(); code != websocket.StatusGoingAway {
 			t.Errorf("closed with %v (%v), want going away", code, p.err)
 		}
-		runReturns(t, f)
+		f.runReturns(t)
 		if s, _ := f.store.Session(context.Background(), "s"); s.Count != 1 {
 			t.Errorf("the answer finished in the grace period was not recorded: %+v", s)
 		}
@@ -654,7 +640,7 @@ func TestWSShutdown(t *testing.T) {
 		if code := p.closed(); code != websocket.StatusGoingAway {
 			t.Errorf("closed with %v (%v), want going away", code, p.err)
 		}
-		runReturns(t, f)
+		f.runReturns(t)
 		f.backend.Release()
 		if s, _ := f.store.Session(context.Background(), "s"); s.Count != 0 {
 			t.Errorf("a cut answer was recorded: %+v", s)
@@ -693,5 +679,20 @@ func TestWSRefusalsNeverBlockTheReader(t *testing.T) {
 	}
 	if ctx.Err() == nil || !strings.Contains(context.Cause(ctx).Error(), "refused messages without reading") {
 		t.Errorf("the connection of a client that does not read: %v", context.Cause(ctx))
+	}
+}
+
+// runReturns waits (up to wsGuard) for Run to return after a stop, then
+// leaves its result for the cleanup.
+func (f *fixture) runReturns(t *testing.T) {
+	t.Helper()
+	select {
+	case err := <-f.done:
+		if err != nil {
+			t.Errorf("Run: %v", err)
+		}
+		f.done <- err
+	case <-time.After(wsGuard):
+		t.Fatal("Run did not return: the stop waited for something")
 	}
 }
