@@ -494,3 +494,20 @@ func TestDerivedSessionIsPerSigil(t *testing.T) {
 		}
 	}
 }
+
+// usage's cached_tokens is what the backend reused where it says so
+// (llama-server), else what ctxd expects it to reuse.
+func TestUsageCachedTokens(t *testing.T) {
+	measured := 90
+	for _, c := range []struct {
+		sum  ctxd.Summary
+		want int
+	}{
+		{ctxd.Summary{PromptTokens: 100, CachedTokens: 96}, 96},
+		{ctxd.Summary{PromptTokens: 100, CachedTokens: 96, BackendCachedTokens: &measured}, 90},
+	} {
+		if got := usageOf(&c.sum).PromptTokensDetails.CachedTokens; got != c.want {
+			t.Errorf("%+v: cached_tokens %d; want %d", c.sum, got, c.want)
+		}
+	}
+}

@@ -42,7 +42,12 @@ type Usage struct {
 
 func usageOf(s *ctxd.Summary) *Usage {
 	u := &Usage{PromptTokens: s.PromptTokens, CompletionTokens: s.AnswerTokens, TotalTokens: s.PromptTokens + s.AnswerTokens}
+	// What the backend reused, where it says (llama-server); else what
+	// ctxd expects it to reuse (Ollama reports nothing).
 	u.PromptTokensDetails.CachedTokens = s.CachedTokens
+	if s.BackendCachedTokens != nil {
+		u.PromptTokensDetails.CachedTokens = *s.BackendCachedTokens
+	}
 	return u
 }
 

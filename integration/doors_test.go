@@ -49,11 +49,17 @@ func needNode(t *testing.T) string {
 // URL and the token.
 func doorsDaemon(t *testing.T) (*running, string, string) {
 	t.Helper()
+	return doorsDaemonOn(t, baseConfig)
+}
+
+// doorsDaemonOn is doorsDaemon on the backend configOf makes.
+func doorsDaemonOn(t *testing.T, configOf func(testing.TB, string, string) config.Config) (*running, string, string) {
+	t.Helper()
 	tok, hash, err := sigils.NewToken()
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := baseConfig(t, t.TempDir(), codexDir(t, 4000))
+	cfg := configOf(t, t.TempDir(), codexDir(t, 4000))
 	cfg.Daemon.TCPListen = "127.0.0.1:0"
 	cfg.Sigils = map[string]config.Sigil{
 		"default": {Scopes: []string{"ask"}},
@@ -324,6 +330,43 @@ func TestDoors(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Run("native reports the same", func(t *testing.T) { compareWithNative(t, r.cfg, tok, conversation, door) })
+	}
+}
+
+// TestOpenAIDoorOnLlamaServer: the same 10-turn conversation through the
+// OpenAI door with the openai npm client, on llama-server, which reports
+// how many prompt tokens it reused: usage.cached_tokens is that measured
+// figure, and it stays at least 95% of the prompt from turn 2 on.
+func TestOpenAIDoorOnLlamaServer(t *testing.T) {
+	needLlamaServer(t)
+	node := needNode(t)
+	r, base, tok := doorsDaemonOn(t, llamaConfig)
+	var out struct {
+		Turns []struct {
+			Turn                int  `json:"turn"`
+			Stream              bool `json:"stream"`
+			PromptTokens        int  `json:"prompt_tokens"`
+			CachedTokens        int  `json:"cached_tokens"`
+			CompletionTokens    int  `json:"completion_tokens"`
+			BackendCachedTokens *int `json:"backend_cached_tokens"`
+		}
+	}
+	runNode(t, node, "openai-chat.mjs", []string{"CTXD_BASE_URL=" + base + "/v1", "CTXD_TOKEN=" + tok, "CTXD_MODEL=" + r.cfg.Backend.Model}, &out)
+	if len(out.Turns) != 10 {
+		t.Fatalf("%d turns", len(out.Turns))
+	}
+	for _, tu := range out.Turns {
+		t.Logf("turn %2d stream=%-5v prompt %5d cached %5d (%.1f%%, measured by llama-server) answer %d tokens", tu.Turn, tu.Stream,
+			tu.PromptTokens, tu.CachedTokens, 100*float64(tu.CachedTokens)/float64(tu.PromptTokens), tu.CompletionTokens)
+		if tu.BackendCachedTokens == nil || *tu.BackendCachedTokens != tu.CachedTokens {
+			t.Errorf("turn %d: usage.cached_tokens %d is not llama-server's measured reuse %v", tu.Turn, tu.CachedTokens, tu.BackendCachedTokens)
+		}
+		if tu.Turn >= 2 && float64(tu.CachedTokens) < 0.95*float64(tu.PromptTokens) {
+			t.Errorf("turn %d: llama-server reused %d of %d prompt tokens; want at least 95%%", tu.Turn, tu.CachedTokens, tu.PromptTokens)
+		}
+		if tu.CompletionTokens == 0 {
+			t.Errorf("turn %d: no answer", tu.Turn)
+		}
 	}
 }
 

@@ -16,16 +16,19 @@ for (let i = 1; i <= 10; i++) {
   const stream = i % 2 === 1;
   let text = '';
   let usage;
+  let summary; // ctxd's own field beside OpenAI's
   if (stream) {
     const s = await client.chat.completions.create({ model, messages, stream: true, stream_options: { include_usage: true } });
     for await (const chunk of s) {
       text += chunk.choices[0]?.delta?.content ?? '';
       if (chunk.usage) usage = chunk.usage;
+      if (chunk.ctxd) summary = chunk.ctxd;
     }
   } else {
     const r = await client.chat.completions.create({ model, messages, temperature: 0.7, max_tokens: 50 });
     text = r.choices[0].message.content;
     usage = r.usage;
+    summary = r.ctxd;
   }
   messages.push({ role: 'assistant', content: text });
   out.turns.push({
@@ -33,6 +36,7 @@ for (let i = 1; i <= 10; i++) {
     prompt_tokens: usage.prompt_tokens,
     cached_tokens: usage.prompt_tokens_details?.cached_tokens,
     completion_tokens: usage.completion_tokens,
+    backend_cached_tokens: summary?.backend_cached_tokens ?? null,
   });
 }
 out.messages = messages;
