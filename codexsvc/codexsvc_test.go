@@ -443,3 +443,40 @@ func TestOldWorkingSetAfterAReload(t *testing.T) {
 		t.Errorf("the old working set after a reload: %+v, %d excerpts, %v", rep, len(ex), err)
 	}
 }
+
+// TestPeekNeitherLearnsNorMoves: questions outside any conversation (a
+// door's text completions) read the working set as it is: however many
+// there are, and however far from it, it is not chosen or moved by them,
+// and a conversation's next question finds it where it was.
+func TestPeekNeitherLearnsNorMoves(t *testing.T) {
+	t.Parallel()
+	s, snk := newService(t, 6000, false)
+	if _, err := s.Load(t.Context(), packages(t, 8, 4, 1500), nil); err != nil {
+		t.Fatal(err)
+	}
+	_, _, r, _ := snk.published()
+	ws := r.(*workingSet)
+	// Before any conversation: the map alone, nothing chosen.
+	b, ex, rep, err := ws.Peek(t.Context(), "pkgc frobs", 3)
+	if err != nil || rep.Moved != "" || rep.Generation != 0 || b.Body != ws.base.Body || len(ex) == 0 {
+		t.Fatalf("peek before any conversation: %+v, %d excerpts, %v", rep, len(ex), err)
+	}
+	first, _, rep, err := ws.Retrieve(t.Context(), "what do pkgc frobs turn into", 3)
+	if err != nil || rep.Generation != 1 {
+		t.Fatalf("the conversation's first question: %+v %v", rep, err)
+	}
+	for range 2 * driftQuestions {
+		b, ex, rep, err := ws.Peek(t.Context(), "pkgf gizmos widget", 3)
+		if err != nil || rep.Moved != "" || rep.Generation != 1 || b.Body != first.Body || len(ex) == 0 {
+			t.Fatalf("a peek far from the working set: %+v, %d excerpts, block unchanged %t, %v", rep, len(ex), b.Body == first.Body, err)
+		}
+	}
+	// The peeks counted for nothing: one question elsewhere does not move it.
+	b, _, rep, err = ws.Retrieve(t.Context(), "pkgf gizmos widget", 3)
+	if err != nil || rep.Moved != "" || b.Body != first.Body {
+		t.Errorf("the conversation's next question: %+v, block unchanged %t, %v", rep, b.Body == first.Body, err)
+	}
+	if len(ws.recent) != 2 {
+		t.Errorf("recent questions %q; want the conversation's two", ws.recent)
+	}
+}

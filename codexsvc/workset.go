@@ -113,6 +113,20 @@ func (c *wsChoice) holds(h sqlite.Hit) bool {
 // working set, which may move on this question), the query's top-k
 // excerpts from outside the working set, and what the working set did.
 func (w *workingSet) Retrieve(ctx context.Context, query string, k int) (runcontext.Codex, []ctxd.Excerpt, ctxd.WorkingSet, error) {
+	return w.retrieve(ctx, query, k, true)
+}
+
+// Peek is Retrieve for a question outside any conversation (a door's
+// text completion): the working set is read as it is; it neither learns
+// the question nor moves, so such questions cannot change the codex block
+// every session's prefix holds.
+func (w *workingSet) Peek(ctx context.Context, query string, k int) (runcontext.Codex, []ctxd.Excerpt, ctxd.WorkingSet, error) {
+	return w.retrieve(ctx, query, k, false)
+}
+
+// retrieve is Retrieve; learn says whether the question counts among the
+// recent ones the working set follows.
+func (w *workingSet) retrieve(ctx context.Context, query string, k int, learn bool) (runcontext.Codex, []ctxd.Excerpt, ctxd.WorkingSet, error) {
 	// Only the top k: each hit's file is read and chunked again, and the
 	// candidates a choice ranks are searched only when it is made.
 	top, err := w.hits(ctx, query, k)
@@ -121,12 +135,14 @@ func (w *workingSet) Retrieve(ctx context.Context, query string, k int) (runcont
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.recent = append(w.recent, query)
-	w.recent = w.recent[max(0, len(w.recent)-recentQuestions):]
 	var report ctxd.WorkingSet
 	moved := ""
+	if learn {
+		w.recent = append(w.recent, query)
+		w.recent = w.recent[max(0, len(w.recent)-recentQuestions):]
+	}
 	switch {
-	case len(top) == 0:
+	case !learn, len(top) == 0:
 	case w.cur == nil:
 		moved = "chosen for the first question"
 	default:

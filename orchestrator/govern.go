@@ -66,7 +66,11 @@ func (o *Orchestrator) prepare(ctx context.Context, req ctxd.AskRequest, sigil r
 		var err error
 		if set, ok := codex.retriever.(WorkingSet); ok {
 			var report ctxd.WorkingSet
-			rc.Codex, retrieved, report, err = set.Retrieve(ctx, req.Query, o.cfg.TopK)
+			retrieve := set.Retrieve
+			if req.Ephemeral {
+				retrieve = set.Peek
+			}
+			rc.Codex, retrieved, report, err = retrieve(ctx, req.Query, o.cfg.TopK)
 			ws = &report
 		} else {
 			retrieved, err = codex.retriever.Search(ctx, req.Query, o.cfg.TopK)
@@ -168,6 +172,9 @@ func (o *Orchestrator) prepare(ctx context.Context, req ctxd.AskRequest, sigil r
 // block to render now, and the question's top-k excerpts from outside it.
 type WorkingSet interface {
 	Retrieve(ctx context.Context, query string, k int) (runcontext.Codex, []ctxd.Excerpt, ctxd.WorkingSet, error)
+	// Peek is Retrieve for an ephemeral ask: the working set neither
+	// learns the question nor moves.
+	Peek(ctx context.Context, query string, k int) (runcontext.Codex, []ctxd.Excerpt, ctxd.WorkingSet, error)
 }
 
 // notPresent is excerpts without those an earlier turn of the history
