@@ -132,23 +132,67 @@ func compact(b json.RawMessage) string {
 }
 
 // Canonical is a JSON value in one form whatever the client did to it on
-// the way back: compact, object keys sorted, numbers as a float64 prints
-// (1.0 is 1), and <, > and & unescaped. Clients decode a tool call's
-// arguments into their own maps and objects and send them back re-encoded
-// (Ollama's Go client sorts the keys; JavaScript prints 1.0 as 1), and the
-// session must still see the answer it recorded. false if b is not JSON.
+// the way back: compact, object keys sorted, <, > and & unescaped, an
+// integer as its digits (-0 is 0, however large it is, never rounded) and
+// any other number as a float64 prints (1.0 is 1, 1e3 is 1000). Clients
+// decode a tool call's arguments into their own maps and objects and send
+// them back re-encoded (Ollama's Go client sorts the keys; JavaScript
+// prints 1.0 as 1), and the session must still see the answer it
+// recorded. false if b is not JSON.
 func Canonical(b []byte) (string, bool) {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.UseNumber()
 	var v any
-	if err := json.Unmarshal(b, &v); err != nil {
+	if err := dec.Decode(&v); err != nil || dec.More() {
 		return "", false
 	}
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
 	enc.SetEscapeHTML(false)
-	if err := enc.Encode(v); err != nil {
+	if err := enc.Encode(canonicalNumbers(v)); err != nil {
 		return "", false
 	}
 	return strings.TrimSuffix(buf.String(), "\n"), true
+}
+
+// canonicalNumbers rewrites the numbers of a decoded value in place.
+func canonicalNumbers(v any) any {
+	switch x := v.(type) {
+	case map[string]any:
+		for k, e := range x {
+			x[k] = canonicalNumbers(e)
+		}
+	case []any:
+		for i, e := range x {
+			x[i] = canonicalNumbers(e)
+		}
+	case json.Number:
+		return canonicalNumber(x)
+	}
+	return v
+}
+
+// canonicalNumber: an integer literal keeps its digits (without a sign on
+// zero or leading zeros, which JSON forbids anyway); any other number is
+// printed as a float64, as JavaScript and Go clients print it.
+func canonicalNumber(n json.Number) json.Number {
+	s := string(n)
+	if !strings.ContainsAny(s, ".eE") {
+		digits := strings.TrimPrefix(s, "-")
+		if strings.Trim(digits, "0") == "" {
+			return "0"
+		}
+		return n
+	}
+	f, err := n.Float64()
+	if err != nil {
+		return n // out of float64's range: as written
+	}
+	b, err := json.Marshal(f)
+	if err != nil {
+		return n
+	}
+	return json.Number(b)
 }
 
 func contains(list []string, s string) bool {

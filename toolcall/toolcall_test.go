@@ -72,3 +72,28 @@ func TestRenderSurvivesAClientsRoundTrip(t *testing.T) {
 		t.Errorf("recorded %s; want %s", recorded, want)
 	}
 }
+
+func TestCanonical(t *testing.T) {
+	for _, c := range []struct{ in, want string }{
+		{`{"b": 1, "a": [true, null, "x"]}`, `{"a":[true,null,"x"],"b":1}`},
+		{`{"id": 9007199254740993}`, `{"id":9007199254740993}`}, // past 2^53: never rounded
+		{`{"n": -0, "m": 1.0, "e": 1e3, "f": 0.1, "g": -2.50}`, `{"e":1000,"f":0.1,"g":-2.5,"m":1,"n":0}`},
+		{`{"s": "<a & b>", "u": "\u00e9"}`, `{"s":"<a & b>","u":"é"}`},
+		{`{"big": 1e400}`, `{"big":1e400}`}, // out of float64's range: as written
+		{`[1, 2]`, `[1,2]`},
+	} {
+		got, ok := Canonical([]byte(c.in))
+		if !ok || got != c.want {
+			t.Errorf("Canonical(%s) = %s %v; want %s", c.in, got, ok, c.want)
+		}
+		again, _ := Canonical([]byte(got))
+		if again != got {
+			t.Errorf("Canonical is not idempotent on %s: %s", got, again)
+		}
+	}
+	for _, bad := range []string{``, `{`, `{"a":1} {"b":2}`, `nul`} {
+		if got, ok := Canonical([]byte(bad)); ok {
+			t.Errorf("Canonical(%q) = %q, true; want false", bad, got)
+		}
+	}
+}
