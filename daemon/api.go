@@ -26,11 +26,12 @@ var allowed = map[string]string{
 
 // routes is every route of both listeners: the native API under /v1/ and
 // the front doors (OpenAI under /v1/, Ollama under /api/). tokens says
-// whether every request must carry a sigil's token (the TCP listener);
-// stopping is closed when the daemon begins to shut down.
-func (d *Daemon) routes(tokens bool, stopping <-chan struct{}) http.Handler {
+// whether every request must carry a sigil's token (the TCP listener).
+// The MCP endpoint is given mcp: its in-process requests run through the
+// same routes.
+func (d *Daemon) routes(tokens bool, mcp *mcpHTTP) http.Handler {
 	mux := http.NewServeMux()
-	var api http.Handler // the routes behind authentication, for the MCP endpoint's in-process requests
+	var api http.Handler // the routes behind authentication
 	d.doors().Register(mux)
 	mux.HandleFunc("GET /v1/health", d.handleHealth)
 	mux.HandleFunc("GET /v1/status", d.handleStatus)
@@ -47,9 +48,11 @@ func (d *Daemon) routes(tokens bool, stopping <-chan struct{}) http.Handler {
 	mux.HandleFunc("GET /v1/codex/files/{path...}", d.handleCodexFile)
 	mux.HandleFunc("GET /v1/sigil", d.handleSigil)
 	mux.HandleFunc("GET /v1/ws", d.handleWS)
-	mcpH := &mcpHTTP{d: d, api: func() http.Handler { return api }, stopping: stopping}
+	if mcp.api == nil { // the first listener's routes serve the in-process requests of both
+		mcp.api = func() http.Handler { return api }
+	}
 	for _, m := range []string{"GET", "POST", "DELETE"} {
-		mux.Handle(m+" /v1/mcp", mcpH)
+		mux.Handle(m+" /v1/mcp", mcp)
 	}
 	// Method-less patterns for the same paths catch the wrong methods:
 	// the method-specific ones above take precedence.
@@ -62,8 +65,8 @@ func (d *Daemon) routes(tokens bool, stopping <-chan struct{}) http.Handler {
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, ctxd.Errorf(ctxd.KindUnknownRoute, "no route %s %s; ctxd's own routes are under /v1/ (health, status, schema, ask, sessions, codex, sigil, ws, mcp), the OpenAI door's are /v1/chat/completions, /v1/completions and /v1/models, the Ollama door's under /api/", r.Method, r.URL.Path))
 	})
-	api = d.recoverer(mux)
-	return d.track(d.authenticate(api, tokens)) // the recoverer logs paths: it sees none with a token
+	api = d.track(d.recoverer(mux))                          // in-process requests are counted and drained like the others
+	return d.track(d.authenticate(d.recoverer(mux), tokens)) // the recoverer logs paths: it sees none with a token
 }
 
 // track counts the requests being served, so a shutdown can wait for

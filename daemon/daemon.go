@@ -164,17 +164,21 @@ func (d *Daemon) Run(ctx context.Context, ln net.Listener, ready func()) error {
 
 	reqCtx, stopRequests := context.WithCancelCause(context.WithoutCancel(ctx))
 	defer stopRequests(nil)
+	// The MCP endpoint's sessions, on both listeners: closed after the drain.
+	mcps := newMCPHTTP(d, ctx.Done(), reqCtx)
+	defer mcps.close()
 	newServer := func(tokens bool) *http.Server {
 		return &http.Server{
-			Handler:           d.routes(tokens, ctx.Done()),
+			Handler:           d.routes(tokens, mcps),
 			ReadHeaderTimeout: 10 * time.Second,
 			BaseContext:       func(net.Listener) context.Context { return reqCtx },
 			ErrorLog:          slog.NewLogLogger(d.log.Handler(), slog.LevelWarn),
 		}
 	}
-	srvs := []*http.Server{newServer(false)}
+	sock := newServer(false)
+	srvs := []*http.Server{sock}
 	serveErr := make(chan error, 2)
-	go func() { serveErr <- srvs[0].Serve(ln) }()
+	go func() { serveErr <- sock.Serve(ln) }()
 	d.log.Info("listening", "socket", ln.Addr().String())
 	if addr := d.cfg.Daemon.TCPListen; addr != "" {
 		tln, err := net.Listen("tcp", addr)
@@ -184,8 +188,9 @@ func (d *Daemon) Run(ctx context.Context, ln net.Listener, ready func()) error {
 		}
 		addr := tln.Addr().String()
 		d.tcpAddr.Store(&addr)
-		srvs = append(srvs, newServer(true))
-		go func() { serveErr <- srvs[1].Serve(tln) }()
+		tcp := newServer(true)
+		srvs = append(srvs, tcp)
+		go func() { serveErr <- tcp.Serve(tln) }()
 		d.log.Info("listening", "tcp", tln.Addr().String(), "tokens", "required")
 	}
 

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"sync"
@@ -26,14 +27,37 @@ import (
 // long: a client that went away leaves nothing behind for good.
 const mcpSessionTimeout = 30 * time.Minute
 
-// mcpHTTP serves /v1/mcp.
+// mcpHTTP serves /v1/mcp on both listeners.
 type mcpHTTP struct {
 	d        *Daemon
-	api      func() http.Handler // the daemon's routes, behind authentication
+	api      func() http.Handler // the daemon's routes behind authentication, counted as requests; set by routes
 	stopping <-chan struct{}     // closed when the daemon begins to shut down
+	requests context.Context     // the daemon's requests' context: it ends when the daemon stops them
 
 	mu      sync.Mutex
-	bySigil map[string]http.Handler // guarded by mu: each sigil's sessions
+	bySigil map[string]mcpSigil // guarded by mu
+}
+
+// mcpSigil is one sigil's MCP server and the handler of its sessions.
+type mcpSigil struct {
+	srv *mcpserver.Server
+	h   http.Handler
+}
+
+// newMCPHTTP returns the MCP endpoint of a daemon's run.
+func newMCPHTTP(d *Daemon, stopping <-chan struct{}, requests context.Context) *mcpHTTP {
+	return &mcpHTTP{d: d, stopping: stopping, requests: requests, bySigil: map[string]mcpSigil{}}
+}
+
+// close ends every MCP session, once the daemon has stopped serving.
+func (m *mcpHTTP) close() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, s := range m.bySigil {
+		for ss := range s.srv.MCP().Sessions() {
+			_ = ss.Close()
+		}
+	}
 }
 
 func (m *mcpHTTP) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -80,11 +104,11 @@ func (m *mcpHTTP) sessions(ctx context.Context, sigil authInfo) (http.Handler, e
 	if !sigil.byToken {
 		key = "\x00" + key // named on the socket, not proven by a token
 	}
-	if h, ok := m.bySigil[key]; ok {
-		return h, nil
+	if s, ok := m.bySigil[key]; ok {
+		return s.h, nil
 	}
 	log := m.d.log.With("component", "mcp")
-	c := client.New("", client.WithTransport(inProcess{api: m.api, sigil: sigil}))
+	c := client.New("", client.WithTransport(inProcess{api: m.api, sigil: sigil, base: m.requests}))
 	srv, err := mcpserver.New(ctx, c, mcpserver.Options{Version: m.d.version, Logger: log})
 	if err != nil {
 		return nil, ctxd.Errorf(ctxd.KindInternal, "daemon: MCP server for sigil %q: %w", sigil.name, err)
@@ -94,10 +118,7 @@ func (m *mcpHTTP) sessions(ctx context.Context, sigil authInfo) (http.Handler, e
 		MaxRequestBodyBytes: m.d.cfg.Daemon.MaxBodyBytes,
 		Logger:              log,
 	})
-	if m.bySigil == nil {
-		m.bySigil = map[string]http.Handler{}
-	}
-	m.bySigil[key] = h
+	m.bySigil[key] = mcpSigil{srv: srv, h: h}
 	return h, nil
 }
 
@@ -105,14 +126,19 @@ func (m *mcpHTTP) sessions(ctx context.Context, sigil authInfo) (http.Handler, e
 // daemon's routes in this process, bound to a sigil as a token would bind
 // it. The answer streams through a pipe: the handler runs in its own
 // goroutine, which ends when it returns; a reader that closes the body
-// early makes its next write fail, and it returns.
+// early makes its next write fail, and it returns. The request is also
+// stopped when base ends (the daemon stops its requests): an MCP tool's
+// context does not end with its client.
 type inProcess struct {
 	api   func() http.Handler
 	sigil authInfo
+	base  context.Context
 }
 
 func (t inProcess) RoundTrip(req *http.Request) (*http.Response, error) {
-	r := req.Clone(context.WithValue(req.Context(), authKey{}, t.sigil))
+	ctx, cancel := context.WithCancelCause(req.Context())
+	stop := context.AfterFunc(t.base, func() { cancel(context.Cause(t.base)) })
+	r := req.Clone(context.WithValue(ctx, authKey{}, t.sigil))
 	if r.Body == nil {
 		r.Body = http.NoBody
 	}
@@ -121,8 +147,13 @@ func (t inProcess) RoundTrip(req *http.Request) (*http.Response, error) {
 	w := &pipeResponse{header: http.Header{}, body: pw, started: make(chan struct{})}
 	go func() {
 		defer func() {
+			if v := recover(); v != nil { // http.ErrAbortHandler, which the recoverer passes on: drop the answer
+				pw.CloseWithError(fmt.Errorf("daemon: in-process request %s %s aborted: %v", r.Method, r.URL.Path, v))
+			}
 			w.WriteHeader(http.StatusOK) // a handler that wrote nothing
 			pw.Close()
+			stop()
+			cancel(nil)
 		}()
 		t.api().ServeHTTP(w, r)
 	}()

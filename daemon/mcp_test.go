@@ -198,3 +198,43 @@ func TestMCPStreamDoesNotHoldTheShutdown(t *testing.T) {
 	f.cancel()
 	f.runReturns(t)
 }
+
+// TestMCPToolCallInFlightAtShutdown: an ask an MCP client runs when the
+// daemon begins to stop is a request like the others: the daemon waits
+// for it through the grace period, then stops it at the backend, and only
+// then closes the store; Run returns.
+func TestMCPToolCallInFlightAtShutdown(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, fixtureOptions{config: func(c *config.Config) {
+		c.Daemon.ShutdownGrace = config.Duration{Duration: 200 * time.Millisecond}
+	}})
+	cs, err := mcpHTTPSession(t, f.cfg.Daemon.Socket, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.backend.Hold()
+	defer f.backend.Release()
+	called := make(chan *mcp.CallToolResult, 1)
+	go func() {
+		res, _ := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "ask", Arguments: map[string]any{"query": "a long one"}})
+		called <- res
+	}()
+	select {
+	case <-f.backend.Started():
+	case <-time.After(wsGuard):
+		t.Fatal("the ask did not reach the backend")
+	}
+	f.cancel()
+	f.runReturns(t)
+	if n := f.backend.Stopped(); n != 1 {
+		t.Errorf("the backend was told to stop %d generations; want the MCP ask's", n)
+	}
+	select {
+	case res := <-called:
+		if res != nil && !res.IsError {
+			t.Errorf("the stopped ask answered: %+v", res)
+		}
+	case <-time.After(wsGuard):
+		t.Error("the MCP client's call did not end")
+	}
+}
