@@ -13,6 +13,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/ctxd/ctxd/config"
+	"github.com/ctxd/ctxd/internal/mcptest"
 	"github.com/ctxd/ctxd/sigils"
 )
 
@@ -46,35 +47,6 @@ func (h headerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	return h.next.RoundTrip(r)
 }
 
-func toolNames(t *testing.T, cs *mcp.ClientSession) []string {
-	t.Helper()
-	res, err := cs.ListTools(t.Context(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var names []string
-	for _, tool := range res.Tools {
-		names = append(names, tool.Name)
-	}
-	slices.Sort(names)
-	return names
-}
-
-func callText(t *testing.T, cs *mcp.ClientSession, name string, args map[string]any) (*mcp.CallToolResult, string) {
-	t.Helper()
-	res, err := cs.CallTool(t.Context(), &mcp.CallToolParams{Name: name, Arguments: args})
-	if err != nil {
-		t.Fatalf("%s: %v", name, err)
-	}
-	var sb strings.Builder
-	for _, c := range res.Content {
-		if tc, ok := c.(*mcp.TextContent); ok {
-			sb.WriteString(tc.Text)
-		}
-	}
-	return res, sb.String()
-}
-
 // TestMCPOverHTTP: /v1/mcp serves the MCP server over streamable HTTP,
 // bound to the sigil of the request that opened the session: the tools
 // and resources its scopes allow, asks that run on the daemon's request
@@ -96,14 +68,15 @@ func TestMCPOverHTTP(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := toolNames(t, plain); !slices.Equal(got, []string{"ask", "status"}) {
+	if got := mcptest.ToolNames(t, plain); !slices.Equal(got, []string{"ask", "status"}) {
 		t.Errorf("the default sigil is offered %v", got)
 	}
 	f.backend.SetAnswer("an answer")
 	var turns []int
 	var session string
 	for _, q := range []string{"Where is Listen?", "And Close?"} {
-		res, text := callText(t, plain, "ask", map[string]any{"query": q})
+		res := mcptest.Call(t, plain, "ask", map[string]any{"query": q})
+		text := mcptest.Text(res)
 		if res.IsError || !strings.Contains(text, "an answer") {
 			t.Fatalf("ask: %s", text)
 		}
@@ -133,16 +106,17 @@ func TestMCPOverHTTP(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := toolNames(t, coder); !slices.Equal(got, []string{"ask", "search_codex", "status"}) {
+	if got := mcptest.ToolNames(t, coder); !slices.Equal(got, []string{"ask", "search_codex", "status"}) {
 		t.Errorf("sigil agent is offered %v", got)
 	}
-	res, text := callText(t, coder, "status", nil)
+	res := mcptest.Call(t, coder, "status", nil)
+	text := mcptest.Text(res)
 	if res.IsError || !strings.Contains(text, `"ready": true`) {
 		t.Errorf("status: %.300s", text)
 	}
 	// The daemon's refusal is a tool error: the small codex is loaded whole.
-	if res, text := callText(t, coder, "search_codex", map[string]any{"query": "Listen"}); !res.IsError || !strings.Contains(text, "not indexed for search") {
-		t.Errorf("search_codex on a codex loaded whole: %v %q", res.IsError, text)
+	if res := mcptest.Call(t, coder, "search_codex", map[string]any{"query": "Listen"}); !res.IsError || !strings.Contains(mcptest.Text(res), "not indexed for search") {
+		t.Errorf("search_codex on a codex loaded whole: %v %q", res.IsError, mcptest.Text(res))
 	}
 	files, err := coder.ListResources(t.Context(), nil)
 	if err != nil || len(files.Resources) == 0 {
@@ -192,7 +166,7 @@ func TestMCPStreamDoesNotHoldTheShutdown(t *testing.T) {
 	// The go-sdk's client keeps a stream of the server's messages open
 	// (GET /v1/mcp) for as long as its session lasts; this waits until
 	// the session answers.
-	if got := toolNames(t, cs); len(got) == 0 {
+	if got := mcptest.ToolNames(t, cs); len(got) == 0 {
 		t.Fatal("no tools")
 	}
 	f.cancel()

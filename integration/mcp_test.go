@@ -14,6 +14,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/ctxd/ctxd/config"
+	"github.com/ctxd/ctxd/internal/mcptest"
 	"github.com/ctxd/ctxd/sigils"
 )
 
@@ -53,7 +54,7 @@ func TestMCPServesTheRealDaemon(t *testing.T) {
 
 	// Without a token: the default sigil, which may only ask.
 	plain := mcpSession(t, bin, nil, "--socket", sock)
-	if got := mcpTools(t, plain); !slices.Equal(got, []string{"ask", "status"}) {
+	if got := mcptest.ToolNames(t, plain); !slices.Equal(got, []string{"ask", "status"}) {
 		t.Errorf("the default sigil is offered %v", got)
 	}
 	if plain.InitializeResult().Capabilities.Resources != nil {
@@ -62,7 +63,7 @@ func TestMCPServesTheRealDaemon(t *testing.T) {
 
 	// With coder's token, from $CTXD_TOKEN as an MCP client's config passes it.
 	cs := mcpSession(t, bin, []string{"CTXD_TOKEN=" + tok}, "--socket", sock)
-	if got := mcpTools(t, cs); !slices.Equal(got, []string{"ask", "search_codex", "status"}) {
+	if got := mcptest.ToolNames(t, cs); !slices.Equal(got, []string{"ask", "search_codex", "status"}) {
 		t.Errorf("sigil coder is offered %v", got)
 	}
 
@@ -76,15 +77,15 @@ func TestMCPServesTheRealDaemon(t *testing.T) {
 		ReusePercent    float64 `json:"reuse_percent"`
 	}
 	for i, q := range []string{"What does Handler3 return?", "Which handler serves kind 7?"} {
-		res := mcpCall(t, cs, "ask", map[string]any{"query": q})
+		res := mcptest.Call(t, cs, "ask", map[string]any{"query": q})
 		if res.IsError {
-			t.Fatalf("ask %q: %s", q, mcpText(res))
+			t.Fatalf("ask %q: %s", q, mcptest.Text(res))
 		}
 		b, _ := json.Marshal(res.StructuredContent)
 		if err := json.Unmarshal(b, &turns[i]); err != nil {
 			t.Fatalf("ask's structured content %s: %v", b, err)
 		}
-		t.Logf("ask %d: %s — %s", i+1, b, mcpText(res))
+		t.Logf("ask %d: %s — %s", i+1, b, mcptest.Text(res))
 	}
 	first, second := turns[0], turns[1]
 	if !strings.HasPrefix(first.Session, "mcp-") || second.Session != first.Session || first.Turn != 1 || second.Turn != 2 || second.Mode != "cag" {
@@ -100,11 +101,11 @@ func TestMCPServesTheRealDaemon(t *testing.T) {
 	}
 
 	// A codex loaded whole is not searched: the daemon's error, as a tool error.
-	if res := mcpCall(t, cs, "search_codex", map[string]any{"query": "Handler3"}); !res.IsError || !strings.Contains(mcpText(res), "not indexed for search") || !strings.Contains(mcpText(res), "HTTP 409") {
-		t.Errorf("search_codex of a codex loaded whole: error %v, %q", res.IsError, mcpText(res))
+	if res := mcptest.Call(t, cs, "search_codex", map[string]any{"query": "Handler3"}); !res.IsError || !strings.Contains(mcptest.Text(res), "not indexed for search") || !strings.Contains(mcptest.Text(res), "HTTP 409") {
+		t.Errorf("search_codex of a codex loaded whole: error %v, %q", res.IsError, mcptest.Text(res))
 	}
-	if res := mcpCall(t, cs, "status", nil); res.IsError || !json.Valid([]byte(mcpText(res))) || !strings.Contains(mcpText(res), `"codex"`) {
-		t.Errorf("status: %.300s", mcpText(res))
+	if res := mcptest.Call(t, cs, "status", nil); res.IsError || !json.Valid([]byte(mcptest.Text(res))) || !strings.Contains(mcptest.Text(res), `"codex"`) {
+		t.Errorf("status: %.300s", mcptest.Text(res))
 	}
 	checkCodexResources(t, cs, codex)
 
@@ -114,27 +115,27 @@ func TestMCPServesTheRealDaemon(t *testing.T) {
 	if err != nil || st.Plan.Mode != "rag" {
 		t.Fatalf("load a larger codex: %v, %+v", err, st)
 	}
-	res := mcpCall(t, cs, "search_codex", map[string]any{"query": "Handler12 kind", "k": 2})
+	res := mcptest.Call(t, cs, "search_codex", map[string]any{"query": "Handler12 kind", "k": 2})
 	var found struct {
 		Excerpts []struct{ Path, Lines, Text string } `json:"excerpts"`
 	}
 	b, _ := json.Marshal(res.StructuredContent)
 	if err := json.Unmarshal(b, &found); err != nil || res.IsError || len(found.Excerpts) != 2 ||
-		!strings.Contains(found.Excerpts[0].Text, "Handler12") || !strings.Contains(mcpText(res), found.Excerpts[0].Path+":"+found.Excerpts[0].Lines) {
-		t.Errorf("search_codex of a codex retrieved from: %v %s\n%.500s", err, b, mcpText(res))
+		!strings.Contains(found.Excerpts[0].Text, "Handler12") || !strings.Contains(mcptest.Text(res), found.Excerpts[0].Path+":"+found.Excerpts[0].Lines) {
+		t.Errorf("search_codex of a codex retrieved from: %v %s\n%.500s", err, b, mcptest.Text(res))
 	}
 	// The resources follow the codex the daemon holds now.
 	checkCodexResources(t, cs, big)
 
 	// Bad input is an error the agent can read, and the server goes on.
-	if res := mcpCall(t, cs, "search_codex", map[string]any{"query": "x", "k": 99}); !res.IsError || !strings.Contains(mcpText(res), "maximum") {
-		t.Errorf("search_codex with k 99: error %v, %q", res.IsError, mcpText(res))
+	if res := mcptest.Call(t, cs, "search_codex", map[string]any{"query": "x", "k": 99}); !res.IsError || !strings.Contains(mcptest.Text(res), "maximum") {
+		t.Errorf("search_codex with k 99: error %v, %q", res.IsError, mcptest.Text(res))
 	}
 	if _, err := cs.ReadResource(t.Context(), &mcp.ReadResourceParams{URI: "ctxd-codex:///no/such/file.go"}); err == nil || !strings.Contains(err.Error(), "not found") {
 		t.Errorf("read of a file the codex does not hold: %v", err)
 	}
-	if res := mcpCall(t, cs, "status", nil); res.IsError {
-		t.Errorf("status after bad input: %s", mcpText(res))
+	if res := mcptest.Call(t, cs, "status", nil); res.IsError {
+		t.Errorf("status after bad input: %s", mcptest.Text(res))
 	}
 }
 
@@ -189,40 +190,6 @@ func mcpSession(t *testing.T, bin string, env []string, args ...string) *mcp.Cli
 		}
 	})
 	return cs
-}
-
-func mcpTools(t *testing.T, cs *mcp.ClientSession) []string {
-	t.Helper()
-	res, err := cs.ListTools(t.Context(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var names []string
-	for _, tl := range res.Tools {
-		names = append(names, tl.Name)
-	}
-	slices.Sort(names)
-	return names
-}
-
-func mcpCall(t *testing.T, cs *mcp.ClientSession, name string, args map[string]any) *mcp.CallToolResult {
-	t.Helper()
-	res, err := cs.CallTool(t.Context(), &mcp.CallToolParams{Name: name, Arguments: args})
-	if err != nil {
-		t.Fatalf("call %s: %v", name, err)
-	}
-	return res
-}
-
-// mcpText is a tool result's text, joined.
-func mcpText(res *mcp.CallToolResult) string {
-	var parts []string
-	for _, c := range res.Content {
-		if tc, ok := c.(*mcp.TextContent); ok {
-			parts = append(parts, tc.Text)
-		}
-	}
-	return strings.Join(parts, "\n")
 }
 
 // lockedBuffer is a bytes.Buffer a subprocess's output goroutine and the

@@ -18,6 +18,7 @@ import (
 
 	"github.com/ctxd/ctxd"
 	"github.com/ctxd/ctxd/client"
+	"github.com/ctxd/ctxd/internal/mcptest"
 )
 
 // fakeDaemon serves the few routes the MCP server uses, on a Unix socket.
@@ -230,40 +231,6 @@ func connectTo(t *testing.T, s *Server) *mcp.ClientSession {
 	return cs
 }
 
-func toolNames(t *testing.T, cs *mcp.ClientSession) []string {
-	t.Helper()
-	res, err := cs.ListTools(t.Context(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var names []string
-	for _, tl := range res.Tools {
-		names = append(names, tl.Name)
-	}
-	slices.Sort(names)
-	return names
-}
-
-func call(t *testing.T, cs *mcp.ClientSession, name string, args map[string]any) *mcp.CallToolResult {
-	t.Helper()
-	res, err := cs.CallTool(t.Context(), &mcp.CallToolParams{Name: name, Arguments: args})
-	if err != nil {
-		t.Fatalf("call %s %v: %v", name, args, err)
-	}
-	return res
-}
-
-// text is a result's text content, joined.
-func text(res *mcp.CallToolResult) string {
-	var parts []string
-	for _, c := range res.Content {
-		if tc, ok := c.(*mcp.TextContent); ok {
-			parts = append(parts, tc.Text)
-		}
-	}
-	return strings.Join(parts, "\n")
-}
-
 // structured decodes a result's structured content into v.
 func structured(t *testing.T, res *mcp.CallToolResult, v any) {
 	t.Helper()
@@ -290,7 +257,7 @@ func TestToolsAndResourcesFollowTheSigil(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			s, cs := connect(t, f, c.token)
-			if got := toolNames(t, cs); !slices.Equal(got, c.tools) {
+			if got := mcptest.ToolNames(t, cs); !slices.Equal(got, c.tools) {
 				t.Errorf("tools %v, want %v", got, c.tools)
 			}
 			if has := cs.InitializeResult().Capabilities.Resources != nil; has != c.resources {
@@ -333,27 +300,27 @@ func TestAsk(t *testing.T) {
 	f := newFakeDaemon(t)
 	s, cs := connect(t, f, "")
 	var first, second askOutput
-	res := call(t, cs, "ask", map[string]any{"query": "What does Handler1 return?"})
+	res := mcptest.Call(t, cs, "ask", map[string]any{"query": "What does Handler1 return?"})
 	structured(t, res, &first)
-	if res.IsError || !strings.HasPrefix(text(res), "Handler1 returns nil.") || !strings.HasPrefix(first.Session, "mcp-") || first.Turn != 1 {
-		t.Fatalf("first ask: %q %+v", text(res), first)
+	if res.IsError || !strings.HasPrefix(mcptest.Text(res), "Handler1 returns nil.") || !strings.HasPrefix(first.Session, "mcp-") || first.Turn != 1 {
+		t.Fatalf("first ask: %q %+v", mcptest.Text(res), first)
 	}
-	res = call(t, cs, "ask", map[string]any{"query": "And Handler2?", "pin": true})
+	res = mcptest.Call(t, cs, "ask", map[string]any{"query": "And Handler2?", "pin": true})
 	structured(t, res, &second)
 	if second.Session != first.Session || second.Turn != 2 || second.CachedTokens != 90 || second.ReusePercent != 90 || second.EvaluatedTokens != 10 {
 		t.Errorf("second ask in the connection's session: %+v", second)
 	}
-	if !strings.Contains(text(res), "90 cached (90.0%)") {
-		t.Errorf("second ask's text: %q", text(res))
+	if !strings.Contains(mcptest.Text(res), "90 cached (90.0%)") {
+		t.Errorf("second ask's text: %q", mcptest.Text(res))
 	}
 	var named askOutput
-	structured(t, call(t, cs, "ask", map[string]any{"query": "hi", "session": "mine.1"}), &named)
+	structured(t, mcptest.Call(t, cs, "ask", map[string]any{"query": "hi", "session": "mine.1"}), &named)
 	if named.Session != "mine.1" || named.Turn != 1 {
 		t.Errorf("ask in a named session: %+v", named)
 	}
 	// Another connection has its own default session.
 	var other askOutput
-	structured(t, call(t, connectTo(t, s), "ask", map[string]any{"query": "hi"}), &other)
+	structured(t, mcptest.Call(t, connectTo(t, s), "ask", map[string]any{"query": "hi"}), &other)
 	if other.Session == first.Session || !strings.HasPrefix(other.Session, "mcp-") {
 		t.Errorf("second connection's session %q, first's %q", other.Session, first.Session)
 	}
@@ -387,14 +354,14 @@ func TestBadInputAndDaemonErrorsAreToolErrors(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			res := call(t, cs, c.tool, c.args)
+			res := mcptest.Call(t, cs, c.tool, c.args)
 			if !res.IsError {
-				t.Fatalf("not an error: %q %v", text(res), res.StructuredContent)
+				t.Fatalf("not an error: %q %v", mcptest.Text(res), res.StructuredContent)
 			}
-			t.Logf("%s", text(res))
+			t.Logf("%s", mcptest.Text(res))
 			for _, w := range c.want {
-				if !strings.Contains(text(res), w) {
-					t.Errorf("error %q does not say %q", text(res), w)
+				if !strings.Contains(mcptest.Text(res), w) {
+					t.Errorf("error %q does not say %q", mcptest.Text(res), w)
 				}
 			}
 		})
@@ -413,9 +380,9 @@ func TestUnreachableDaemonIsAToolError(t *testing.T) {
 		if tool == "status" {
 			args = nil
 		}
-		res := call(t, cs, tool, args)
-		if !res.IsError || !strings.Contains(text(res), tool) || !strings.Contains(text(res), "cannot reach the daemon") {
-			t.Errorf("%s without the daemon: error %v, %q", tool, res.IsError, text(res))
+		res := mcptest.Call(t, cs, tool, args)
+		if !res.IsError || !strings.Contains(mcptest.Text(res), tool) || !strings.Contains(mcptest.Text(res), "cannot reach the daemon") {
+			t.Errorf("%s without the daemon: error %v, %q", tool, res.IsError, mcptest.Text(res))
 		}
 	}
 }
@@ -424,28 +391,28 @@ func TestSearchCodex(t *testing.T) {
 	f := newFakeDaemon(t)
 	_, cs := connect(t, f, "reader")
 	var out searchOutput
-	res := call(t, cs, "search_codex", map[string]any{"query": "Handler1", "k": 2})
+	res := mcptest.Call(t, cs, "search_codex", map[string]any{"query": "Handler1", "k": 2})
 	structured(t, res, &out)
 	if res.IsError || len(out.Excerpts) != 2 || out.Excerpts[0] != (excerpt{"pkg/handlers.go", "3-3", "func Handler1() error { return nil }\n"}) {
-		t.Fatalf("search: %q %+v", text(res), out)
+		t.Fatalf("search: %q %+v", mcptest.Text(res), out)
 	}
-	if want := "pkg/handlers.go:3-3\nfunc Handler1() error { return nil }\n\nREADME.md:1-1\n# Handlers"; text(res) != want {
-		t.Errorf("search text %q, want %q", text(res), want)
+	if want := "pkg/handlers.go:3-3\nfunc Handler1() error { return nil }\n\nREADME.md:1-1\n# Handlers"; mcptest.Text(res) != want {
+		t.Errorf("search text %q, want %q", mcptest.Text(res), want)
 	}
-	res = call(t, cs, "search_codex", map[string]any{"query": "nothing"})
+	res = mcptest.Call(t, cs, "search_codex", map[string]any{"query": "nothing"})
 	structured(t, res, &out)
-	if res.IsError || len(out.Excerpts) != 0 || !strings.Contains(text(res), "no excerpt") {
-		t.Errorf("search that finds nothing: %q %+v", text(res), out)
+	if res.IsError || len(out.Excerpts) != 0 || !strings.Contains(mcptest.Text(res), "no excerpt") {
+		t.Errorf("search that finds nothing: %q %+v", mcptest.Text(res), out)
 	}
 }
 
 func TestStatus(t *testing.T) {
 	f := newFakeDaemon(t)
 	_, cs := connect(t, f, "")
-	res := call(t, cs, "status", nil)
+	res := mcptest.Call(t, cs, "status", nil)
 	var st map[string]any
-	if err := json.Unmarshal([]byte(text(res)), &st); err != nil || res.IsError || st["version"] != "fake" {
-		t.Errorf("status: %v %q", err, text(res))
+	if err := json.Unmarshal([]byte(mcptest.Text(res)), &st); err != nil || res.IsError || st["version"] != "fake" {
+		t.Errorf("status: %v %q", err, mcptest.Text(res))
 	}
 }
 
