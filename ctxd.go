@@ -43,6 +43,11 @@ type AskRequest struct {
 	// prompts leaves no thousand sessions behind. Session still names the
 	// ask (its queue, its summary). Set by the doors, not by the native API.
 	Ephemeral bool `json:"-"`
+	// MaxTokens caps this answer's length below the daemon's answer
+	// reserve (limits.answer_reserve): 0 (or more than the reserve) is the
+	// reserve. The window is planned with the reserve, so a smaller cap
+	// changes nothing the backend holds.
+	MaxTokens int `json:"max_tokens,omitempty"`
 }
 
 // Tool is a function a client offers the model.

@@ -32,12 +32,13 @@ type WSMessage struct {
 	ID   string `json:"id,omitempty"` // the client's name for one ask, unique among its running asks
 
 	// Ask (client): the fields of an AskRequest.
-	Session string `json:"session,omitempty"`
-	Query   string `json:"query,omitempty"`
-	Pin     bool   `json:"pin,omitempty"`
-	Sigil   string `json:"sigil,omitempty"`
-	System  string `json:"system,omitempty"`
-	History []Turn `json:"history,omitempty"`
+	Session   string `json:"session,omitempty"`
+	Query     string `json:"query,omitempty"`
+	Pin       bool   `json:"pin,omitempty"`
+	Sigil     string `json:"sigil,omitempty"`
+	System    string `json:"system,omitempty"`
+	History   []Turn `json:"history,omitempty"`
+	MaxTokens int    `json:"max_tokens,omitempty"`
 
 	// Token, summary, error (daemon).
 	Text    string   `json:"text,omitempty"`
@@ -59,10 +60,10 @@ type WSMessage struct {
 
 // AskRequest is the ask a message of type WSAsk carries.
 func (m WSMessage) AskRequest() AskRequest {
-	return AskRequest{Session: m.Session, Query: m.Query, Sigil: m.Sigil, Pin: m.Pin, System: m.System, History: m.History}
+	return AskRequest{Session: m.Session, Query: m.Query, Sigil: m.Sigil, Pin: m.Pin, System: m.System, History: m.History, MaxTokens: m.MaxTokens}
 }
 
 // WSAskMessage is the message that sends req as the ask id.
 func WSAskMessage(id string, req AskRequest) WSMessage {
-	return WSMessage{Type: WSAsk, ID: id, Session: req.Session, Query: req.Query, Sigil: req.Sigil, Pin: req.Pin, System: req.System, History: req.History}
+	return WSMessage{Type: WSAsk, ID: id, Session: req.Session, Query: req.Query, Sigil: req.Sigil, Pin: req.Pin, System: req.System, History: req.History, MaxTokens: req.MaxTokens}
 }

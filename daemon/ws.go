@@ -323,14 +323,15 @@ func (c *wsConn) handle(b []byte) {
 
 // wsAsk is the shape of an ask message; other fields are refused.
 type wsAsk struct {
-	Type    string      `json:"type"`
-	ID      string      `json:"id"`
-	Session string      `json:"session"`
-	Query   string      `json:"query"`
-	Pin     bool        `json:"pin"`
-	Sigil   string      `json:"sigil"`
-	System  string      `json:"system"`
-	History []ctxd.Turn `json:"history"`
+	Type      string      `json:"type"`
+	ID        string      `json:"id"`
+	Session   string      `json:"session"`
+	Query     string      `json:"query"`
+	Pin       bool        `json:"pin"`
+	Sigil     string      `json:"sigil"`
+	System    string      `json:"system"`
+	History   []ctxd.Turn `json:"history"`
+	MaxTokens int         `json:"max_tokens"`
 }
 
 // ask starts an ask in its own goroutine, or refuses it.
@@ -358,7 +359,7 @@ func (c *wsConn) ask(b []byte, id string) {
 		c.refuse(m.ID, err)
 		return
 	}
-	req := ctxd.AskRequest{Session: m.Session, Query: m.Query, Sigil: sigil, Pin: m.Pin, System: m.System, History: m.History}
+	req := ctxd.AskRequest{Session: m.Session, Query: m.Query, Sigil: sigil, Pin: m.Pin, System: m.System, History: m.History, MaxTokens: m.MaxTokens}
 
 	c.mu.Lock()
 	select {

@@ -128,17 +128,28 @@ func (d *Doors) engine() (Engine, Model, error) { return d.cfg.Engine() }
 
 // open is the start every asking handler shares: it decodes the body into
 // req, finds the request path and checks the model *model names (read
-// after decoding). It returns the fields the body sent.
-func (d *Doors) open(w http.ResponseWriter, r *http.Request, req any, model *string) ([]string, Engine, error) {
+// after decoding). It returns the fields the body sent, and the model.
+func (d *Doors) open(w http.ResponseWriter, r *http.Request, req any, model *string) ([]string, Engine, Model, error) {
 	sent, err := d.decode(w, r, req)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, Model{}, err
 	}
 	eng, m, err := d.engine()
 	if err == nil {
 		err = checkModel(*model, m)
 	}
-	return sent, eng, err
+	return sent, eng, m, err
+}
+
+// answerCap is the cap on the answer's length a client asked for, if ctxd
+// honours it: one under the answer reserve (the window is planned with the
+// reserve, so a smaller cap changes nothing the backend holds). A larger
+// one has no effect, and its field is listed as ignored.
+func answerCap(asked float64, m Model) (int, bool) {
+	if asked >= 1 && asked == float64(int(asked)) && int(asked) < m.AnswerReserve {
+		return int(asked), true
+	}
+	return 0, false
 }
 
 // ask is the AskRequest of a conversation on a door: its session (the

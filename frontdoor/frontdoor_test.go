@@ -511,3 +511,52 @@ func TestUsageCachedTokens(t *testing.T) {
 		}
 	}
 }
+
+// A cap on the answer under the answer reserve is honoured (max_tokens,
+// OpenAI's newer max_completion_tokens, Ollama's options.num_predict); a
+// larger one has no effect and is listed as ignored; a cap under 1 is
+// OpenAI's 400.
+func TestAnswerCap(t *testing.T) {
+	e := &engine{pieces: []string{"a"}}
+	m := testModel
+	m.AnswerReserve = 64
+	d := New(Config{Engine: func() (Engine, Model, error) { return e, m, nil }})
+	mux := http.NewServeMux()
+	d.Register(mux)
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+	msgs := `"messages":[{"role":"user","content":"q"}]`
+	for _, c := range []struct {
+		path, body string
+		status     int
+		cap        int
+		ignored    string
+	}{
+		{"/v1/chat/completions", `{"model":"ctxd","max_tokens":9,` + msgs + `}`, 200, 9, ""},
+		{"/v1/chat/completions", `{"model":"ctxd","max_tokens":9,"max_completion_tokens":20,` + msgs + `}`, 200, 20, "max_tokens"},
+		{"/v1/chat/completions", `{"model":"ctxd","max_tokens":4096,` + msgs + `}`, 200, 0, "max_tokens"},
+		{"/v1/chat/completions", `{"model":"ctxd","max_tokens":0,` + msgs + `}`, 400, 0, ""},
+		{"/v1/completions", `{"model":"ctxd","prompt":"q","max_tokens":5}`, 200, 5, ""},
+		{"/api/chat", `{"model":"ctxd","stream":false,"options":{"num_predict":7,"num_ctx":8192},` + msgs + `}`, 200, 7, "options.num_ctx"},
+		{"/api/generate", `{"model":"ctxd","stream":false,"prompt":"q","options":{"num_predict":-1}}`, 200, 0, "options.num_predict"},
+	} {
+		e.asks = nil
+		resp, b := post(t, srv, c.path, c.body)
+		if resp.StatusCode != c.status {
+			t.Errorf("%s %s: %d %s", c.path, c.body, resp.StatusCode, b)
+			continue
+		}
+		if c.status != 200 {
+			if !strings.Contains(string(b), "max_tokens") {
+				t.Errorf("%s %s: the error does not name the field: %s", c.path, c.body, b)
+			}
+			continue
+		}
+		if got := e.asks[0].MaxTokens; got != c.cap {
+			t.Errorf("%s %s: cap %d; want %d", c.path, c.body, got, c.cap)
+		}
+		if got := resp.Header.Get("X-Ctxd-Ignored"); got != c.ignored {
+			t.Errorf("%s %s: X-Ctxd-Ignored %q; want %q", c.path, c.body, got, c.ignored)
+		}
+	}
+}

@@ -49,13 +49,24 @@ var ollamaHonoured = []string{"model", "messages", "prompt", "system", "stream",
 
 // ollamaIgnored lists the fields and options a request sent that ctxd did
 // not act on, options as "options.NAME".
-func ollamaIgnored(sent []string, options map[string]any) []string {
+func ollamaIgnored(sent []string, options map[string]any, ask *ctxd.AskRequest) []string {
 	out := ignoredOf(sent, ollamaHonoured...)
 	for k := range options {
-		out = append(out, "options."+k)
+		if k != "num_predict" || ask.MaxTokens == 0 {
+			out = append(out, "options."+k)
+		}
 	}
 	slices.Sort(out)
 	return out
+}
+
+// ollamaCap sets ask's cap on the answer from options.num_predict where
+// ctxd honours it (see answerCap); -1 and -2 (Ollama's "until done" and
+// "fill the window") and larger caps are ignored.
+func ollamaCap(options map[string]any, ask *ctxd.AskRequest, m Model) {
+	if v, ok := options["num_predict"].(float64); ok {
+		ask.MaxTokens, _ = answerCap(v, m)
+	}
 }
 
 // refuseUnsupported names what an Ollama request asks that ctxd cannot do:
@@ -127,7 +138,7 @@ type ollamaChunk struct {
 
 func (d *Doors) ollamaChat(w http.ResponseWriter, r *http.Request) {
 	var req ollamaChatRequest
-	sent, eng, err := d.open(w, r, &req, &req.Model)
+	sent, eng, m, err := d.open(w, r, &req, &req.Model)
 	if err == nil {
 		err = refuseUnsupported(req.Format, false, "", "", nil)
 	}
@@ -135,9 +146,8 @@ func (d *Doors) ollamaChat(w http.ResponseWriter, r *http.Request) {
 		WriteOllamaError(w, err)
 		return
 	}
-	ignored := ollamaIgnored(sent, req.Options)
 	if len(req.Messages) == 0 { // Ollama's way to load a model: it is loaded
-		d.ollamaLoaded(w, req.Model, true, ignored)
+		d.ollamaLoaded(w, req.Model, true, ollamaIgnored(sent, req.Options, &ctxd.AskRequest{}))
 		return
 	}
 	conv, err := toConversation(req.Messages)
@@ -153,13 +163,15 @@ func (d *Doors) ollamaChat(w http.ResponseWriter, r *http.Request) {
 		WriteOllamaError(w, err)
 		return
 	}
+	ollamaCap(req.Options, &ask, m)
+	ignored := ollamaIgnored(sent, req.Options, &ask)
 	setSummaryHeaders(w, ask.Session, ignored)
 	d.ollamaAnswer(w, r, eng, ask, req.Model, req.Stream == nil || *req.Stream, true, ignored)
 }
 
 func (d *Doors) ollamaGenerate(w http.ResponseWriter, r *http.Request) {
 	var req ollamaGenerateRequest
-	sent, eng, err := d.open(w, r, &req, &req.Model)
+	sent, eng, m, err := d.open(w, r, &req, &req.Model)
 	if err == nil {
 		err = refuseUnsupported(req.Format, req.Raw, req.Template, req.Suffix, req.Images)
 	}
@@ -167,9 +179,8 @@ func (d *Doors) ollamaGenerate(w http.ResponseWriter, r *http.Request) {
 		WriteOllamaError(w, err)
 		return
 	}
-	ignored := ollamaIgnored(sent, req.Options)
 	if strings.TrimSpace(req.Prompt) == "" { // Ollama's way to load a model
-		d.ollamaLoaded(w, req.Model, false, ignored)
+		d.ollamaLoaded(w, req.Model, false, ollamaIgnored(sent, req.Options, &ctxd.AskRequest{}))
 		return
 	}
 	ask, err := d.ask(r, "ollg", req.Model, oneTurn(req.System, req.Prompt), nil)
@@ -177,6 +188,8 @@ func (d *Doors) ollamaGenerate(w http.ResponseWriter, r *http.Request) {
 		WriteOllamaError(w, err)
 		return
 	}
+	ollamaCap(req.Options, &ask, m)
+	ignored := ollamaIgnored(sent, req.Options, &ask)
 	setSummaryHeaders(w, ask.Session, ignored)
 	d.ollamaAnswer(w, r, eng, ask, req.Model, req.Stream == nil || *req.Stream, false, ignored)
 }

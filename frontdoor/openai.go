@@ -22,11 +22,40 @@ type openaiChatRequest struct {
 	N          *int            `json:"n"`
 	Tools      []openaiTool    `json:"tools"`
 	ToolChoice json.RawMessage `json:"tool_choice"`
+	answerLimits
 }
 
-// openaiHonoured are the request fields ctxd acts on; the rest (sampling,
-// max_tokens, tools, ...) are listed in X-Ctxd-Ignored: ctxd's plan sets
-// the sampling and the answer reserve for every client alike.
+// answerLimits are the request fields that cap the answer's length.
+type answerLimits struct {
+	MaxTokens           *float64 `json:"max_tokens"`
+	MaxCompletionTokens *float64 `json:"max_completion_tokens"` // OpenAI's newer name; it wins
+}
+
+// apply sets ask's cap from the fields and returns the one honoured (""
+// if none). A cap under 1 is refused, as OpenAI refuses it.
+func (l answerLimits) apply(ask *ctxd.AskRequest, m Model) (string, error) {
+	field, v := "max_completion_tokens", l.MaxCompletionTokens
+	if v == nil {
+		field, v = "max_tokens", l.MaxTokens
+	}
+	if v == nil {
+		return "", nil
+	}
+	if *v < 1 {
+		return "", ctxd.Errorf(ctxd.KindInvalid, "%s: %v is below the minimum, 1", field, *v)
+	}
+	n, ok := answerCap(*v, m)
+	if !ok {
+		return "", nil
+	}
+	ask.MaxTokens = n
+	return field, nil
+}
+
+// openaiHonoured are the request fields ctxd always acts on; the rest
+// (sampling, ...) are listed in X-Ctxd-Ignored: ctxd's plan sets the
+// sampling for every client alike. A cap on the answer (max_tokens,
+// max_completion_tokens) is honoured under the answer reserve.
 var openaiHonoured = []string{"model", "messages", "prompt", "stream", "stream_options", "n", "user", "tools", "tool_choice"}
 
 // Usage is OpenAI's usage object, with the cached tokens ctxd's prefix
@@ -152,7 +181,7 @@ func newID(prefix string) string {
 
 func (d *Doors) openaiChat(w http.ResponseWriter, r *http.Request) {
 	var req openaiChatRequest
-	sent, eng, err := d.open(w, r, &req, &req.Model)
+	sent, eng, m, err := d.open(w, r, &req, &req.Model)
 	if err == nil && req.N != nil && *req.N != 1 {
 		err = ctxd.Errorf(ctxd.KindInvalid, "n: %d choices asked; ctxd answers with one", *req.N)
 	}
@@ -168,13 +197,17 @@ func (d *Doors) openaiChat(w http.ResponseWriter, r *http.Request) {
 	if err == nil {
 		ask, err = d.ask(r, "oai", req.Model, conv, tools)
 	}
+	var capped string
+	if err == nil {
+		capped, err = req.apply(&ask, m)
+	}
 	if err != nil {
 		WriteOpenAIError(w, err)
 		return
 	}
-	honoured := openaiHonoured
+	honoured := append(slices.Clone(openaiHonoured), capped)
 	if !toolChoiceHonoured(req.ToolChoice) {
-		honoured = slices.DeleteFunc(slices.Clone(honoured), func(f string) bool { return f == "tool_choice" })
+		honoured = slices.DeleteFunc(honoured, func(f string) bool { return f == "tool_choice" })
 	}
 	ignored := ignoredOf(sent, honoured...)
 	setSummaryHeaders(w, ask.Session, ignored)
@@ -191,11 +224,12 @@ type openaiCompletionRequest struct {
 		IncludeUsage bool `json:"include_usage"`
 	} `json:"stream_options"`
 	N *int `json:"n"`
+	answerLimits
 }
 
 func (d *Doors) openaiCompletion(w http.ResponseWriter, r *http.Request) {
 	var req openaiCompletionRequest
-	sent, eng, err := d.open(w, r, &req, &req.Model)
+	sent, eng, m, err := d.open(w, r, &req, &req.Model)
 	if err == nil && req.N != nil && *req.N != 1 {
 		err = ctxd.Errorf(ctxd.KindInvalid, "n: %d choices asked; ctxd answers with one", *req.N)
 	}
@@ -210,11 +244,15 @@ func (d *Doors) openaiCompletion(w http.ResponseWriter, r *http.Request) {
 	if err == nil {
 		ask, err = d.ask(r, "oaic", req.Model, oneTurn("", prompt), nil)
 	}
+	var capped string
+	if err == nil {
+		capped, err = req.apply(&ask, m)
+	}
 	if err != nil {
 		WriteOpenAIError(w, err)
 		return
 	}
-	ignored := ignoredOf(sent, openaiHonoured...)
+	ignored := ignoredOf(sent, append(slices.Clone(openaiHonoured), capped)...)
 	setSummaryHeaders(w, ask.Session, ignored)
 	d.openaiAnswer(w, r, eng, ask, req.Model, req.Stream, req.StreamOptions != nil && req.StreamOptions.IncludeUsage, "text_completion", ignored)
 }

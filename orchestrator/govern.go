@@ -398,7 +398,7 @@ func (o *Orchestrator) generateAside(ctx context.Context, session string, m meas
 		return ctxd.Generation{}, err
 	}
 	defer lease.Release()
-	gen, _, err := o.generate(ctx, lease, m.Rendered.Prompt(), m.tokens.IDs, func(string) error { return nil })
+	gen, _, err := o.generate(ctx, lease, m.Rendered.Prompt(), m.tokens.IDs, o.cfg.Limits.AnswerReserve, func(string) error { return nil })
 	if err != nil {
 		return gen, fmt.Errorf("orchestrator: condense history: %w", err)
 	}

@@ -160,6 +160,9 @@ func (o *Orchestrator) Ask(ctx context.Context, req ctxd.AskRequest, onToken fun
 	if strings.TrimSpace(req.Query) == "" {
 		return nil, ctxd.Errorf(ctxd.KindInvalid, "query: required and must not be blank")
 	}
+	if req.MaxTokens < 0 {
+		return nil, ctxd.Errorf(ctxd.KindInvalid, "max_tokens: %d; must not be negative (0: the answer reserve)", req.MaxTokens)
+	}
 	sigil, err := o.cfg.Sigils.Resolve(req.Sigil)
 	if err != nil {
 		return nil, ctxd.Errorf(ctxd.KindForbidden, "%v", err)
@@ -232,7 +235,7 @@ func (o *Orchestrator) Ask(ctx context.Context, req ctxd.AskRequest, onToken fun
 		o.log.Info("prefix break", "session", req.Session, "block", sum.PrefixBreak.Block, "reason", sum.PrefixBreak.Reason)
 	}
 
-	gen, streamed, err := o.generate(ctx, lease, rendered.Prompt(), tokens, onToken)
+	gen, streamed, err := o.generate(ctx, lease, rendered.Prompt(), tokens, o.answerCap(req.MaxTokens), onToken)
 	if err == nil && fp != "" {
 		o.warm.save(ctx, lease, fp, len(prefix))
 	}
@@ -332,14 +335,24 @@ func (o *Orchestrator) toolCalls(sum *ctxd.Summary, sigil runcontext.Sigil, notO
 	return answer
 }
 
-// generate sends a prompt to the lease's slot and records what the slot
-// holds afterwards. streamed says whether any of the answer arrived.
-func (o *Orchestrator) generate(ctx context.Context, lease *scheduler.Lease, prompt string, tokens []int, onToken func(string) error) (gen ctxd.Generation, streamed bool, err error) {
+// answerCap is the length an answer may reach: the client's cap where it
+// is under the answer reserve, else the reserve.
+func (o *Orchestrator) answerCap(asked int) int {
+	if asked > 0 && asked < o.cfg.Limits.AnswerReserve {
+		return asked
+	}
+	return o.cfg.Limits.AnswerReserve
+}
+
+// generate sends a prompt to the lease's slot, for an answer of at most
+// maxTokens, and records what the slot holds afterwards. streamed says
+// whether any of the answer arrived.
+func (o *Orchestrator) generate(ctx context.Context, lease *scheduler.Lease, prompt string, tokens []int, maxTokens int, onToken func(string) error) (gen ctxd.Generation, streamed bool, err error) {
 	gen, err = o.backend.Generate(ctx, ctxd.GenerateRequest{
 		Prompt:    prompt,
 		Tokens:    tokens,
 		Slot:      lease.Slot,
-		MaxTokens: o.cfg.Limits.AnswerReserve,
+		MaxTokens: maxTokens,
 		NumKeep:   len(tokens),
 		Stop:      o.cfg.Format.Stop(),
 	}, func(s string) error {

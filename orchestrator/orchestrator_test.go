@@ -600,3 +600,22 @@ func TestEphemeralAsk(t *testing.T) {
 		t.Errorf("the conversation after: turn %d break %+v", sum.Turn, sum.PrefixBreak)
 	}
 }
+
+// TestAnswerCap: a client's cap on the answer under the reserve is what
+// the backend is asked for; a larger one (or none) is the reserve; a
+// negative one is refused.
+func TestAnswerCap(t *testing.T) {
+	h := newTest(t, governor.Limits{NumCtx: 100000, AnswerReserve: 64}, 1)
+	for _, c := range []struct{ asked, want int }{{0, 64}, {9, 9}, {64, 64}, {1000, 64}} {
+		if _, err := h.o.Ask(t.Context(), ctxd.AskRequest{Session: "s", Query: "q", MaxTokens: c.asked}, noop); err != nil {
+			t.Fatal(err)
+		}
+		reqs := h.backend.Requests()
+		if got := reqs[len(reqs)-1].MaxTokens; got != c.want {
+			t.Errorf("max_tokens %d: the backend was asked for %d; want %d", c.asked, got, c.want)
+		}
+	}
+	if _, err := h.o.Ask(t.Context(), ctxd.AskRequest{Session: "s", Query: "q", MaxTokens: -1}, noop); ctxd.KindOf(err) != ctxd.KindInvalid {
+		t.Errorf("a negative cap: %v", err)
+	}
+}
