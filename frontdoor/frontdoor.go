@@ -110,14 +110,39 @@ func (d *Doors) Register(mux *http.ServeMux) {
 			WriteOllamaError(w, ctxd.Errorf(ctxd.KindMethod, "%s %s: method not allowed; use %s", r.Method, r.URL.Path, allow))
 		})
 	}
+	for _, u := range openaiUnserved {
+		pattern := u
+		if !strings.HasSuffix(u, "/") {
+			pattern += "/"
+			mux.HandleFunc(u, openaiUnservedRoute)
+		}
+		mux.HandleFunc(pattern, openaiUnservedRoute)
+	}
 	mux.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {
 		WriteOllamaError(w, ctxd.Errorf(ctxd.KindUnknownRoute, "no route %s %s on ctxd's Ollama door; it serves /api/chat, /api/generate, /api/tags, /api/show, /api/version and /api/ps", r.Method, r.URL.Path))
 	})
 }
 
+// openaiUnserved are OpenAI routes clients call that the door does not
+// serve: they are answered in OpenAI's shape, naming what it serves.
+var openaiUnserved = []string{"/v1/responses", "/v1/embeddings", "/v1/audio/", "/v1/images/", "/v1/moderations"}
+
+// openaiUnservedRoute answers an OpenAI route the door does not serve.
+func openaiUnservedRoute(w http.ResponseWriter, r *http.Request) {
+	WriteOpenAIError(w, ctxd.Errorf(ctxd.KindUnknownRoute, "ctxd's OpenAI door does not serve %s; it serves /v1/chat/completions, /v1/completions and /v1/models", r.URL.Path))
+}
+
 // IsOpenAIPath and IsOllamaPath say which door's error shape a path gets.
 func IsOpenAIPath(p string) bool {
-	return p == "/v1/chat/completions" || p == "/v1/completions" || p == "/v1/models" || strings.HasPrefix(p, "/v1/models/")
+	if p == "/v1/chat/completions" || p == "/v1/completions" || p == "/v1/models" || strings.HasPrefix(p, "/v1/models/") {
+		return true
+	}
+	for _, u := range openaiUnserved {
+		if p == u || strings.HasPrefix(p, strings.TrimSuffix(u, "/")+"/") {
+			return true
+		}
+	}
+	return false
 }
 
 // IsOllamaPath is true for the Ollama door's paths.

@@ -560,3 +560,26 @@ func TestAnswerCap(t *testing.T) {
 		}
 	}
 }
+
+// OpenAI routes the door does not serve are answered in OpenAI's shape,
+// naming those it does; /api/show's template names .Tools, which clients
+// read to learn that the model takes tools.
+func TestUnservedRoutesAndTemplate(t *testing.T) {
+	srv := serve(t, &engine{}, false)
+	for _, path := range []string{"/v1/responses", "/v1/embeddings", "/v1/audio/speech"} {
+		resp, b := post(t, srv, path, `{"model":"ctxd","input":"hi"}`)
+		var oe openaiError
+		if err := json.Unmarshal(b, &oe); err != nil || resp.StatusCode != 404 || !strings.Contains(oe.Error.Message, "/v1/chat/completions") {
+			t.Errorf("%s: %d %s", path, resp.StatusCode, b)
+		}
+		if !IsOpenAIPath(path) {
+			t.Errorf("%s: not an OpenAI path, so the daemon's own errors there have its shape", path)
+		}
+	}
+	_, b := post(t, srv, "/api/show", `{"model":"ctxd"}`)
+	var show struct{ Template string }
+	json.Unmarshal(b, &show)
+	if !strings.Contains(show.Template, ".Tools") {
+		t.Errorf("template %q", show.Template)
+	}
+}

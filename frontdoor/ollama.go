@@ -41,6 +41,12 @@ type ollamaGenerateRequest struct {
 	Images   []string        `json:"images"`
 }
 
+// ollamaTemplate is the template /api/show reports. ctxd renders the
+// prompt itself; the template says what a request's prompt holds, and
+// names .Tools because clients read the template to learn whether the
+// model takes tools (LiteLLM does) and every model here does.
+const ollamaTemplate = "{{ if .System }}{{ .System }}{{ end }}{{ if .Tools }}{{ .Tools }}{{ end }}{{ .Prompt }}"
+
 // ollamaHonoured are the fields ctxd acts on. Options are never forwarded:
 // num_ctx, num_batch and the like would make Ollama reload the model, and
 // sampling is the daemon's plan for every client; each one sent is listed
@@ -366,7 +372,7 @@ func (d *Doors) ollamaShow(w http.ResponseWriter, r *http.Request) {
 	}
 	writeJSON(w, http.StatusOK, map[string]any{
 		"license": "", "modelfile": "# served by ctxd; the prompt is ctxd's RunContext\nFROM " + m.Name + "\n",
-		"parameters": "num_ctx " + itoa(m.NumCtx), "template": "{{ .Prompt }}",
+		"parameters": "num_ctx " + itoa(m.NumCtx), "template": ollamaTemplate,
 		"details": detailsOf(m), "model_info": info, "modified_at": m.Loaded.UTC(),
 		// Tools pass through for every model: ctxd offers them in the sigil
 		// block with its own protocol (as far as the sigil's scopes allow).
