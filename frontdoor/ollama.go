@@ -55,10 +55,11 @@ var ollamaHonoured = []string{"model", "messages", "prompt", "system", "stream",
 
 // ollamaIgnored lists the fields and options a request sent that ctxd did
 // not act on, options as "options.NAME".
-func ollamaIgnored(sent []string, options map[string]any, ask *ctxd.AskRequest) []string {
+// capped says whether options.num_predict was honoured (ollamaCap).
+func ollamaIgnored(sent []string, options map[string]any, capped bool) []string {
 	out := ignoredOf(sent, ollamaHonoured...)
 	for k := range options {
-		if k != "num_predict" || ask.MaxTokens == 0 {
+		if k != "num_predict" || !capped {
 			out = append(out, "options."+k)
 		}
 	}
@@ -67,12 +68,16 @@ func ollamaIgnored(sent []string, options map[string]any, ask *ctxd.AskRequest) 
 }
 
 // ollamaCap sets ask's cap on the answer from options.num_predict where
-// ctxd honours it (see answerCap); -1 and -2 (Ollama's "until done" and
-// "fill the window") and larger caps are ignored.
-func ollamaCap(options map[string]any, ask *ctxd.AskRequest, m Model) {
-	if v, ok := options["num_predict"].(float64); ok {
-		ask.MaxTokens, _ = answerCap(v, m)
+// ctxd honours it (see answerCap), and says whether it did; -1 and -2
+// (Ollama's "until done" and "fill the window") and larger caps are
+// ignored.
+func ollamaCap(options map[string]any, ask *ctxd.AskRequest, m Model) bool {
+	v, ok := options["num_predict"].(float64)
+	if !ok {
+		return false
 	}
+	ask.MaxTokens, ok = answerCap(v, m)
+	return ok
 }
 
 // refuseUnsupported names what an Ollama request asks that ctxd cannot do:
@@ -153,7 +158,7 @@ func (d *Doors) ollamaChat(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if len(req.Messages) == 0 { // Ollama's way to load a model: it is loaded
-		d.ollamaLoaded(w, req.Model, true, ollamaIgnored(sent, req.Options, &ctxd.AskRequest{}))
+		d.ollamaLoaded(w, req.Model, true, ollamaIgnored(sent, req.Options, false))
 		return
 	}
 	conv, err := toConversation(req.Messages)
@@ -169,8 +174,7 @@ func (d *Doors) ollamaChat(w http.ResponseWriter, r *http.Request) {
 		WriteOllamaError(w, err)
 		return
 	}
-	ollamaCap(req.Options, &ask, m)
-	ignored := ollamaIgnored(sent, req.Options, &ask)
+	ignored := ollamaIgnored(sent, req.Options, ollamaCap(req.Options, &ask, m))
 	setSummaryHeaders(w, ask.Session, ignored)
 	d.ollamaAnswer(w, r, eng, ask, req.Model, req.Stream == nil || *req.Stream, true, ignored)
 }
@@ -186,7 +190,7 @@ func (d *Doors) ollamaGenerate(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if strings.TrimSpace(req.Prompt) == "" { // Ollama's way to load a model
-		d.ollamaLoaded(w, req.Model, false, ollamaIgnored(sent, req.Options, &ctxd.AskRequest{}))
+		d.ollamaLoaded(w, req.Model, false, ollamaIgnored(sent, req.Options, false))
 		return
 	}
 	ask, err := d.ask(r, "ollg", req.Model, oneTurn(req.System, req.Prompt), nil)
@@ -194,8 +198,7 @@ func (d *Doors) ollamaGenerate(w http.ResponseWriter, r *http.Request) {
 		WriteOllamaError(w, err)
 		return
 	}
-	ollamaCap(req.Options, &ask, m)
-	ignored := ollamaIgnored(sent, req.Options, &ask)
+	ignored := ollamaIgnored(sent, req.Options, ollamaCap(req.Options, &ask, m))
 	setSummaryHeaders(w, ask.Session, ignored)
 	d.ollamaAnswer(w, r, eng, ask, req.Model, req.Stream == nil || *req.Stream, false, ignored)
 }
