@@ -91,9 +91,11 @@ type Retriever interface {
 // Environment is the hardware situation in coarse bands, never raw
 // numbers, so it changes only when a band changes: block 3's data.
 type Environment struct {
-	Memory       string `json:"memory" jsonschema:"enum=unknown,enum=low,enum=medium,enum=high" jsonschema_description:"free memory band for the model (VRAM, or host memory without a GPU)"`
+	// VRAM is the pressure on the memory the model runs in (VRAM, or host
+	// memory without a GPU), ctxd's own planned window counted.
+	VRAM         string `json:"vram" jsonschema:"enum=unknown,enum=low,enum=moderate,enum=high,enum=critical" jsonschema_description:"pressure on the memory the model runs in (VRAM, or host memory without a GPU)"`
 	GPU          string `json:"gpu" jsonschema:"enum=unknown,enum=none,enum=present"`
-	Power        string `json:"power" jsonschema:"enum=unknown,enum=ac,enum=battery,enum=low_power"`
+	Power        string `json:"power" jsonschema:"enum=unknown,enum=ac,enum=battery,enum=low_battery,enum=low_power"`
 	Connectivity string `json:"connectivity" jsonschema:"enum=unknown,enum=offline,enum=online"`
 }
 

@@ -37,7 +37,7 @@ func ComposeOnce(c runcontext.Codex, turns []runcontext.Turn, karma []runcontext
 	rc := runcontext.RunContext{
 		Identity:    runcontext.Identity{Name: "ctxd", Persona: "You are a precise assistant."},
 		Codex:       c,
-		Environment: runcontext.Environment{Memory: "high", GPU: "none", Power: "ac", Connectivity: "offline"},
+		Environment: runcontext.Environment{VRAM: "low", GPU: "none", Power: "ac", Connectivity: "offline"},
 		Sigil:       runcontext.Sigil{Name: "default", Scopes: []string{"ask"}},
 		Karma:       runcontext.Karma{Epoch: 1, Entries: karma},
 		State:       runcontext.State{Turns: turns},

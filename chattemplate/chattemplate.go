@@ -222,7 +222,7 @@ func probe() *runcontext.RunContext {
 	return &runcontext.RunContext{
 		Identity:    runcontext.Identity{Name: "probe", Persona: "Persona line.\n"},
 		Codex:       runcontext.Codex{Mode: runcontext.ModeNone},
-		Environment: runcontext.Environment{Memory: "high", GPU: "none", Power: "ac", Connectivity: "online"},
+		Environment: runcontext.Environment{VRAM: "low", GPU: "none", Power: "ac", Connectivity: "online"},
 		Sigil:       runcontext.Sigil{Name: "default", Scopes: []string{"ask"}},
 		State: runcontext.State{Turns: []runcontext.Turn{
 			{Query: "first question", Answer: " an answer with spaces \n", Excerpts: []runcontext.Excerpt{{Path: "a.go", Lines: "1-2", Text: "package a\n"}}},

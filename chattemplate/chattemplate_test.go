@@ -30,7 +30,7 @@ func conversation(query string, turns ...runcontext.Turn) *runcontext.RunContext
 	return &runcontext.RunContext{
 		Identity:    runcontext.Identity{Name: "t", Persona: "Be brief."},
 		Codex:       c,
-		Environment: runcontext.Environment{Memory: "high", GPU: "none", Power: "ac", Connectivity: "online"},
+		Environment: runcontext.Environment{VRAM: "low", GPU: "none", Power: "ac", Connectivity: "online"},
 		Sigil:       runcontext.Sigil{Name: "default", Scopes: []string{"ask"}},
 		State:       runcontext.State{Turns: turns},
 		Query:       runcontext.Query{Text: query},

@@ -68,7 +68,7 @@ func TestConnDemultiplexes(t *testing.T) {
 			a, b = b, a
 		}
 		write(ctx, t, ws, ctxd.WSMessage{Type: ctxd.WSToken, ID: b.ID, Text: b.Query + "-1 "})
-		write(ctx, t, ws, ctxd.WSMessage{Type: ctxd.WSNotice, Notice: ctxd.NoticeEnvironment, Environment: &ctxd.Environment{Memory: "low"}})
+		write(ctx, t, ws, ctxd.WSMessage{Type: ctxd.WSNotice, Notice: ctxd.NoticeEnvironment, Environment: &ctxd.Environment{VRAM: "high"}})
 		write(ctx, t, ws, ctxd.WSMessage{Type: ctxd.WSToken, ID: a.ID, Text: a.Query + "-1 "})
 		write(ctx, t, ws, ctxd.WSMessage{Type: ctxd.WSError, Error: "malformed JSON message", Kind: ctxd.KindInvalid, Status: 400})
 		write(ctx, t, ws, ctxd.WSMessage{Type: ctxd.WSToken, ID: b.ID, Text: b.Query + "-2"})

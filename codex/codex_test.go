@@ -313,7 +313,7 @@ func TestFilesAreInPathOrder(t *testing.T) {
 	}
 	rc := runcontext.RunContext{
 		Identity: runcontext.Identity{Name: "t", Persona: "p"}, Codex: c.Block(runcontext.ModeCAG),
-		Environment: runcontext.Environment{Memory: "high", GPU: "none", Power: "ac", Connectivity: "online"},
+		Environment: runcontext.Environment{VRAM: "low", GPU: "none", Power: "ac", Connectivity: "online"},
 		Sigil:       runcontext.Sigil{Name: "default", Scopes: []string{"ask"}}, Query: runcontext.Query{Text: "q"},
 	}
 	if err := rc.Validate(); err != nil {

@@ -470,8 +470,8 @@ func TestWSNotices(t *testing.T) {
 		t.Errorf("codex notice %+v", n)
 	}
 
-	f.sensor.SetMemory("low")
-	if n := notice(ctxd.NoticeEnvironment); n.Environment == nil || n.Environment.Memory != "low" {
+	f.sensor.SetVRAM("high")
+	if n := notice(ctxd.NoticeEnvironment); n.Environment == nil || n.Environment.VRAM != "high" {
 		t.Errorf("environment notice %+v", n)
 	}
 

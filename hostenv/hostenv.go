@@ -192,13 +192,13 @@ func (p *Probe) Latest() (ctxd.Environment, Reading) {
 		return p.lastEnv, p.lastRead
 	}
 	r := p.readLocked()
-	env := ctxd.Environment{Memory: "unknown", GPU: "none", Power: r.Power, Connectivity: r.Connectivity}
+	env := ctxd.Environment{VRAM: "unknown", GPU: "none", Power: r.Power, Connectivity: r.Connectivity}
 	if r.GPUs > 0 {
 		env.GPU = "present"
 	}
 	if r.TotalBytes > 0 {
 		p.memBand = band(p.memBand, float64(r.FreeBytes)/float64(r.TotalBytes))
-		env.Memory = p.memBand
+		env.VRAM = map[string]string{"high": "low", "medium": "moderate", "low": "high"}[p.memBand]
 	}
 	p.lastAt, p.lastEnv, p.lastRead = time.Now(), env, r
 	return env, r

@@ -21,7 +21,7 @@ func hostMem(total, avail uint64) func() (uint64, uint64, error) {
 func TestGPUPresent(t *testing.T) {
 	p := New(Config{NVML: nvmltest.GPU(24*gib, 20*gib), HostMemory: hostMem(64*gib, 1*gib), SysRoot: t.TempDir()})
 	env, r := p.Latest()
-	if r.Source != "nvml" || r.TotalBytes != 24*gib || env.GPU != "present" || env.Memory != "high" {
+	if r.Source != "nvml" || r.TotalBytes != 24*gib || env.GPU != "present" || env.VRAM != "low" {
 		t.Fatalf("env %+v reading %+v", env, r)
 	}
 }
@@ -32,7 +32,7 @@ func TestNVMLMissingFallsBackToHostOnce(t *testing.T) {
 	p := New(Config{NVML: lib, HostMemory: hostMem(16*gib, 4*gib), SysRoot: t.TempDir()})
 	for range 3 {
 		env, r := p.Latest()
-		if r.Source != "host" || env.GPU != "none" || env.Memory != "medium" {
+		if r.Source != "host" || env.GPU != "none" || env.VRAM != "moderate" {
 			t.Fatalf("env %+v reading %+v", env, r)
 		}
 	}
@@ -54,8 +54,8 @@ func TestDeviceLostFallsBackPerReading(t *testing.T) {
 func TestHostMemoryError(t *testing.T) {
 	p := New(Config{HostMemory: func() (uint64, uint64, error) { return 0, 0, errors.New("no /proc") }, SysRoot: t.TempDir()})
 	env, _ := p.Latest()
-	if env.Memory != "unknown" {
-		t.Errorf("memory band = %q, want unknown", env.Memory)
+	if env.VRAM != "unknown" {
+		t.Errorf("memory band = %q, want unknown", env.VRAM)
 	}
 }
 

@@ -104,7 +104,7 @@ func TestTurnsReuseThePrefix(t *testing.T) {
 		}
 	}
 
-	h.env.SetMemory("low")
+	h.env.SetVRAM("high")
 	sum = h.ask(t, "s1", "after a band change")
 	if sum.PrefixBreak == nil || sum.PrefixBreak.Block != "environment" {
 		t.Errorf("environment change: break %+v", sum.PrefixBreak)

@@ -6,7 +6,7 @@ func renderFor(persona, memory, query string, turns ...Turn) Rendered {
 	return Render(&RunContext{
 		Identity:    Identity{Name: "t", Persona: persona},
 		Codex:       Codex{Mode: ModeNone},
-		Environment: Environment{Memory: memory, GPU: "none", Power: "ac", Connectivity: "offline"},
+		Environment: Environment{VRAM: memory, GPU: "none", Power: "ac", Connectivity: "offline"},
 		Sigil:       Sigil{Name: "default", Scopes: []string{"ask"}},
 		State:       State{Turns: turns},
 		Query:       Query{Text: query},

@@ -111,7 +111,7 @@ func renderCodex(c Codex) string {
 }
 
 func renderEnvironment(e Environment) string {
-	return "### ENVIRONMENT\nmemory: " + e.Memory + "\ngpu: " + e.GPU +
+	return "### ENVIRONMENT\nvram_pressure: " + e.VRAM + "\ngpu: " + e.GPU +
 		"\npower: " + e.Power + "\nconnectivity: " + e.Connectivity + "\n\n"
 }
 

@@ -24,7 +24,7 @@ func fixture() *RunContext {
 			},
 			Body: "=== README.md\n# Demo\n=== main.go\npackage main\n",
 		},
-		Environment: Environment{Memory: "high", GPU: "none", Power: "ac", Connectivity: "offline"},
+		Environment: Environment{VRAM: "low", GPU: "none", Power: "ac", Connectivity: "offline"},
 		Sigil:       Sigil{Name: "default", Scopes: []string{"ask", "read_codex"}},
 		Karma:       Karma{Epoch: 1, Entries: []KarmaEntry{{ID: "k1", Text: "Tests pass with make test.", Verbatim: true}}},
 		State: State{Turns: []Turn{
@@ -85,7 +85,7 @@ func TestRenderIsByteIdentical(t *testing.T) {
 var mutations = [NumBlocks]func(*RunContext){
 	BlockIdentity:    func(rc *RunContext) { rc.Identity.Persona = "You are terse." },
 	BlockCodex:       func(rc *RunContext) { rc.Codex.Body = "=== README.md\n# Demo v2\n" },
-	BlockEnvironment: func(rc *RunContext) { rc.Environment.Memory = "low" },
+	BlockEnvironment: func(rc *RunContext) { rc.Environment.VRAM = "high" },
 	BlockSigil:       func(rc *RunContext) { rc.Sigil.Scopes = []string{"ask"} },
 	BlockKarma:       func(rc *RunContext) { rc.Karma.Epoch = 2 },
 	BlockState:       func(rc *RunContext) { rc.State.Turns[0].Answer = "A different demo." },
@@ -168,7 +168,7 @@ func TestValidate(t *testing.T) {
 		{"unsorted files", func(rc *RunContext) { rc.Codex.Files[0].Path = "zz.go" }, "codex.files[1].path"},
 		{"bad digest", func(rc *RunContext) { rc.Codex.Files[1].SHA256 = "xyz" }, "codex.files[1].sha256"},
 		{"none with body", func(rc *RunContext) { rc.Codex.Mode = ModeNone }, "codex.mode"},
-		{"memory band", func(rc *RunContext) { rc.Environment.Memory = "17.3GiB" }, "environment.memory"},
+		{"memory band", func(rc *RunContext) { rc.Environment.VRAM = "17.3GiB" }, "environment.vram"},
 		{"gpu", func(rc *RunContext) { rc.Environment.GPU = "" }, "environment.gpu"},
 		{"sigil name", func(rc *RunContext) { rc.Sigil.Name = "Root User" }, "sigil.name"},
 		{"unsorted scopes", func(rc *RunContext) { rc.Sigil.Scopes = []string{"b", "a"} }, "sigil.scopes[1]"},

@@ -30,9 +30,9 @@ var (
 
 // Enumerations of the environment bands.
 var (
-	MemoryBands       = []string{"unknown", "low", "medium", "high"}
+	VRAMBands         = []string{"unknown", "low", "moderate", "high", "critical"}
 	GPUStates         = []string{"unknown", "none", "present"}
-	PowerStates       = []string{"unknown", "ac", "battery", "low_power"}
+	PowerStates       = []string{"unknown", "ac", "battery", "low_battery", "low_power"}
 	ConnectivityBands = []string{"unknown", "offline", "online"}
 )
 
@@ -52,7 +52,7 @@ func (rc *RunContext) Validate() error {
 	}
 
 	e := rc.Environment
-	v.enum("environment.memory", e.Memory, MemoryBands)
+	v.enum("environment.vram", e.VRAM, VRAMBands)
 	v.enum("environment.gpu", e.GPU, GPUStates)
 	v.enum("environment.power", e.Power, PowerStates)
 	v.enum("environment.connectivity", e.Connectivity, ConnectivityBands)

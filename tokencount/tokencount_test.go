@@ -56,7 +56,7 @@ func render(codex string, turns []runcontext.Turn, query string) runcontext.Rend
 	return runcontext.Render(&runcontext.RunContext{
 		Identity:    runcontext.Identity{Name: "t", Persona: "Be brief."},
 		Codex:       runcontext.Codex{Name: "c", Mode: runcontext.ModeCAG, Body: codex},
-		Environment: runcontext.Environment{Memory: "high", GPU: "none", Power: "ac", Connectivity: "offline"},
+		Environment: runcontext.Environment{VRAM: "low", GPU: "none", Power: "ac", Connectivity: "offline"},
 		Sigil:       runcontext.Sigil{Name: "default", Scopes: []string{"ask"}},
 		State:       runcontext.State{Turns: turns},
 		Query:       runcontext.Query{Text: query},

@@ -99,7 +99,7 @@ func cmdCodexBench(args []string, stdout io.Writer) error {
 			Stable: func(c runcontext.Codex) (runcontext.Rendered, error) {
 				return runcontext.Plain{}.Render(&runcontext.RunContext{
 					Identity: runcontext.Identity{Name: "ctxd", Persona: "bench"}, Codex: c,
-					Environment: runcontext.Environment{Memory: "high", GPU: "none", Power: "ac", Connectivity: "online"},
+					Environment: runcontext.Environment{VRAM: "low", GPU: "none", Power: "ac", Connectivity: "online"},
 					Sigil:       runcontext.Sigil{Name: "default", Scopes: []string{"ask"}},
 				})
 			},

@@ -44,7 +44,7 @@ type Sensor struct {
 
 // NewSensor returns a sensor with memory "high", no GPU, AC power, offline.
 func NewSensor() *Sensor {
-	return &Sensor{env: ctxd.Environment{Memory: "high", GPU: "none", Power: "ac", Connectivity: "offline"}}
+	return &Sensor{env: ctxd.Environment{VRAM: "low", GPU: "none", Power: "ac", Connectivity: "offline"}}
 }
 
 func (s *Sensor) Environment() ctxd.Environment {
@@ -53,11 +53,11 @@ func (s *Sensor) Environment() ctxd.Environment {
 	return s.env
 }
 
-// SetMemory changes the memory band.
-func (s *Sensor) SetMemory(band string) {
+// SetVRAM changes the VRAM pressure band.
+func (s *Sensor) SetVRAM(band string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.env.Memory = band
+	s.env.VRAM = band
 }
 
 // Store is an in-memory session store.
