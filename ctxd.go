@@ -48,6 +48,14 @@ type AskRequest struct {
 	// reserve. The window is planned with the reserve, so a smaller cap
 	// changes nothing the backend holds.
 	MaxTokens int `json:"max_tokens,omitempty"`
+	// Scopes narrows the sigil's scopes for this request (each must be
+	// one the sigil holds); none: the sigil's own. The doors take them
+	// from the X-Ctxd-Scopes header.
+	Scopes []string `json:"scopes,omitempty"`
+	// RefreshKarma starts a new karma epoch for the session: the karma
+	// block is chosen again (taking in new verifications), which breaks
+	// the cached prefix from the karma block on.
+	RefreshKarma bool `json:"refresh_karma,omitempty"`
 }
 
 // Tool is a function a client offers the model.
@@ -210,5 +218,6 @@ type Action struct {
 type SigilInfo struct {
 	Name          string   `json:"name"`
 	Scopes        []string `json:"scopes"`
-	Authenticated bool     `json:"authenticated"` // by a token; otherwise trusted as the socket's owner
+	Authenticated bool     `json:"authenticated"` // by a token; otherwise trusted as the socket's peer (uid)
+	Description   string   `json:"description,omitempty"`
 }

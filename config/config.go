@@ -15,6 +15,7 @@ import (
 
 	"github.com/ctxd/ctxd/codex"
 	"github.com/ctxd/ctxd/governor"
+	"github.com/ctxd/ctxd/sigils"
 )
 
 // Config is the whole daemon configuration.
@@ -120,11 +121,21 @@ type Limits struct {
 
 // Sigil is one configured agent identity.
 type Sigil struct {
-	Scopes []string `toml:"scopes"`
+	Description string   `toml:"description"`
+	Scopes      []string `toml:"scopes"` // ask, search_codex, tools, tool:NAME, karma:read, karma:write
 	// TokenSHA256 is the SHA-256 (hex) of the sigil's token; "" for none.
-	// `ctxd sigil token` makes a token and prints the line to put here;
-	// the token itself is never stored.
+	// `ctxd sigil add` and `ctxd sigil token` make a token and print the
+	// line to put here; the token itself is never stored.
 	TokenSHA256 string `toml:"token_sha256"`
+	// RevokedSHA256 are the hashes of its former tokens (`ctxd sigil
+	// revoke` prints the line): one presented is refused as revoked.
+	RevokedSHA256 []string `toml:"revoked_sha256"`
+	// UIDs and GIDs restrict which Unix socket peers may act as the
+	// sigil (SO_PEERCRED); empty: any peer that can open the socket.
+	UIDs []int `toml:"uids"`
+	GIDs []int `toml:"gids"`
+	// Revoked refuses every request that acts as the sigil.
+	Revoked bool `toml:"revoked"`
 }
 
 // Duration is a time.Duration written as "5m" or "-1s" in TOML.
@@ -243,6 +254,10 @@ func Load(path string, env Env) (Config, error) {
 	return c, nil
 }
 
+func isHash(h string) bool {
+	return len(h) == 64 && strings.Trim(h, "0123456789abcdef") == ""
+}
+
 // Validate names the first bad field.
 func (c Config) Validate() error {
 	var errs []error
@@ -271,12 +286,34 @@ func (c Config) Validate() error {
 	}
 	tokens := 0
 	for name, sg := range c.Sigils {
+		if !sigils.NameRE.MatchString(name) {
+			bad("sigils."+name, "the name must match %s", sigils.NameRE)
+		}
+		for _, sc := range sg.Scopes {
+			if err := sigils.CheckScope(sc); err != nil {
+				bad("sigils."+name+".scopes", "%v", err)
+			}
+		}
+		for _, h := range sg.RevokedSHA256 {
+			if !isHash(h) {
+				bad("sigils."+name+".revoked_sha256", "%q must be 64 lowercase hex digits", h)
+			}
+		}
+		for _, id := range append(slices.Clone(sg.UIDs), sg.GIDs...) {
+			if id < 0 {
+				bad("sigils."+name+".uids", "uid/gid %d must not be negative", id)
+			}
+		}
 		if sg.TokenSHA256 == "" {
 			continue
 		}
-		tokens++
-		if len(sg.TokenSHA256) != 64 || strings.Trim(sg.TokenSHA256, "0123456789abcdef") != "" {
-			bad("sigils."+name+".token_sha256", "must be 64 lowercase hex digits (the line `ctxd sigil token` prints)")
+		if !sg.Revoked {
+			tokens++
+		}
+		if !isHash(sg.TokenSHA256) {
+			bad("sigils."+name+".token_sha256", "must be 64 lowercase hex digits (the line `ctxd sigil add` prints)")
+		} else if slices.Contains(sg.RevokedSHA256, sg.TokenSHA256) {
+			bad("sigils."+name+".token_sha256", "is also in revoked_sha256: make a new token with `ctxd sigil token %s`", name)
 		}
 	}
 	if a := c.Daemon.TCPListen; a != "" {

@@ -216,9 +216,9 @@ func (d *Daemon) handleStatus(w http.ResponseWriter, r *http.Request) {
 		st.Error = *msg
 	}
 	st.Listeners = Listeners{Socket: d.cfg.Daemon.Socket, TCP: d.TCPAddr(),
-		Trust: "requests on the socket are trusted as its owner (by uid) and act as the sigil they name; no sigil has a token"}
+		Trust: "no sigil has a token: requests are trusted by uid only (the socket is its owner's, mode 0600) and act as the sigil they name; sigils with uids or gids are checked against the socket peer's"}
 	if d.sigils.HasTokens() {
-		st.Listeners.Trust = "a request with a token acts as its sigil; one without, on the socket only, is trusted as the socket's owner (by uid) and acts as the sigil it names"
+		st.Listeners.Trust = "a request with a token acts as its sigil; one without, on the socket only, is trusted by uid (the socket's owner) and acts as the sigil it names; sigils with uids or gids are checked against the socket peer's"
 	}
 	st.Environment = d.sensor.Environment()
 	if d.sensor == ctxd.Sensor(d.probe) {
@@ -350,9 +350,12 @@ func (d *Daemon) handleAsk(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var err error
-	if req.Sigil, err = sigilFor(r, req.Sigil); err != nil {
+	if req.Sigil, err = d.sigilFor(r, req.Sigil); err != nil {
 		writeError(w, err)
 		return
+	}
+	if len(req.Scopes) == 0 {
+		req.Scopes = requestScopes(r)
 	}
 	e, err := d.engine()
 	if err != nil {

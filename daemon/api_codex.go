@@ -7,7 +7,6 @@ import (
 	"strings"
 
 	"github.com/ctxd/ctxd"
-	"github.com/ctxd/ctxd/runcontext"
 	"github.com/ctxd/ctxd/sigils"
 )
 
@@ -76,18 +75,12 @@ func (d *Daemon) handleCodexLoad(w http.ResponseWriter, r *http.Request) {
 // codex for sigils with the search_codex scope.
 func (d *Daemon) handleCodexSearch(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	name, err := sigilFor(r, q.Get("sigil"))
+	sigil, err := d.actor(r, q.Get("sigil"))
+	if err == nil {
+		err = requireScope(sigil, sigils.ScopeSearchCodex)
+	}
 	if err != nil {
 		writeError(w, err)
-		return
-	}
-	sigil, err := d.sigils.Resolve(name)
-	if err != nil {
-		writeError(w, ctxd.Errorf(ctxd.KindForbidden, "%v", err))
-		return
-	}
-	if !sigils.Allows(sigil, sigils.ScopeSearchCodex) {
-		writeError(w, ctxd.Errorf(ctxd.KindForbidden, "sigil %q lacks the %q scope", sigil.Name, sigils.ScopeSearchCodex))
 		return
 	}
 	query := strings.TrimSpace(q.Get("q"))
@@ -121,14 +114,9 @@ func (d *Daemon) handleCodexSearch(w http.ResponseWriter, r *http.Request) {
 // codexReader resolves the request's sigil and checks that it may read the
 // codex (the search_codex scope), or answers the error.
 func (d *Daemon) codexReader(w http.ResponseWriter, r *http.Request) (*engine, bool) {
-	name, err := sigilFor(r, r.URL.Query().Get("sigil"))
+	sigil, err := d.actor(r, r.URL.Query().Get("sigil"))
 	if err == nil {
-		var sigil runcontext.Sigil
-		if sigil, err = d.sigils.Resolve(name); err != nil {
-			err = ctxd.Errorf(ctxd.KindForbidden, "%v", err)
-		} else if !sigils.Allows(sigil, sigils.ScopeSearchCodex) {
-			err = ctxd.Errorf(ctxd.KindForbidden, "sigil %q lacks the %q scope", sigil.Name, sigils.ScopeSearchCodex)
-		}
+		err = requireScope(sigil, sigils.ScopeSearchCodex)
 	}
 	var e *engine
 	if err == nil {
@@ -173,16 +161,11 @@ func (d *Daemon) handleCodexFile(w http.ResponseWriter, r *http.Request) {
 // handleSigil says which sigil a request acts as and its scopes: what a
 // client (the MCP server) may offer.
 func (d *Daemon) handleSigil(w http.ResponseWriter, r *http.Request) {
-	name, err := sigilFor(r, r.URL.Query().Get("sigil"))
-	var sigil runcontext.Sigil
-	if err == nil {
-		if sigil, err = d.sigils.Resolve(name); err != nil {
-			err = ctxd.Errorf(ctxd.KindForbidden, "%v", err)
-		}
-	}
+	sigil, err := d.actor(r, r.URL.Query().Get("sigil"))
 	if err != nil {
 		writeError(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, ctxd.SigilInfo{Name: sigil.Name, Scopes: sigil.Scopes, Authenticated: byToken(r)})
+	writeJSON(w, http.StatusOK, ctxd.SigilInfo{Name: sigil.Name, Scopes: sigil.Scopes, Authenticated: byToken(r),
+		Description: d.sigils.Description(sigil.Name)})
 }

@@ -2,11 +2,15 @@ package daemon
 
 import (
 	"context"
+	"errors"
+	"net"
 	"net/http"
 	"strings"
 
 	"github.com/ctxd/ctxd"
 	"github.com/ctxd/ctxd/frontdoor"
+	"github.com/ctxd/ctxd/runcontext"
+	"github.com/ctxd/ctxd/sigils"
 )
 
 // authKey is the request context's key of the sigil a request acts as
@@ -68,6 +72,11 @@ func (d *Daemon) authenticate(next http.Handler, required bool) http.Handler {
 		s, err := d.sigils.Authenticate(tok)
 		if err != nil {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="ctxd", error="invalid_token"`)
+			why := "wrong"
+			if errors.Is(err, sigils.ErrRevoked) {
+				why = "revoked"
+			}
+			d.log.Warn("request refused: token", "why", why, "path", r.URL.Path) // never the token
 			writeErrorFor(w, r, ctxd.Errorf(ctxd.KindUnauthorized, "Authorization: %v", err))
 			return
 		}
@@ -105,24 +114,92 @@ func bearer(r *http.Request) (string, bool) {
 	return strings.TrimSpace(tok), true
 }
 
+// peerKey is the request context's key of the Unix socket peer's
+// credentials (a sigils.Peer), set per connection.
+type peerKey struct{}
+
+// withPeer is the socket server's ConnContext: it reads the connecting
+// process's credentials once per connection.
+func withPeer(ctx context.Context, c net.Conn) context.Context {
+	if p, ok := peerOf(c); ok {
+		return context.WithValue(ctx, peerKey{}, p)
+	}
+	return ctx
+}
+
+// peer is the socket peer of a request, if it came over the Unix socket.
+func peer(r *http.Request) (sigils.Peer, bool) {
+	p, ok := r.Context().Value(peerKey{}).(sigils.Peer)
+	return p, ok
+}
+
 // sigilFor is the sigil a request acts as: the one its token
 // authenticated, which a request may not exchange for another, else the
-// one it names ("" for the default).
-func sigilFor(r *http.Request, named string) (string, error) {
-	auth := authenticated(r)
-	switch {
-	case auth == "":
-		return named, nil
-	case named == "" || named == auth:
-		return auth, nil
+// one it names ("" for the default). The sigil must exist and not be
+// revoked, and a socket peer must be one the sigil allows (its uids and
+// gids); each refusal is an error of kind KindForbidden that says why.
+func (d *Daemon) sigilFor(r *http.Request, named string) (string, error) {
+	name := named
+	if auth := authenticated(r); auth != "" {
+		if named != "" && named != auth {
+			return "", ctxd.Errorf(ctxd.KindForbidden, "the token is sigil %q's; it may not act as sigil %q", auth, named)
+		}
+		name = auth
 	}
-	return "", ctxd.Errorf(ctxd.KindForbidden, "the token is sigil %q's; it may not act as sigil %q", auth, named)
+	if _, err := d.sigils.Resolve(name); err != nil {
+		return "", ctxd.Errorf(ctxd.KindForbidden, "%v", err)
+	}
+	if p, ok := peer(r); ok {
+		if err := d.sigils.CheckPeer(name, p); err != nil {
+			d.log.Warn("request refused: socket peer not allowed", "sigil", name, "uid", p.UID, "gid", p.GID, "pid", p.PID)
+			return "", ctxd.Errorf(ctxd.KindForbidden, "%v", err)
+		}
+	}
+	return name, nil
 }
 
 // doorSigil is the sigil a door's request acts as: its token's, else the
 // one its X-Ctxd-Sigil header names.
-func doorSigil(r *http.Request) (string, error) {
-	return sigilFor(r, r.Header.Get("X-Ctxd-Sigil"))
+func (d *Daemon) doorSigil(r *http.Request) (string, error) {
+	return d.sigilFor(r, r.Header.Get("X-Ctxd-Sigil"))
+}
+
+// actor is the sigil a request acts as (sigilFor) with the scopes it
+// asked for: the X-Ctxd-Scopes header (or the scopes parameter) narrows
+// the sigil's scopes for this request, and may not widen them.
+func (d *Daemon) actor(r *http.Request, named string) (runcontext.Sigil, error) {
+	name, err := d.sigilFor(r, named)
+	if err != nil {
+		return runcontext.Sigil{}, err
+	}
+	s, err := d.sigils.Resolve(name)
+	if err != nil {
+		return s, ctxd.Errorf(ctxd.KindForbidden, "%v", err)
+	}
+	if s, err = sigils.Narrow(s, requestScopes(r)); err != nil {
+		return s, ctxd.Errorf(ctxd.KindForbidden, "%v", err)
+	}
+	return s, nil
+}
+
+// requestScopes is the scopes a request narrows its sigil to: the
+// X-Ctxd-Scopes header, else the scopes query parameter, separated by
+// spaces or commas; none means the sigil's own.
+func requestScopes(r *http.Request) []string {
+	v := r.Header.Get("X-Ctxd-Scopes")
+	if v == "" {
+		v = r.URL.Query().Get("scopes")
+	}
+	return strings.FieldsFunc(v, func(c rune) bool { return c == ' ' || c == ',' })
+}
+
+// requireScope is nil when s holds scope, else an error of kind
+// KindForbidden naming both.
+func requireScope(s runcontext.Sigil, scope string) error {
+	if sigils.Allows(s, scope) {
+		return nil
+	}
+	return ctxd.Errorf(ctxd.KindForbidden, "sigil %q lacks the %q scope (it holds %s)", s.Name, scope, strings.Join(s.Scopes, " "))
 }
 
 // writeErrorFor answers with err in the shape of the path's door.

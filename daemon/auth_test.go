@@ -2,8 +2,11 @@ package daemon
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
+	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -11,6 +14,7 @@ import (
 	"github.com/ctxd/ctxd"
 	"github.com/ctxd/ctxd/client"
 	"github.com/ctxd/ctxd/config"
+	"github.com/ctxd/ctxd/internal/socktest"
 	"github.com/ctxd/ctxd/sigils"
 )
 
@@ -165,5 +169,110 @@ func TestDoorsOnTheSocket(t *testing.T) {
 	sessions, err := f.client.Sessions(t.Context())
 	if err != nil || len(sessions) != 1 || sessions[0].Turns != 3 || !strings.HasPrefix(sessions[0].ID, "oai-") {
 		t.Errorf("sessions %+v %v", sessions, err)
+	}
+}
+
+// TestSigilRejections walks every way a request can be refused for its
+// sigil, each with a status and a message that says why: a missing, wrong
+// or revoked token (401), a revoked sigil, a socket peer whose uid the
+// sigil does not allow, a scope the sigil lacks or a request tries to
+// widen (403), and a tool call outside the sigil's scopes (refused in the
+// summary: the answer stays text).
+func TestSigilRejections(t *testing.T) {
+	tok, hash, _ := sigils.NewToken()
+	old, oldHash, _ := sigils.NewToken()
+	retiredTok, retiredHash, _ := sigils.NewToken()
+	uid := os.Getuid()
+	f := newFixture(t, fixtureOptions{config: func(c *config.Config) {
+		c.Daemon.TCPListen = "127.0.0.1:0"
+		c.Sigils["coder"] = config.Sigil{Scopes: []string{"ask", "search_codex", "tool:grep"}, TokenSHA256: hash, RevokedSHA256: []string{oldHash}}
+		c.Sigils["retired"] = config.Sigil{Scopes: []string{"ask"}, TokenSHA256: retiredHash, Revoked: true}
+		c.Sigils["ops"] = config.Sigil{Scopes: []string{"ask"}, UIDs: []int{uid + 1}}
+		c.Sigils["mine"] = config.Sigil{Scopes: []string{"ask"}, UIDs: []int{uid}, GIDs: []int{os.Getgid()}}
+		c.Sigils["reader"] = config.Sigil{Scopes: []string{"search_codex"}}
+	}})
+	var base string
+	for deadline := time.Now().Add(10 * time.Second); base == "" && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if a := f.daemon.TCPAddr(); a != "" {
+			base = "http://" + a
+		}
+	}
+	if base == "" {
+		t.Fatal("the TCP listener never listened")
+	}
+	ask := `{"session":"s","query":"q"}`
+	for _, c := range []struct {
+		name, token, body string
+		status            int
+		want              string
+	}{
+		{"missing token", "", ask, 401, "needs a sigil's token"},
+		{"wrong token", "ctxd_wrong", ask, 401, "matches no sigil"},
+		{"revoked token", old, ask, 401, `one of sigil \"coder\"'s revoked tokens`},
+		{"revoked sigil's token", retiredTok, ask, 401, `sigil \"retired\" is revoked`},
+	} {
+		status, body := tcpDo(t, "POST", base+"/v1/ask", c.token, c.body)
+		if status != c.status || !strings.Contains(body, c.want) || (c.token != "" && strings.Contains(body, c.token)) {
+			t.Errorf("%s: %d %s; want %d with %s", c.name, status, body, c.status, c.want)
+		}
+	}
+	if status, body := tcpDo(t, "POST", base+"/v1/ask", tok, ask); status != 200 {
+		t.Errorf("the current token: %d %s", status, body)
+	}
+
+	for _, c := range []struct {
+		name   string
+		header http.Header
+		path   string
+		body   string
+		status int
+		want   string
+	}{
+		{"revoked sigil named", nil, "/v1/ask", `{"session":"s","query":"q","sigil":"retired"}`, 403, `sigil \"retired\" is revoked`},
+		{"unknown sigil", nil, "/v1/ask", `{"session":"s","query":"q","sigil":"nobody"}`, 403, `unknown sigil \"nobody\"`},
+		{"wrong uid", nil, "/v1/ask", `{"session":"s","query":"q","sigil":"ops"}`, 403, fmt.Sprintf("runs as uid %d", uid)},
+		{"right uid and gid", nil, "/v1/ask", `{"session":"s2","query":"q","sigil":"mine"}`, 200, `"summary"`},
+		{"wrong uid at a door", http.Header{"X-Ctxd-Sigil": {"ops"}}, "/v1/chat/completions", `{"model":"fake","messages":[{"role":"user","content":"q"}]}`, 403, "runs as uid"},
+		{"scope lacking", nil, "/v1/ask", `{"session":"s","query":"q","sigil":"reader"}`, 403, `lacks the \"ask\" scope`},
+		{"scope widened", nil, "/v1/ask", `{"session":"s","query":"q","sigil":"coder","scopes":["ask","karma:write"]}`, 403, `asks for scope \"karma:write\", which sigil \"coder\" does not hold`},
+		{"scope narrowed away", http.Header{"X-Ctxd-Scopes": {"ask"}}, "/v1/codex/search?q=x&sigil=coder", "", 403, `lacks the \"search_codex\" scope`},
+		{"scope narrowed by a door", http.Header{"X-Ctxd-Sigil": {"coder"}, "X-Ctxd-Scopes": {"search_codex"}}, "/v1/chat/completions", `{"model":"fake","messages":[{"role":"user","content":"q"}]}`, 403, `lacks the \"ask\" scope`},
+	} {
+		h := c.header.Clone()
+		if h == nil {
+			h = http.Header{}
+		}
+		h.Set("Content-Type", "application/json")
+		method := "POST"
+		if c.body == "" {
+			method = "GET"
+		}
+		status, body := socktest.DoHeader(t, f.cfg.Daemon.Socket, method, c.path, h, c.body)
+		if status != c.status || !strings.Contains(body, c.want) {
+			t.Errorf("%s: %d %s; want %d with %s", c.name, status, body, c.status, c.want)
+		}
+	}
+
+	// The model calls a tool the sigil may not offer: refused, the answer
+	// stays text, and the summary names it.
+	f.backend.SetAnswer(`{"name": "rm", "arguments": {"path": "/"}}`)
+	body := `{"model":"fake","messages":[{"role":"user","content":"clean up"}],"tools":[` +
+		`{"type":"function","function":{"name":"grep","parameters":{"type":"object"}}},` +
+		`{"type":"function","function":{"name":"rm","parameters":{"type":"object"}}}]}`
+	status, out := socktest.DoHeader(t, f.cfg.Daemon.Socket, "POST", "/v1/chat/completions", http.Header{"X-Ctxd-Sigil": {"coder"}, "Content-Type": {"application/json"}}, body)
+	var cc struct {
+		Choices []struct {
+			Message struct {
+				Content   string
+				ToolCalls []any `json:"tool_calls"`
+			}
+		}
+		Ctxd ctxd.Summary
+	}
+	if err := json.Unmarshal([]byte(out), &cc); err != nil || status != 200 || len(cc.Choices) != 1 {
+		t.Fatalf("tool outside scope: %d %s", status, out)
+	}
+	if len(cc.Choices[0].Message.ToolCalls) != 0 || !slices.Contains(cc.Ctxd.ToolsRefused, "rm") || !strings.Contains(cc.Ctxd.ToolNote, "rm") {
+		t.Errorf("tool outside scope: message %+v refused %v note %q", cc.Choices[0].Message, cc.Ctxd.ToolsRefused, cc.Ctxd.ToolNote)
 	}
 }

@@ -111,20 +111,14 @@ func New(cfg config.Config, opts Options) (*Daemon, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	scopes := map[string][]string{}
+	defs := make(map[string]sigils.Def, len(cfg.Sigils))
 	for name, s := range cfg.Sigils {
-		scopes[name] = s.Scopes
+		defs[name] = sigils.Def{Description: s.Description, Scopes: s.Scopes, TokenSHA256: s.TokenSHA256,
+			RevokedSHA256: s.RevokedSHA256, UIDs: s.UIDs, GIDs: s.GIDs, Revoked: s.Revoked}
 	}
-	reg, err := sigils.NewRegistry(scopes, cfg.Daemon.DefaultSigil)
+	reg, err := sigils.New(defs, cfg.Daemon.DefaultSigil)
 	if err != nil {
 		return nil, err
-	}
-	for name, s := range cfg.Sigils {
-		if s.TokenSHA256 != "" {
-			if err := reg.SetToken(name, s.TokenSHA256); err != nil {
-				return nil, err
-			}
-		}
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
@@ -176,6 +170,7 @@ func (d *Daemon) Run(ctx context.Context, ln net.Listener, ready func()) error {
 		}
 	}
 	sock := newServer(false)
+	sock.ConnContext = withPeer // the socket peer's uid and gid, checked against the sigil's
 	srvs := []*http.Server{sock}
 	serveErr := make(chan error, 2)
 	go func() { serveErr <- sock.Serve(ln) }()

@@ -20,7 +20,7 @@ func (d *Daemon) doors() *frontdoor.Doors {
 				Embedding: facts.Embedding, BlockCount: facts.BlockCount, Info: e.model.ModelInfo,
 			}, nil
 		},
-		Sigil:        doorSigil,
+		Sigil:        d.doorSigil,
 		MaxBodyBytes: d.cfg.Daemon.MaxBodyBytes,
 		WriteTimeout: d.cfg.Daemon.WriteTimeout.Duration,
 		Logger:       d.log,

@@ -61,7 +61,7 @@ func (m *mcpHTTP) close() {
 }
 
 func (m *mcpHTTP) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	name, err := doorSigil(r)
+	name, err := m.d.doorSigil(r)
 	if err == nil {
 		_, err = m.d.sigils.Resolve(name)
 		if err != nil {

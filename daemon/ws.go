@@ -354,12 +354,13 @@ func (c *wsConn) ask(b []byte, id string) {
 		c.refuse(m.ID, ctxd.Errorf(ctxd.KindInvalid, `ask: "query" is required and must not be blank`))
 		return
 	}
-	sigil, err := sigilFor(c.r, m.Sigil)
+	sigil, err := c.d.sigilFor(c.r, m.Sigil)
 	if err != nil {
 		c.refuse(m.ID, err)
 		return
 	}
-	req := ctxd.AskRequest{Session: m.Session, Query: m.Query, Sigil: sigil, Pin: m.Pin, System: m.System, History: m.History, MaxTokens: m.MaxTokens}
+	req := ctxd.AskRequest{Session: m.Session, Query: m.Query, Sigil: sigil, Pin: m.Pin, System: m.System, History: m.History,
+		MaxTokens: m.MaxTokens, Scopes: requestScopes(c.r)}
 
 	c.mu.Lock()
 	select {

@@ -189,7 +189,9 @@ func (d *Doors) ask(r *http.Request, door, model string, c conversation, tools [
 	if err != nil {
 		return ctxd.AskRequest{}, err
 	}
-	return ctxd.AskRequest{Session: session, Query: c.Query, Sigil: sigil, System: c.System, History: c.History, Tools: tools, Ephemeral: c.Ephemeral}, nil
+	scopes := strings.FieldsFunc(r.Header.Get("X-Ctxd-Scopes"), func(c rune) bool { return c == ' ' || c == ',' })
+	return ctxd.AskRequest{Session: session, Query: c.Query, Sigil: sigil, System: c.System, History: c.History, Tools: tools,
+		Ephemeral: c.Ephemeral, Scopes: scopes}, nil
 }
 
 // oneTurn is one question outside any conversation (a text completion,

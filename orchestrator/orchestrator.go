@@ -167,6 +167,9 @@ func (o *Orchestrator) Ask(ctx context.Context, req ctxd.AskRequest, onToken fun
 	if err != nil {
 		return nil, ctxd.Errorf(ctxd.KindForbidden, "%v", err)
 	}
+	if sigil, err = sigils.Narrow(sigil, req.Scopes); err != nil {
+		return nil, ctxd.Errorf(ctxd.KindForbidden, "%v", err)
+	}
 	if !sigils.Allows(sigil, sigils.ScopeAsk) {
 		return nil, ctxd.Errorf(ctxd.KindForbidden, "sigil %q lacks the %q scope", sigil.Name, sigils.ScopeAsk)
 	}

@@ -29,7 +29,7 @@ type harness struct {
 
 func newTest(t *testing.T, limits governor.Limits, slots int) *harness {
 	t.Helper()
-	reg, err := sigils.NewRegistry(map[string][]string{"default": {"ask"}, "mute": {"read"}, "tooler": {"ask", "tool:grep"}}, "default")
+	reg, err := sigils.NewRegistry(map[string][]string{"default": {"ask"}, "mute": {"search_codex"}, "tooler": {"ask", "tool:grep"}}, "default")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,46 +10,120 @@ import (
 	"github.com/ctxd/ctxd/runcontext"
 )
 
-// Scopes ctxd knows about.
+// Scopes ctxd knows about. A sigil may hold only these (and tool:NAME).
 const (
 	ScopeAsk         = "ask"          // may send queries
-	ScopeSearchCodex = "search_codex" // may be offered the codex search tool
+	ScopeSearchCodex = "search_codex" // may be offered the codex search tool, and read codex files
 	ScopeTools       = "tools"        // may offer the model any of its client's tools
 	ScopeToolPrefix  = "tool:"        // tool:NAME: may offer the model the client's tool NAME
+	ScopeKarmaRead   = "karma:read"   // may list and read its own traces
+	ScopeKarmaWrite  = "karma:write"  // may verify, reject, pin and supersede its own traces
 )
 
-// ErrUnknown is returned for a sigil the registry does not hold.
-var ErrUnknown = errors.New("unknown sigil")
+// Known is every scope a sigil may hold, tool:NAME aside.
+var Known = []string{ScopeAsk, ScopeKarmaRead, ScopeKarmaWrite, ScopeSearchCodex, ScopeTools}
+
+// Errors callers branch on.
+var (
+	ErrUnknown  = errors.New("unknown sigil")
+	ErrRevoked  = errors.New("sigil revoked")
+	ErrScope    = errors.New("scope not held")
+	ErrPeer     = errors.New("peer not allowed")
+	ErrBadToken = errors.New("the token matches no sigil (wrong, or revoked)")
+)
 
 var (
-	nameRE  = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,63}$`)
-	scopeRE = regexp.MustCompile(`^[a-z][a-z0-9_.:-]{0,63}$`)
+	nameRE     = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,63}$`)
+	toolNameRE = regexp.MustCompile(`^[a-z0-9_.-]{1,64}$`)
 )
 
-// Registry holds the configured sigils.
-type Registry struct {
-	byName map[string]runcontext.Sigil
-	def    string
-	tokens map[string][]byte // sigil name to the SHA-256 of its token
+// NameRE is what a sigil's name must look like.
+var NameRE = nameRE
+
+// Def is one sigil as the operator configures it.
+type Def struct {
+	Description string
+	Scopes      []string
+	// TokenSHA256 is the SHA-256 (hex) of its token; "" for none.
+	TokenSHA256 string
+	// RevokedSHA256 are hashes of its former tokens: one presented is
+	// refused as revoked (rather than as wrong), so its holder learns why.
+	RevokedSHA256 []string
+	// UIDs and GIDs, when set, are the Unix socket peers that may act as
+	// the sigil: the peer's uid must be in UIDs (if set) and its gid in
+	// GIDs (if set). Requests over TCP carry a token instead.
+	UIDs []int
+	GIDs []int
+	// Revoked refuses every request that acts as the sigil.
+	Revoked bool
 }
 
-// NewRegistry validates the configured sigils (name to scopes) and the
-// default sigil used when a request names none.
-func NewRegistry(sigils map[string][]string, def string) (*Registry, error) {
-	r := &Registry{byName: map[string]runcontext.Sigil{}, def: def}
-	for name, scopes := range sigils {
+// entry is a configured sigil.
+type entry struct {
+	sigil       runcontext.Sigil
+	description string
+	uids, gids  []int
+	revoked     bool
+}
+
+// Registry holds the configured sigils. It is read-only after New and
+// safe for concurrent use.
+type Registry struct {
+	byName  map[string]entry
+	def     string
+	tokens  map[string][]byte // sigil name to the SHA-256 of its token
+	revoked map[string][]byte // "name\x00hex" of each revoked token to its raw hash
+}
+
+// NewRegistry is New for sigils that have only scopes.
+func NewRegistry(scopes map[string][]string, def string) (*Registry, error) {
+	defs := make(map[string]Def, len(scopes))
+	for name, s := range scopes {
+		defs[name] = Def{Scopes: s}
+	}
+	return New(defs, def)
+}
+
+// New validates the configured sigils and the default sigil used when a
+// request names none.
+func New(defs map[string]Def, def string) (*Registry, error) {
+	r := &Registry{byName: map[string]entry{}, def: def, tokens: map[string][]byte{}, revoked: map[string][]byte{}}
+	for name, d := range defs {
 		if !nameRE.MatchString(name) {
 			return nil, fmt.Errorf("sigils: name %q must match %s", name, nameRE)
 		}
-		s := slices.Clone(scopes)
+		s := slices.Clone(d.Scopes)
 		slices.Sort(s)
 		s = slices.Compact(s)
 		for _, sc := range s {
-			if !scopeRE.MatchString(sc) {
-				return nil, fmt.Errorf("sigils: %s: scope %q must match %s", name, sc, scopeRE)
+			if err := CheckScope(sc); err != nil {
+				return nil, fmt.Errorf("sigils: %s: %w", name, err)
 			}
 		}
-		r.byName[name] = runcontext.Sigil{Name: name, Scopes: s}
+		for _, id := range append(slices.Clone(d.UIDs), d.GIDs...) {
+			if id < 0 {
+				return nil, fmt.Errorf("sigils: %s: uid/gid %d must not be negative", name, id)
+			}
+		}
+		r.byName[name] = entry{sigil: runcontext.Sigil{Name: name, Scopes: s}, description: d.Description,
+			uids: slices.Clone(d.UIDs), gids: slices.Clone(d.GIDs), revoked: d.Revoked}
+		if d.TokenSHA256 != "" {
+			b, err := decodeHash(name, "token_sha256", d.TokenSHA256)
+			if err != nil {
+				return nil, err
+			}
+			r.tokens[name] = b
+		}
+		for _, h := range d.RevokedSHA256 {
+			b, err := decodeHash(name, "revoked_sha256", h)
+			if err != nil {
+				return nil, err
+			}
+			if h == d.TokenSHA256 {
+				return nil, fmt.Errorf("sigils: %s: its token_sha256 is also in revoked_sha256", name)
+			}
+			r.revoked[name+"\x00"+h] = b
+		}
 	}
 	if _, ok := r.byName[def]; !ok {
 		return nil, fmt.Errorf("sigils: default sigil %q is not configured", def)
@@ -57,16 +131,83 @@ func NewRegistry(sigils map[string][]string, def string) (*Registry, error) {
 	return r, nil
 }
 
-// Resolve returns the sigil named, or the default for "". A sigil without
-// the ask scope may not send queries.
+// CheckScope is nil for a scope ctxd knows: one of Known, or tool:NAME.
+func CheckScope(sc string) error {
+	if tool, ok := strings.CutPrefix(sc, ScopeToolPrefix); ok {
+		if !toolNameRE.MatchString(tool) {
+			return fmt.Errorf("scope %q: the tool name must match %s", sc, toolNameRE)
+		}
+		return nil
+	}
+	if !slices.Contains(Known, sc) {
+		return fmt.Errorf("scope %q is not one ctxd knows (%s, or tool:NAME)", sc, strings.Join(Known, ", "))
+	}
+	return nil
+}
+
+// Resolve returns the sigil named, or the default for "". A revoked sigil
+// is an error wrapping ErrRevoked; an unknown one wraps ErrUnknown.
 func (r *Registry) Resolve(name string) (runcontext.Sigil, error) {
 	if name == "" {
 		name = r.def
 	}
-	s, ok := r.byName[name]
+	e, ok := r.byName[name]
 	if !ok {
 		return runcontext.Sigil{}, fmt.Errorf("%w %q", ErrUnknown, name)
 	}
+	if e.revoked {
+		return runcontext.Sigil{}, fmt.Errorf("%w: sigil %q is revoked by the operator (sigils.%s.revoked)", ErrRevoked, name, name)
+	}
+	return e.sigil, nil
+}
+
+// Description is the operator's description of a sigil ("" if none).
+func (r *Registry) Description(name string) string { return r.byName[name].description }
+
+// Default is the name of the sigil of requests that name none.
+func (r *Registry) Default() string { return r.def }
+
+// Peer is the credentials of a Unix socket peer (SO_PEERCRED).
+type Peer struct {
+	PID, UID, GID int
+}
+
+// CheckPeer is nil when peer may act as the sigil name: the sigil allows
+// any peer (no uids or gids configured), or lists the peer's uid and gid.
+func (r *Registry) CheckPeer(name string, peer Peer) error {
+	if name == "" {
+		name = r.def
+	}
+	e, ok := r.byName[name]
+	if !ok {
+		return fmt.Errorf("%w %q", ErrUnknown, name)
+	}
+	if len(e.uids) > 0 && !slices.Contains(e.uids, peer.UID) {
+		return fmt.Errorf("%w: sigil %q allows uids %v; the socket peer (pid %d) runs as uid %d", ErrPeer, name, e.uids, peer.PID, peer.UID)
+	}
+	if len(e.gids) > 0 && !slices.Contains(e.gids, peer.GID) {
+		return fmt.Errorf("%w: sigil %q allows gids %v; the socket peer (pid %d) runs as gid %d", ErrPeer, name, e.gids, peer.PID, peer.GID)
+	}
+	return nil
+}
+
+// Narrow is s with only the scopes a request asked for: each must be one
+// s holds (a request may narrow its sigil's scopes, never widen them).
+// Asking for none keeps s as it is.
+func Narrow(s runcontext.Sigil, asked []string) (runcontext.Sigil, error) {
+	if len(asked) == 0 {
+		return s, nil
+	}
+	want := slices.Clone(asked)
+	slices.Sort(want)
+	want = slices.Compact(want)
+	for _, sc := range want {
+		if !Allows(s, sc) {
+			return s, fmt.Errorf("%w: the request asks for scope %q, which sigil %q does not hold (it holds %s)",
+				ErrScope, sc, s.Name, strings.Join(s.Scopes, " "))
+		}
+	}
+	s.Scopes = want
 	return s, nil
 }
 

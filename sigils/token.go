@@ -6,7 +6,6 @@ import (
 	"crypto/subtle"
 	"encoding/base64"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"strings"
 
@@ -16,9 +15,6 @@ import (
 // TokenPrefix starts every token, so a token is recognisable in a
 // configuration or a leaked log line.
 const TokenPrefix = "ctxd_"
-
-// ErrBadToken is a token no sigil holds: wrong, or revoked.
-var ErrBadToken = errors.New("the token matches no sigil (wrong, or revoked)")
 
 // NewToken returns a new random token and the SHA-256 (hex) to configure
 // as the sigil's token_sha256. Only the hash is ever stored.
@@ -37,38 +33,44 @@ func HashToken(token string) string {
 	return hex.EncodeToString(h[:])
 }
 
-// SetToken gives the sigil name the token whose SHA-256 is hash (hex).
-func (r *Registry) SetToken(name, hash string) error {
-	if _, ok := r.byName[name]; !ok {
-		return fmt.Errorf("sigils: token for %q: %w", name, ErrUnknown)
-	}
+func decodeHash(name, field, hash string) ([]byte, error) {
 	b, err := hex.DecodeString(hash)
-	if err != nil || len(b) != sha256.Size {
-		return fmt.Errorf("sigils: %s: token_sha256 must be 64 hex digits", name)
+	if err != nil || len(b) != sha256.Size || strings.ToLower(hash) != hash {
+		return nil, fmt.Errorf("sigils: %s: %s must be 64 lowercase hex digits (the line `ctxd sigil add` prints)", name, field)
 	}
-	if r.tokens == nil {
-		r.tokens = map[string][]byte{}
-	}
-	r.tokens[name] = b
-	return nil
+	return b, nil
 }
 
 // HasTokens reports whether any sigil has a token.
 func (r *Registry) HasTokens() bool { return len(r.tokens) > 0 }
 
 // Authenticate returns the sigil whose token this is. Every configured
-// hash is compared, in constant time, whichever matches.
+// hash, current and revoked, is compared in constant time, whichever
+// matches, so the time taken says nothing about which. A revoked token is
+// an error wrapping ErrRevoked that names its sigil; a token of a revoked
+// sigil too; any other is ErrBadToken. The token itself never appears in
+// an error.
 func (r *Registry) Authenticate(token string) (runcontext.Sigil, error) {
 	token = strings.TrimSpace(token)
 	h := sha256.Sum256([]byte(token))
-	match := ""
+	match, revoked := "", ""
 	for name, want := range r.tokens {
 		if subtle.ConstantTimeCompare(h[:], want) == 1 {
 			match = name
 		}
 	}
-	if match == "" || token == "" {
-		return runcontext.Sigil{}, ErrBadToken
+	for key, want := range r.revoked {
+		if subtle.ConstantTimeCompare(h[:], want) == 1 {
+			revoked, _, _ = strings.Cut(key, "\x00")
+		}
 	}
-	return r.byName[match], nil
+	switch {
+	case token == "":
+		return runcontext.Sigil{}, ErrBadToken
+	case match != "":
+		return r.Resolve(match) // a revoked sigil's current token is refused too
+	case revoked != "":
+		return runcontext.Sigil{}, fmt.Errorf("%w: the token is one of sigil %q's revoked tokens; ask the operator for a new one (`ctxd sigil token %s`)", ErrRevoked, revoked, revoked)
+	}
+	return runcontext.Sigil{}, ErrBadToken
 }

@@ -21,10 +21,18 @@ func TestTokens(t *testing.T) {
 	if !strings.HasPrefix(tok, TokenPrefix) || len(tok) < 40 || HashToken(tok) != hash || strings.Contains(hash, tok) {
 		t.Fatalf("token %q hash %q", tok, hash)
 	}
-	if err := r.SetToken("coder", hash); err != nil {
+	old, oldHash, _ := NewToken()
+	r, err = New(map[string]Def{
+		"default": {Scopes: []string{"ask"}},
+		"coder":   {Scopes: []string{"ask", "search_codex"}, TokenSHA256: hash, RevokedSHA256: []string{oldHash}},
+	}, "default")
+	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := r.Authenticate(tok)
+	if !r.HasTokens() {
+		t.Fatal("a token configured, yet not HasTokens")
+	}
+	s, err := r.Authenticate(" " + tok + "\n")
 	if err != nil || s.Name != "coder" || !Allows(s, ScopeSearchCodex) {
 		t.Fatalf("authenticate: %+v %v", s, err)
 	}
@@ -34,10 +42,8 @@ func TestTokens(t *testing.T) {
 			t.Errorf("token %q: %v, want ErrBadToken", bad, err)
 		}
 	}
-	if err := r.SetToken("nobody", hash); !errors.Is(err, ErrUnknown) {
-		t.Errorf("token for an unknown sigil: %v", err)
-	}
-	if err := r.SetToken("coder", "abc"); err == nil {
-		t.Error("a short hash was accepted")
+	_, err = r.Authenticate(old)
+	if !errors.Is(err, ErrRevoked) || !strings.Contains(err.Error(), `"coder"`) || strings.Contains(err.Error(), old) {
+		t.Errorf("a revoked token: %v", err)
 	}
 }

@@ -47,7 +47,9 @@ Usage:
   ctxd codex bench --gguf MODEL PATH              time first load, unchanged reload, one-file-changed reload
   ctxd schema                                     print the RunContext JSON Schema
   ctxd mcp      [--socket PATH] [--token TOKEN]   serve MCP on stdin/stdout for an agent (token also from $CTXD_TOKEN)
-  ctxd sigil token NAME                           make a token for sigil NAME (printed once) and its config line
+  ctxd sigil add NAME [--scopes a,b] [--config FILE]  a new sigil and its token (printed once)
+  ctxd sigil token NAME                           a new token for sigil NAME (printed once) and its config line
+  ctxd sigil revoke NAME --config FILE [--all]    the lines that revoke its token (or the sigil)
   ctxd genmodel --out FILE [flags]                write a random-weight GGUF model
   ctxd bench [--ollama BIN] [--out DIR]           run the benchmark harness on the real backend
   ctxd systemd-units [--config FILE] DIR          write the systemd unit files (a user service and its socket)

@@ -1,26 +1,193 @@
 package main
 
 import (
+	"bytes"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
-	"regexp"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
 
+	"github.com/ctxd/ctxd/config"
 	"github.com/ctxd/ctxd/sigils"
 )
 
-var sigilNameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,63}$`)
+const sigilUsage = `usage:
+  ctxd sigil add NAME [--scopes ask,karma:read] [--description TEXT] [--uid N]... [--gid N]... [--config FILE]
+  ctxd sigil token NAME        a new token for an existing sigil
+  ctxd sigil revoke NAME --config FILE [--all]`
 
-// cmdSigil is `ctxd sigil token NAME`: a new token for the sigil, shown
-// once, and the line that configures its hash. The daemon stores only the
-// hash, so a lost token is replaced, never recovered.
+// cmdSigil manages sigils. The daemon stores only a token's hash, so a
+// token is shown once, when it is made; a lost token is replaced, never
+// recovered.
 func cmdSigil(args []string, stdout io.Writer) error {
-	if len(args) != 2 || args[0] != "token" {
-		return errors.New("usage: ctxd sigil token NAME")
+	if len(args) < 1 {
+		return errors.New(sigilUsage)
 	}
-	name := args[1]
-	if !sigilNameRE.MatchString(name) {
-		return fmt.Errorf("sigil name %q must match %s", name, sigilNameRE)
+	switch args[0] {
+	case "add":
+		return cmdSigilAdd(args[1:], stdout)
+	case "token":
+		return cmdSigilToken(args[1:], stdout)
+	case "revoke":
+		return cmdSigilRevoke(args[1:], stdout)
+	}
+	return fmt.Errorf("unknown sigil command %q\n%s", args[0], sigilUsage)
+}
+
+// sigilName takes the NAME argument off the front of args (so flags may
+// follow it) and checks it.
+func sigilName(args []string) (string, []string, error) {
+	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
+		return "", nil, errors.New(sigilUsage)
+	}
+	if !sigils.NameRE.MatchString(args[0]) {
+		return "", nil, fmt.Errorf("sigil name %q must match %s", args[0], sigils.NameRE)
+	}
+	return args[0], args[1:], nil
+}
+
+type intList []int
+
+func (l *intList) String() string { return fmt.Sprint(*l) }
+func (l *intList) Set(s string) error {
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 0 {
+		return fmt.Errorf("%q is not a uid/gid", s)
+	}
+	*l = append(*l, n)
+	return nil
+}
+
+// cmdSigilAdd is `ctxd sigil add NAME`: a new sigil with a new token. The
+// token is printed once; the [sigils.NAME] table is printed, or appended
+// to --config.
+func cmdSigilAdd(args []string, stdout io.Writer) error {
+	name, rest, err := sigilName(args)
+	if err != nil {
+		return err
+	}
+	fs := flag.NewFlagSet("sigil add", flag.ContinueOnError)
+	scopes := fs.String("scopes", "ask", "comma-separated scopes: ask, search_codex, tools, tool:NAME, karma:read, karma:write")
+	desc := fs.String("description", "", "what the sigil is for")
+	cfgPath := fs.String("config", "", "append the sigil to this config file (default: print it)")
+	var uids, gids intList
+	fs.Var(&uids, "uid", "a uid allowed to act as the sigil on the socket (repeatable; default: any)")
+	fs.Var(&gids, "gid", "a gid allowed to act as the sigil on the socket (repeatable; default: any)")
+	if err := fs.Parse(rest); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments %q\n%s", fs.Args(), sigilUsage)
+	}
+	var sc []string
+	for s := range strings.SplitSeq(*scopes, ",") {
+		if s = strings.TrimSpace(s); s == "" {
+			continue
+		}
+		if err := sigils.CheckScope(s); err != nil {
+			return err
+		}
+		sc = append(sc, s)
+	}
+	slices.Sort(sc)
+	sc = slices.Compact(sc)
+	tok, hash, err := sigils.NewToken()
+	if err != nil {
+		return err
+	}
+	var table bytes.Buffer
+	fmt.Fprintf(&table, "[sigils.%s]\n", name)
+	if *desc != "" {
+		fmt.Fprintf(&table, "description = %s\n", strconv.Quote(*desc))
+	}
+	fmt.Fprintf(&table, "scopes = %s\n", tomlStrings(sc))
+	if len(uids) > 0 {
+		fmt.Fprintf(&table, "uids = %s\n", tomlInts(uids))
+	}
+	if len(gids) > 0 {
+		fmt.Fprintf(&table, "gids = %s\n", tomlInts(gids))
+	}
+	fmt.Fprintf(&table, "token_sha256 = %q\n", hash)
+
+	fmt.Fprintf(stdout, "# The token for sigil %q, shown this once: give it to the agent\n# (Authorization: Bearer, or the OpenAI/Ollama client's API key).\n%s\n\n", name, tok)
+	if *cfgPath == "" {
+		fmt.Fprintf(stdout, "# Add these lines at the end of the daemon's config file (only the hash is\n# kept), then restart the daemon:\n%s", table.String())
+		return nil
+	}
+	if err := appendSigil(*cfgPath, name, table.String()); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "# Added [sigils.%s] to %s; restart the daemon to use it.\n", name, *cfgPath)
+	return nil
+}
+
+// appendSigil appends a sigil's table to a config file, after checking
+// that the file does not define it already and that the result is valid.
+func appendSigil(path, name, table string) error {
+	cfg, err := config.Load(path, processEnv())
+	if err != nil {
+		return err
+	}
+	if _, ok := cfg.Sigils[name]; ok {
+		return fmt.Errorf("%s already defines sigil %q: use `ctxd sigil token %s` for a new token", path, name, name)
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	if len(data) > 0 && !bytes.HasSuffix(data, []byte("\n")) {
+		data = append(data, '\n')
+	}
+	data = append(data, "\n"+table...)
+	tmp, err := os.CreateTemp(dirOf(path), ".ctxd-config-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.Write(data); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	next, err := config.Load(tmp.Name(), processEnv())
+	if err == nil {
+		err = next.Validate()
+	}
+	if err != nil {
+		return fmt.Errorf("the config with sigil %q added would not be valid (nothing written): %w", name, err)
+	}
+	info, err := os.Stat(path)
+	if err != nil {
+		return err
+	}
+	if err := os.Chmod(tmp.Name(), info.Mode().Perm()); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), path)
+}
+
+func dirOf(path string) string {
+	if i := strings.LastIndex(path, "/"); i >= 0 {
+		return path[:i+1]
+	}
+	return "."
+}
+
+// cmdSigilToken is `ctxd sigil token NAME`: a new token for a sigil, shown
+// once, and the line that configures its hash.
+func cmdSigilToken(args []string, stdout io.Writer) error {
+	name, rest, err := sigilName(args)
+	if err != nil {
+		return err
+	}
+	if len(rest) > 0 {
+		return fmt.Errorf("unexpected arguments %q\n%s", rest, sigilUsage)
 	}
 	tok, hash, err := sigils.NewToken()
 	if err != nil {
@@ -31,10 +198,69 @@ func cmdSigil(args []string, stdout io.Writer) error {
 %s
 
 # Add these lines at the end of the daemon's config file (only the hash is
-# kept), then restart the daemon:
+# kept), then restart the daemon. If the sigil is defined already, set its
+# token_sha256 to this hash instead, and list the old hash in its
+# revoked_sha256 (`+"`ctxd sigil revoke %s --config FILE`"+` prints the line).
 [sigils.%s]
 scopes = ["ask"]     # keep the sigil's own scopes if it has them
 token_sha256 = %q
-`, name, tok, name, hash)
+`, name, tok, name, name, hash)
 	return nil
+}
+
+// cmdSigilRevoke is `ctxd sigil revoke NAME`: the lines that revoke the
+// sigil's current token (a new token is then made with `ctxd sigil
+// token`), or with --all the whole sigil.
+func cmdSigilRevoke(args []string, stdout io.Writer) error {
+	name, rest, err := sigilName(args)
+	if err != nil {
+		return err
+	}
+	fs := flag.NewFlagSet("sigil revoke", flag.ContinueOnError)
+	cfgPath := fs.String("config", "", "the daemon's config file (required)")
+	all := fs.Bool("all", false, "revoke the sigil itself: every request acting as it is refused")
+	if err := fs.Parse(rest); err != nil {
+		return err
+	}
+	if *cfgPath == "" {
+		return errors.New("--config FILE is required: revoking needs the sigil's current token hash")
+	}
+	cfg, err := config.Load(*cfgPath, processEnv())
+	if err != nil {
+		return err
+	}
+	s, ok := cfg.Sigils[name]
+	if !ok {
+		return fmt.Errorf("%s defines no sigil %q", *cfgPath, name)
+	}
+	if *all {
+		fmt.Fprintf(stdout, "# In [sigils.%s] of %s, add this line, then restart the daemon:\nrevoked = true\n", name, *cfgPath)
+		return nil
+	}
+	if s.TokenSHA256 == "" {
+		return fmt.Errorf("sigil %q has no token to revoke", name)
+	}
+	revoked := append(slices.Clone(s.RevokedSHA256), s.TokenSHA256)
+	fmt.Fprintf(stdout, `# In [sigils.%s] of %s, replace the token_sha256 line (and any
+# revoked_sha256 line) with this one, then restart the daemon. The old token
+# is then refused as revoked; `+"`ctxd sigil token %s`"+` makes a new one.
+revoked_sha256 = %s
+`, name, *cfgPath, name, tomlStrings(revoked))
+	return nil
+}
+
+func tomlStrings(ss []string) string {
+	q := make([]string, len(ss))
+	for i, s := range ss {
+		q[i] = strconv.Quote(s)
+	}
+	return "[" + strings.Join(q, ", ") + "]"
+}
+
+func tomlInts(ns []int) string {
+	q := make([]string, len(ns))
+	for i, n := range ns {
+		q[i] = strconv.Itoa(n)
+	}
+	return "[" + strings.Join(q, ", ") + "]"
 }

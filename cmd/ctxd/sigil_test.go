@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"errors"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -52,17 +53,7 @@ func TestSigilTokenSetsUpTheDoors(t *testing.T) {
 	if cfg.Daemon.TCPListen != "127.0.0.1:11435" {
 		t.Errorf("tcp_listen %q", cfg.Daemon.TCPListen)
 	}
-	scopes := map[string][]string{}
-	for name, s := range cfg.Sigils {
-		scopes[name] = s.Scopes
-	}
-	reg, err := sigils.NewRegistry(scopes, cfg.Daemon.DefaultSigil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := reg.SetToken("agent", cfg.Sigils["agent"].TokenSHA256); err != nil {
-		t.Fatal(err)
-	}
+	reg := registryOf(t, cfg)
 	if s, err := reg.Authenticate(token); err != nil || s.Name != "agent" || !sigils.Allows(s, sigils.ScopeAsk) {
 		t.Errorf("the printed token: %+v %v", s, err)
 	}
@@ -71,5 +62,89 @@ func TestSigilTokenSetsUpTheDoors(t *testing.T) {
 	}
 	if code := run([]string{"sigil", "token", "Bad Name"}, &out, &errOut); code == 0 {
 		t.Error("a bad sigil name was accepted")
+	}
+}
+
+func registryOf(t *testing.T, cfg config.Config) *sigils.Registry {
+	t.Helper()
+	defs := map[string]sigils.Def{}
+	for name, s := range cfg.Sigils {
+		defs[name] = sigils.Def{Scopes: s.Scopes, TokenSHA256: s.TokenSHA256, RevokedSHA256: s.RevokedSHA256,
+			UIDs: s.UIDs, GIDs: s.GIDs, Revoked: s.Revoked}
+	}
+	reg, err := sigils.New(defs, cfg.Daemon.DefaultSigil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return reg
+}
+
+// TestSigilAddAndRevoke: `ctxd sigil add --config` appends a sigil whose
+// printed token authenticates; `ctxd sigil revoke` prints the line that,
+// put in place of its token_sha256, makes the same token refused as revoked.
+func TestSigilAddAndRevoke(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "ctxd.toml")
+	if err := os.WriteFile(path, []byte("# mine\n[sigils.default]\nscopes = [\"ask\"]\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var out, errOut bytes.Buffer
+	args := []string{"sigil", "add", "ci", "--scopes", "ask,karma:read", "--description", "the CI bot", "--uid", "1000", "--config", path}
+	if code := run(args, &out, &errOut); code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut.String())
+	}
+	token := regexp.MustCompile(`(?m)^ctxd_[A-Za-z0-9_-]{43}$`).FindString(out.String())
+	cfg, err := config.Load(path, config.Env{UID: os.Getuid(), Home: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ci := cfg.Sigils["ci"]
+	if token == "" || ci.Description != "the CI bot" || len(ci.UIDs) != 1 || ci.UIDs[0] != 1000 || strings.Join(ci.Scopes, " ") != "ask karma:read" {
+		t.Fatalf("sigil ci %+v, token %q", ci, token)
+	}
+	data, _ := os.ReadFile(path)
+	if !strings.HasPrefix(string(data), "# mine\n") || strings.Contains(string(data), token) {
+		t.Errorf("config file after add:\n%s", data)
+	}
+	if s, err := registryOf(t, cfg).Authenticate(token); err != nil || s.Name != "ci" {
+		t.Fatalf("the added token: %+v %v", s, err)
+	}
+	if code := run(args, &out, &errOut); code == 0 {
+		t.Error("adding the same sigil twice was accepted")
+	}
+	for _, bad := range [][]string{
+		{"sigil", "add", "x", "--scopes", "admin"},
+		{"sigil", "add", "Bad Name"},
+		{"sigil", "revoke", "ci"},
+		{"sigil", "revoke", "nobody", "--config", path},
+		{"sigil", "frobnicate"},
+	} {
+		errOut.Reset()
+		if code := run(bad, &out, &errOut); code == 0 || errOut.Len() == 0 {
+			t.Errorf("%q: exit %d, stderr %q", bad, code, errOut.String())
+		}
+	}
+
+	out.Reset()
+	if code := run([]string{"sigil", "revoke", "ci", "--config", path}, &out, &errOut); code != 0 {
+		t.Fatalf("revoke: exit %d: %s", code, errOut.String())
+	}
+	line := regexp.MustCompile(`(?m)^revoked_sha256 = .*$`).FindString(out.String())
+	if line == "" {
+		t.Fatalf("no revoked_sha256 line:\n%s", out.String())
+	}
+	revoked := regexp.MustCompile(`(?m)^token_sha256 = .*$`).ReplaceAllString(string(data), line)
+	if err := os.WriteFile(path, []byte(revoked), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err = config.Load(path, config.Env{UID: os.Getuid(), Home: dir})
+	if err == nil {
+		err = cfg.Validate()
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := registryOf(t, cfg).Authenticate(token); !errors.Is(err, sigils.ErrRevoked) {
+		t.Errorf("the revoked token: %v", err)
 	}
 }

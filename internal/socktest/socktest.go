@@ -16,6 +16,16 @@ import (
 // socket and returns the status and the body of the answer.
 func Do(tb testing.TB, socket, method, path, contentType, body string) (int, string) {
 	tb.Helper()
+	h := http.Header{}
+	if contentType != "" {
+		h.Set("Content-Type", contentType)
+	}
+	return DoHeader(tb, socket, method, path, h, body)
+}
+
+// DoHeader is Do with request headers.
+func DoHeader(tb testing.TB, socket, method, path string, h http.Header, body string) (int, string) {
+	tb.Helper()
 	hc := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 		return (&net.Dialer{}).DialContext(ctx, "unix", socket)
 	}}}
@@ -23,9 +33,7 @@ func Do(tb testing.TB, socket, method, path, contentType, body string) (int, str
 	if err != nil {
 		tb.Fatal(err)
 	}
-	if contentType != "" {
-		req.Header.Set("Content-Type", contentType)
-	}
+	req.Header = h.Clone()
 	resp, err := hc.Do(req)
 	if err != nil {
 		tb.Fatalf("%s %s: %v", method, path, err)
