@@ -140,8 +140,12 @@ type Summary struct {
 	Excerpts     int          `json:"excerpts"`              // codex excerpts retrieved for this query (RAG)
 	WorkingSet   *WorkingSet  `json:"working_set,omitempty"` // RAG with a working set
 	Epoch        int          `json:"epoch"`
-	Governor     []Action     `json:"governor,omitempty"` // what the governor did to make it fit
-	Budget       Budget       `json:"budget"`
+	Karma        *KarmaInfo   `json:"karma,omitempty"` // the karma block, when the sigil may read karma
+	// Trace is the id of the trace this answer was recorded as (0: none,
+	// as for an ephemeral ask); karma verify|reject|pin take it.
+	Trace    int64    `json:"trace,omitempty"`
+	Governor []Action `json:"governor,omitempty"` // what the governor did to make it fit
+	Budget   Budget   `json:"budget"`
 }
 
 // PrefixBreak says where a prompt stopped extending the session's previous
@@ -186,7 +190,18 @@ const (
 	ActionPrune    = "prune"          // turns left out of the summarizing prompt
 	ActionExcerpts = "excerpts"       // lowest-ranked codex excerpts left out
 	ActionStale    = "stale_excerpts" // earlier turns' excerpts left out (a new epoch) to make room for fresh ones
+	ActionKarma    = "karma"          // the lowest-scoring unpinned karma entry left out (a new karma epoch)
+	ActionLowPower = "low_power"      // the answer capped below the reserve: the machine is on low power
 )
+
+// KarmaInfo says which karma the prompt held: the session's karma epoch,
+// the traces of its entries in rendering order, and, when the epoch began
+// with this request, why.
+type KarmaInfo struct {
+	Epoch  int     `json:"epoch"`
+	Traces []int64 `json:"traces"`
+	Began  string  `json:"began,omitempty"`
+}
 
 // WorkingSet is what a RAG turn found in the codex block's working set:
 // the files most relevant to recent questions, kept in the cached prefix.

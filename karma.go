@@ -93,6 +93,18 @@ type KarmaEntry struct {
 	Verified bool    `json:"verified"`
 }
 
+// TraceHistory is GET /v1/karma/{id}: a trace and its events.
+type TraceHistory struct {
+	Trace  Trace        `json:"trace"`
+	Events []KarmaEvent `json:"events"`
+}
+
+// KarmaJudgement is the body of POST /v1/karma/{id}/{action}.
+type KarmaJudgement struct {
+	Note string `json:"note,omitempty"`
+	By   int64  `json:"by,omitempty"` // supersede: the trace that replaces this one
+}
+
 // KarmaStore keeps traces, their events and the karma each session was
 // shown. Acknowledged writes are durable: a write that returned nil
 // survives a crash.

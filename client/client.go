@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/ctxd/ctxd"
 )
@@ -310,4 +311,73 @@ func escapePath(p string) string {
 		parts[i] = url.PathEscape(s)
 	}
 	return strings.Join(parts, "/")
+}
+
+// KarmaFilter selects traces for Karma; zero fields do not filter.
+type KarmaFilter struct {
+	Session string
+	Status  string // recorded, verified or rejected
+	Pinned  bool
+	Text    string    // full-text match over query, answer and note
+	At      time.Time // the record as it stood then
+	Limit   int
+}
+
+// Karma is GET /v1/karma: this client's sigil's traces, newest first.
+func (c *Client) Karma(ctx context.Context, f KarmaFilter) ([]ctxd.Trace, error) {
+	v := url.Values{}
+	for k, s := range map[string]string{"session": f.Session, "status": f.Status, "q": f.Text} {
+		if s != "" {
+			v.Set(k, s)
+		}
+	}
+	if f.Pinned {
+		v.Set("pinned", "true")
+	}
+	if !f.At.IsZero() {
+		v.Set("at", f.At.UTC().Format(time.RFC3339Nano))
+	}
+	if f.Limit > 0 {
+		v.Set("limit", strconv.Itoa(f.Limit))
+	}
+	var out struct {
+		Traces []ctxd.Trace `json:"traces"`
+	}
+	err := c.GetJSON(ctx, "/v1/karma?"+v.Encode(), &out)
+	return out.Traces, err
+}
+
+// Trace is GET /v1/karma/{id}: one trace and its events.
+func (c *Client) Trace(ctx context.Context, id int64) (*ctxd.TraceHistory, error) {
+	var out ctxd.TraceHistory
+	if err := c.GetJSON(ctx, "/v1/karma/"+strconv.FormatInt(id, 10), &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// Judge is POST /v1/karma/{id}/{action}: verify, reject, pin, unpin, or
+// supersede (j.By replaces the trace). It returns once the judgement is
+// durable.
+func (c *Client) Judge(ctx context.Context, id int64, action string, j ctxd.KarmaJudgement) (*ctxd.Trace, error) {
+	resp, err := c.do(ctx, http.MethodPost, "/v1/karma/"+strconv.FormatInt(id, 10)+"/"+url.PathEscape(action), j)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	var out ctxd.Trace
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+		return nil, fmt.Errorf("ctxd: karma %s: %w", action, err)
+	}
+	return &out, nil
+}
+
+// SessionKarma is GET /v1/sessions/{id}/karma: the karma epochs the
+// session was shown, oldest first.
+func (c *Client) SessionKarma(ctx context.Context, id string) ([]ctxd.KarmaSnapshot, error) {
+	var out struct {
+		Snapshots []ctxd.KarmaSnapshot `json:"snapshots"`
+	}
+	err := c.GetJSON(ctx, "/v1/sessions/"+url.PathEscape(id)+"/karma", &out)
+	return out.Snapshots, err
 }

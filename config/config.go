@@ -25,7 +25,18 @@ type Config struct {
 	Identity Identity         `toml:"identity"`
 	Codex    Codex            `toml:"codex"`
 	Limits   Limits           `toml:"limits"`
+	Karma    Karma            `toml:"karma"`
 	Sigils   map[string]Sigil `toml:"sigils"`
+}
+
+// Karma is how answers are recorded as traces and chosen for the karma
+// block.
+type Karma struct {
+	Enabled       bool     `toml:"enabled"`         // record traces and render karma (default true)
+	TopK          int      `toml:"top_k"`           // unpinned entries per karma epoch
+	MaxChars      int      `toml:"max_chars"`       // the block's entry text at most
+	MaxEntryChars int      `toml:"max_entry_chars"` // one entry at most; a longer trace is left out, never cut
+	HalfLife      Duration `toml:"half_life"`       // the age at which a trace's recency score halves
 }
 
 // Daemon is the daemon process itself.
@@ -117,6 +128,9 @@ type Limits struct {
 	CompactTo        int    `toml:"compact_to"`         // turns left after a compaction; 0: max_depth/2
 	KVCacheType      string `toml:"kv_cache_type"`      // f16, q8_0 or q4_0
 	MemoryHeadroomMB int    `toml:"memory_headroom_mb"` // memory kept free besides weights and KV
+	// LowPowerAnswerReserve caps answers while the power band is
+	// low_battery or low_power; 0: no cap.
+	LowPowerAnswerReserve int `toml:"low_power_answer_reserve"`
 }
 
 // Sigil is one configured agent identity.
@@ -197,7 +211,8 @@ func Default(env Env) Config {
 		Codex: Codex{MaxFileBytes: 1 << 20, MaxTotalBytes: 512 << 20, Redact: true,
 			CAGRatio: 0.7, TopK: 5, Watch: true},
 		Limits: Limits{AnswerReserve: 256, MaxDepth: 32, KVCacheType: "f16", MemoryHeadroomMB: 512},
-		Sigils: map[string]Sigil{"default": {Scopes: []string{"ask"}}},
+		Karma:  Karma{Enabled: true, TopK: 5, MaxChars: 4000, MaxEntryChars: 1200, HalfLife: Duration{7 * 24 * time.Hour}},
+		Sigils: map[string]Sigil{"default": {Scopes: []string{"ask", "karma:read", "karma:write"}}},
 	}
 }
 
@@ -414,6 +429,19 @@ func (c Config) Validate() error {
 	}
 	if _, err := governor.ParseCacheType(c.Limits.KVCacheType); err != nil {
 		bad("limits.kv_cache_type", "%q is not one of f16, q8_0, q4_0", c.Limits.KVCacheType)
+	}
+	if r := c.Limits.LowPowerAnswerReserve; r < 0 || r > c.Limits.AnswerReserve {
+		bad("limits.low_power_answer_reserve", "%d must be between 0 (off) and answer_reserve %d", r, c.Limits.AnswerReserve)
+	}
+	k := c.Karma
+	if k.TopK < 1 || k.TopK > 100 {
+		bad("karma.top_k", "%d must be between 1 and 100", k.TopK)
+	}
+	if k.MaxEntryChars < 1 || k.MaxChars < k.MaxEntryChars {
+		bad("karma.max_chars", "max_entry_chars %d must be positive and max_chars %d at least as large", k.MaxEntryChars, k.MaxChars)
+	}
+	if k.HalfLife.Duration < time.Minute {
+		bad("karma.half_life", "%v must be at least 1m", k.HalfLife.Duration)
 	}
 	if c.Limits.MemoryHeadroomMB < 0 {
 		bad("limits.memory_headroom_mb", "%d must not be negative", c.Limits.MemoryHeadroomMB)

@@ -47,6 +47,10 @@ func (d *Daemon) routes(tokens bool, mcp *mcpHTTP) http.Handler {
 	mux.HandleFunc("GET /v1/codex/files", d.handleCodexFiles)
 	mux.HandleFunc("GET /v1/codex/files/{path...}", d.handleCodexFile)
 	mux.HandleFunc("GET /v1/sigil", d.handleSigil)
+	mux.HandleFunc("GET /v1/karma", d.handleKarmaList)
+	mux.HandleFunc("GET /v1/karma/{id}", d.handleKarmaTrace)
+	mux.HandleFunc("POST /v1/karma/{id}/{action}", d.handleKarmaJudge)
+	mux.HandleFunc("GET /v1/sessions/{id}/karma", d.handleSessionKarma)
 	mux.HandleFunc("GET /v1/ws", d.handleWS)
 	if mcp.api == nil { // the first listener's routes serve the in-process requests of both
 		mcp.api = func() http.Handler { return api }

@@ -21,6 +21,7 @@ import (
 	"github.com/ctxd/ctxd/config"
 	"github.com/ctxd/ctxd/governor"
 	"github.com/ctxd/ctxd/hostenv"
+	"github.com/ctxd/ctxd/karma"
 	"github.com/ctxd/ctxd/orchestrator"
 	"github.com/ctxd/ctxd/runcontext"
 	"github.com/ctxd/ctxd/scheduler"
@@ -84,6 +85,7 @@ type Daemon struct {
 
 	// Set in Run before anything is served; read-only afterwards.
 	store  ctxd.Store
+	karma  ctxd.KarmaStore // the store's traces, when it keeps them and karma is on; nil otherwise
 	sensor ctxd.Sensor
 	probe  *hostenv.Probe // the hardware probe: memory for the window plan, and the sensor unless one was given
 
@@ -153,6 +155,9 @@ func (d *Daemon) Run(ctx context.Context, ln net.Listener, ready func()) error {
 		return err
 	}
 	defer closeStore()
+	if k, ok := d.store.(ctxd.KarmaStore); ok && d.cfg.Karma.Enabled {
+		d.karma = k
+	}
 	d.openSensor()
 	defer d.closeSensor()
 
@@ -429,7 +434,10 @@ func (d *Daemon) start(ctx context.Context) (err error) {
 		Sigils:   d.sigils,
 		TopK:     d.cfg.Codex.TopK,
 		Warm:     e.model.Warm,
-		Logger:   d.log,
+		Karma: orchestrator.KarmaConfig{Store: d.karma, Model: e.model.Info.Model, Options: karma.Options{
+			TopK: d.cfg.Karma.TopK, MaxChars: d.cfg.Karma.MaxChars, MaxEntryChars: d.cfg.Karma.MaxEntryChars, HalfLife: d.cfg.Karma.HalfLife.Duration}},
+		LowPowerReserve: d.cfg.Limits.LowPowerAnswerReserve,
+		Logger:          d.log,
 	}, e.model.Backend, counter, d.store, d.sensor, e.sched)
 	if err != nil {
 		return ctxd.Errorf(ctxd.KindInvalid, "%w", err)

@@ -184,6 +184,7 @@ func (d *Daemon) planWindow(facts ollama.Facts) (governor.ModelFacts, governor.W
 		// A managed llama-server's prompt cache is memory like the headroom.
 		Headroom:  int64(d.cfg.Limits.MemoryHeadroomMB+b.CacheRAMMB) << 20,
 		Requested: b.NumCtx, Max: b.MaxNumCtx, Min: 2*d.cfg.Limits.AnswerReserve + 256,
+		Critical: d.sensor.Environment().VRAM == "critical",
 	})
 	if err != nil {
 		return mf, plan, ctxd.Errorf(ctxd.KindInvalid, "daemon: backend.num_ctx: %w", err)

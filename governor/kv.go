@@ -160,6 +160,9 @@ type PlanRequest struct {
 	Max       int   // cap when Requested is 0
 	Min       int   // the smallest window worth loading (e.g. twice the answer reserve)
 	Slots     int   // sequences the backend keeps, each with a whole window of KV cache; 0 means 1
+	// Critical says the environment's VRAM pressure band is critical: a
+	// window chosen by size (Requested 0) is then not grown past Min.
+	Critical bool
 }
 
 // PlanWindow chooses num_ctx once per model load so that weights + KV +
@@ -207,6 +210,10 @@ func PlanWindow(r PlanRequest) (WindowPlan, error) {
 		return p, fmt.Errorf("governor: %w: weights %s + headroom %s leave %s for the KV cache (%s), not enough for a %d-token window in %d slot(s) (%s); %s free of %s (%s)",
 			ErrInsufficientMemory, mib(r.Facts.WeightsBytes), mib(r.Headroom), mib(max(0, avail)), r.CacheType, r.Min, slots,
 			mib(kv(r.Min)), mib(int64(r.Memory.Free)), mib(int64(r.Memory.Total)), r.Memory.Source)
+	}
+	if floor := (r.Min + ctxStep - 1) / ctxStep * ctxStep; r.Critical && n > floor && fits(floor) {
+		p.Reason = fmt.Sprintf("VRAM pressure is critical: the window is not grown past the smallest useful one (%d, not %d); it is planned again at the next load", floor, n)
+		n = floor
 	}
 	p.NumCtx = n
 	p.KVBytes = kv(n)

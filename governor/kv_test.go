@@ -2,6 +2,7 @@ package governor
 
 import (
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
@@ -142,5 +143,27 @@ func TestPlanWindowUnderNVML(t *testing.T) {
 				t.Errorf("num_ctx %d is not the largest that fits", plan.NumCtx)
 			}
 		})
+	}
+}
+
+// TestPlanWindowAtCriticalPressure: at critical VRAM pressure a window
+// chosen by size stays at the smallest useful one and says why; an
+// operator's explicit num_ctx is kept.
+func TestPlanWindowAtCriticalPressure(t *testing.T) {
+	mem := Memory{Source: "nvml", Total: 80 * gib, Free: 78 * gib}
+	base := PlanRequest{Facts: llama8B(), CacheType: CacheF16, Memory: mem, Headroom: 512 << 20, Max: 32768, Min: 2000}
+	calm, err := PlanWindow(base)
+	if err != nil || calm.NumCtx != 32768 {
+		t.Fatalf("calm: %+v %v", calm, err)
+	}
+	crit := base
+	crit.Critical = true
+	plan, err := PlanWindow(crit)
+	if err != nil || plan.NumCtx != 2048 || !strings.Contains(plan.Reason, "critical") {
+		t.Errorf("critical: num_ctx %d (%s) %v; want 2048", plan.NumCtx, plan.Reason, err)
+	}
+	crit.Requested = 8192
+	if plan, err := PlanWindow(crit); err != nil || plan.NumCtx != 8192 {
+		t.Errorf("critical, explicit: %+v %v", plan, err)
 	}
 }

@@ -28,6 +28,10 @@ type prepared struct {
 	workingSet *ctxd.WorkingSet
 	// toolsRefused names the client's tools the sigil may not offer.
 	toolsRefused []string
+	// karma is the snapshot the karma block renders; karmaChosen says a
+	// new karma epoch began with this request.
+	karma       ctxd.KarmaSnapshot
+	karmaChosen bool
 }
 
 // prepare loads the session, builds and validates the RunContext, and has
@@ -56,9 +60,24 @@ func (o *Orchestrator) prepare(ctx context.Context, req ctxd.AskRequest, sigil r
 		Codex:       codex.block,
 		Environment: o.env.Environment(),
 		Sigil:       sigil,
-		Karma:       runcontext.Karma{},
 		State:       runcontext.State{Epoch: sess.Epoch, Summary: sess.Summary, Turns: sess.Turns},
 		Query:       runcontext.Query{Text: req.Query},
+	}
+	// The karma block is chosen once per karma epoch; an epoch of the
+	// session that the governor begins below begins a karma epoch too.
+	refresh := req.RefreshKarma
+	chooseKarma := func() error {
+		snap, chosen, err := o.chooseKarma(ctx, req, sigil, sess.Epoch, refresh, codex.fingerprint)
+		if err != nil {
+			return err
+		}
+		refresh = false
+		p.karma, p.karmaChosen = snap, p.karmaChosen || chosen
+		rc.Karma = karmaBlock(snap)
+		return nil
+	}
+	if err := chooseKarma(); err != nil {
+		return p, err
 	}
 	var ws *ctxd.WorkingSet
 	var retrieved []ctxd.Excerpt // this question's excerpts from outside the working set
@@ -89,6 +108,9 @@ func (o *Orchestrator) prepare(ctx context.Context, req ctxd.AskRequest, sigil r
 	} else if ok {
 		actions = append(actions, act)
 		rc.Query.Excerpts = notPresent(retrieved, sess.Turns, ws) // the history that held some may be gone
+		if err := chooseKarma(); err != nil {
+			return p, err
+		}
 	}
 	m, err := o.measure(rc, tails)
 	if err != nil {
@@ -105,6 +127,9 @@ func (o *Orchestrator) prepare(ctx context.Context, req ctxd.AskRequest, sigil r
 		}
 		actions = append(actions, act)
 		rc.Query.Excerpts = notPresent(retrieved, sess.Turns, ws)
+		if kerr := chooseKarma(); kerr != nil {
+			return p, kerr
+		}
 		if m, err = o.measure(rc, tails); err != nil {
 			return p, err
 		}
@@ -129,6 +154,26 @@ func (o *Orchestrator) prepare(ctx context.Context, req ctxd.AskRequest, sigil r
 	if merr := dropExcerpts(); merr != nil {
 		return p, merr
 	}
+	// Karma is prunable by score, lowest first; pinned entries stay.
+	pruneKarma := func() error {
+		for errors.As(err, &le) {
+			act, ok, kerr := o.pruneKarma(ctx, req, &p.karma, rc)
+			if kerr != nil || !ok {
+				return kerr
+			}
+			p.karmaChosen = true
+			actions = append(actions, act)
+			var merr error
+			if m, merr = o.measure(rc, tails); merr != nil {
+				return merr
+			}
+			budget, err = o.cfg.Limits.Check(m.Measure)
+		}
+		return nil
+	}
+	if kerr := pruneKarma(); kerr != nil {
+		return p, kerr
+	}
 	if errors.As(err, &le) {
 		acts, cerr := o.condense(ctx, req.Session, &sess, rc)
 		actions = append(actions, acts...)
@@ -139,12 +184,18 @@ func (o *Orchestrator) prepare(ctx context.Context, req ctxd.AskRequest, sigil r
 			// The condensed history holds no excerpts: the question's own
 			// come back, as many as fit.
 			rc.Query.Excerpts = notPresent(retrieved, sess.Turns, ws)
+			if kerr := chooseKarma(); kerr != nil {
+				return p, kerr
+			}
 			if m, err = o.measure(rc, tails); err != nil {
 				return p, err
 			}
 			budget, err = o.cfg.Limits.Check(m.Measure)
 			if merr := dropExcerpts(); merr != nil {
 				return p, merr
+			}
+			if kerr := pruneKarma(); kerr != nil {
+				return p, kerr
 			}
 		}
 	}
@@ -164,7 +215,8 @@ func (o *Orchestrator) prepare(ctx context.Context, req ctxd.AskRequest, sigil r
 			ws.ExcerptTokensNew = max(0, m.BlockTokens[runcontext.BlockQuery]-bare)
 		}
 	}
-	return prepared{sess: sess, rc: rc, rendered: m.Rendered, tokens: m.tokens, budget: budget, actions: actions, workingSet: ws, toolsRefused: p.toolsRefused}, nil
+	return prepared{sess: sess, rc: rc, rendered: m.Rendered, tokens: m.tokens, budget: budget, actions: actions, workingSet: ws,
+		toolsRefused: p.toolsRefused, karma: p.karma, karmaChosen: p.karmaChosen}, nil
 }
 
 // WorkingSet is a RAG codex that keeps the files relevant to recent

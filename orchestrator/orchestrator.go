@@ -30,8 +30,12 @@ type Config struct {
 	Sigils   *sigils.Registry
 	TopK     int         // excerpts per query in RAG mode
 	Warm     *WarmConfig // saved slots for warm restarts (llama-server); nil: none
-	Now      func() time.Time
-	Logger   *slog.Logger
+	Karma    KarmaConfig // traces and the karma block; a nil store: none
+	// LowPowerReserve caps every answer at this many tokens while the
+	// environment's power band is low_battery or low_power; 0: no cap.
+	LowPowerReserve int
+	Now             func() time.Time
+	Logger          *slog.Logger
 }
 
 // Orchestrator serves requests. It is safe for concurrent use: requests of
@@ -50,16 +54,18 @@ type Orchestrator struct {
 	codex atomic.Pointer[codexState]
 	last  atomic.Pointer[ctxd.Summary] // the last answered request, for status
 
-	mu       sync.Mutex              // guards the maps below; held only to read or write them
-	prompts  map[string]previous     // the previous request of each session since start
-	sessions map[string]ctxd.Session // sessions as stored, so a request need not read them back
+	mu       sync.Mutex                    // guards the maps below; held only to read or write them
+	prompts  map[string]previous           // the previous request of each session since start
+	sessions map[string]ctxd.Session       // sessions as stored, so a request need not read them back
+	karma    map[string]ctxd.KarmaSnapshot // each session's current karma snapshot, as stored
 }
 
 // codexState is the codex requests see now, swapped whole.
 type codexState struct {
-	block     runcontext.Codex // prerendered once
-	plan      ctxd.CodexPlan
-	retriever ctxd.Retriever // nil in CAG mode
+	block       runcontext.Codex // prerendered once
+	plan        ctxd.CodexPlan
+	retriever   ctxd.Retriever // nil in CAG mode
+	fingerprint string         // of the codex's content, for karma's relevance ("" for none)
 }
 
 // previous is what a session sent last, to find where a prefix broke.
@@ -90,6 +96,14 @@ func New(cfg Config, backend ctxd.Backend, count *tokencount.Counter, store ctxd
 		log:      cfg.Logger.With("component", "orchestrator"),
 		prompts:  map[string]previous{},
 		sessions: map[string]ctxd.Session{},
+		karma:    map[string]ctxd.KarmaSnapshot{},
+	}
+	if cfg.Karma.Store != nil {
+		opts := cfg.Karma.Options
+		opts.Now = time.Unix(1, 0) // set per choice; every other field must be valid now
+		if err := opts.Validate(); err != nil {
+			return nil, fmt.Errorf("orchestrator: %w", err)
+		}
 	}
 	if cfg.Warm != nil && cfg.Warm.Store != nil {
 		o.warm = newWarmer(*cfg.Warm, o.log)
@@ -106,7 +120,7 @@ func (o *Orchestrator) SetCodex(block runcontext.Codex, plan ctxd.CodexPlan, r c
 	if !block.Prerendered() {
 		block.Prerender(o.cfg.Format.Specials())
 	}
-	o.codex.Store(&codexState{block: block, plan: plan, retriever: r})
+	o.codex.Store(&codexState{block: block, plan: plan, retriever: r, fingerprint: codexFingerprint(block)})
 }
 
 // LastSummary is the summary of the last answered request, or nil.
@@ -141,6 +155,7 @@ func (o *Orchestrator) DeleteSession(ctx context.Context, id string) error {
 	o.mu.Lock()
 	delete(o.sessions, id)
 	delete(o.prompts, id)
+	delete(o.karma, id) // the snapshots stay in the record; a session of this id begins a new karma epoch
 	o.mu.Unlock()
 	o.count.Forget(id)
 	return nil
@@ -215,6 +230,7 @@ func (o *Orchestrator) Ask(ctx context.Context, req ctxd.AskRequest, onToken fun
 		Session: req.Session, Turn: p.sess.Count + 1, Mode: rc.Codex.Mode, Format: o.cfg.Format.Name(), Codex: codex.plan, Excerpts: len(rc.Query.Excerpts), WorkingSet: p.workingSet,
 		PromptTokens: len(tokens), CachedTokens: lease.Cached, Budget: p.budget, Epoch: rc.State.Epoch, Governor: p.actions,
 		QueueWaitMs: ms(sessionWait + lease.Waited), QueueAhead: lease.Ahead, Slot: lease.Slot,
+		Karma: karmaInfo(p.karma, p.karmaChosen),
 	}
 	sum.EvaluatedTokens = sum.PromptTokens - sum.CachedTokens
 	sum.ReusePercent = 100 * float64(sum.CachedTokens) / float64(max(1, sum.PromptTokens))
@@ -234,11 +250,20 @@ func (o *Orchestrator) Ask(ctx context.Context, req ctxd.AskRequest, onToken fun
 	if followed {
 		sum.PrefixNote = "the session took its client's history, which did not extend the turns it held (a new epoch)"
 	}
+	if sum.PrefixBreak != nil && sum.PrefixBreak.Block == runcontext.BlockNames[runcontext.BlockKarma] && p.karmaChosen {
+		sum.PrefixBreak.Reason = fmt.Sprintf("karma epoch %d began: %s", p.karma.KarmaEpoch, p.karma.Reason)
+	}
 	if sum.PrefixBreak != nil {
 		o.log.Info("prefix break", "session", req.Session, "block", sum.PrefixBreak.Block, "reason", sum.PrefixBreak.Reason)
 	}
 
-	gen, streamed, err := o.generate(ctx, lease, rendered.Prompt(), tokens, o.answerCap(req.MaxTokens), onToken)
+	answerCap := o.answerCap(req.MaxTokens)
+	if low := o.cfg.LowPowerReserve; low > 0 && low < answerCap && lowPower(rc.Environment.Power) {
+		answerCap = low
+		sum.Governor = append(sum.Governor, ctxd.Action{Kind: ctxd.ActionLowPower, Epoch: rc.State.Epoch,
+			Reason: fmt.Sprintf("power is %s: the answer is capped at %d tokens (limits.low_power_answer_reserve)", rc.Environment.Power, low)})
+	}
+	gen, streamed, err := o.generate(ctx, lease, rendered.Prompt(), tokens, answerCap, onToken)
 	if err == nil && fp != "" {
 		o.warm.save(ctx, lease, fp, len(prefix))
 	}
@@ -289,6 +314,10 @@ func (o *Orchestrator) Ask(ctx context.Context, req ctxd.AskRequest, onToken fun
 	sum.TotalMillis = ms(o.cfg.Now().Sub(arrived))
 	answer := o.toolCalls(sum, rc.Sigil, p.toolsRefused, gen.Text)
 	if !req.Ephemeral {
+		if sum.Trace, err = o.recordTrace(ctx, req, rc, rendered, answer, codex.fingerprint); err != nil {
+			return nil, &ctxd.Error{Kind: ctxd.KindNotRecorded, Err: err,
+				Message: fmt.Sprintf("the answer streamed but was not recorded in session %q: %v", req.Session, err)}
+		}
 		if err := o.record(ctx, req, p.sess, rc, answer, sum); err != nil {
 			return nil, err
 		}
@@ -337,6 +366,9 @@ func (o *Orchestrator) toolCalls(sum *ctxd.Summary, sigil runcontext.Sigil, notO
 	sum.ToolNote = strings.Join(notes, "; ")
 	return answer
 }
+
+// lowPower reports whether a power band asks for shorter answers.
+func lowPower(band string) bool { return band == "low_battery" || band == "low_power" }
 
 // answerCap is the length an answer may reach: the client's cap where it
 // is under the answer reserve, else the reserve.

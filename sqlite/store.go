@@ -16,7 +16,7 @@ import (
 )
 
 // schemaVersion is the user_version the migrations below bring a database to.
-const schemaVersion = 3
+const schemaVersion = 4
 
 var migrations = []string{
 	`CREATE TABLE sessions (
@@ -40,21 +40,30 @@ var migrations = []string{
 	`ALTER TABLE sessions ADD COLUMN summary TEXT NOT NULL DEFAULT '';`,
 	// 3: turns up to bare_through render without their codex excerpts.
 	`ALTER TABLE sessions ADD COLUMN bare_through INTEGER NOT NULL DEFAULT 0;`,
+	// 4: karma: traces, their events and the karma each session was shown.
+	karmaSchema,
 }
 
-// Store is the session store. It is safe for concurrent use.
+// Store is the session store and the karma store. It is safe for
+// concurrent use.
 type Store struct {
 	db *sql.DB
 }
 
-var _ ctxd.Store = (*Store)(nil)
+var (
+	_ ctxd.Store      = (*Store)(nil)
+	_ ctxd.KarmaStore = (*Store)(nil)
+)
 
 // Open opens (creating if needed) the database at path and migrates it.
 func Open(ctx context.Context, path string) (*Store, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return nil, fmt.Errorf("sqlite: %w", err)
 	}
-	dsn := "file:" + path + "?_pragma=busy_timeout(5000)&_pragma=journal_mode(WAL)&_pragma=foreign_keys(1)&_pragma=synchronous(NORMAL)"
+	// synchronous(FULL): a commit is on disk when it returns, so an
+	// acknowledged write (a verified trace, a turn) survives a crash of
+	// the machine, not only of the daemon.
+	dsn := "file:" + path + "?_pragma=busy_timeout(5000)&_pragma=journal_mode(WAL)&_pragma=foreign_keys(1)&_pragma=synchronous(FULL)"
 	db, err := sql.Open("sqlite", dsn)
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
@@ -275,7 +284,8 @@ func (s *Store) AppendTurn(ctx context.Context, id string, t ctxd.Turn, summary 
 }
 
 // DeleteSession removes a session and its turns. Deleting an unknown
-// session is not an error.
+// session is not an error. The session's traces and karma snapshots stay:
+// the karma record is never deleted.
 func (s *Store) DeleteSession(ctx context.Context, id string) error {
 	if _, err := s.db.ExecContext(ctx, "DELETE FROM sessions WHERE id = ?", id); err != nil {
 		return fmt.Errorf("sqlite: delete session %q: %w", id, err)

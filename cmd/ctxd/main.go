@@ -38,7 +38,7 @@ const usage = `ctxd — the context sidecar for local LLM agents
 
 Usage:
   ctxd serve    [--config FILE] [--socket PATH]   run the daemon
-  ctxd ask      [--session S] [--sigil NAME] [--pin] [--json] QUESTION
+  ctxd ask      [--session S] [--sigil NAME] [--pin] [--refresh-karma] [--json] QUESTION
   ctxd status                                     show the daemon's state
   ctxd sessions                                   list sessions
   ctxd prompt   [--session S] [--json]            the exact prompt the session last sent to the backend
@@ -47,6 +47,7 @@ Usage:
   ctxd codex bench --gguf MODEL PATH              time first load, unchanged reload, one-file-changed reload
   ctxd schema                                     print the RunContext JSON Schema
   ctxd mcp      [--socket PATH] [--token TOKEN]   serve MCP on stdin/stdout for an agent (token also from $CTXD_TOKEN)
+  ctxd karma list|show|verify|reject|pin|unpin|supersede|epochs   the sigil's traces and their judgements
   ctxd sigil add NAME [--scopes a,b] [--config FILE]  a new sigil and its token (printed once)
   ctxd sigil token NAME                           a new token for sigil NAME (printed once) and its config line
   ctxd sigil revoke NAME --config FILE [--all]    the lines that revoke its token (or the sigil)
@@ -93,6 +94,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = cmdMCP(args[1:], stderr)
 	case "sigil":
 		err = cmdSigil(args[1:], stdout)
+	case "karma":
+		err = cmdKarma(args[1:], stdout)
 	case "genmodel":
 		err = cmdGenModel(args[1:], stdout)
 	case "systemd-units":
@@ -208,6 +211,7 @@ func cmdAsk(args []string, stdout, stderr io.Writer) error {
 	sigil := fs.String("sigil", "", "sigil to present (default: the daemon's default)")
 	asJSON := fs.Bool("json", false, "print the summary as JSON on stdout after the answer")
 	pin := fs.Bool("pin", false, "keep this turn verbatim: never compacted or condensed")
+	refresh := fs.Bool("refresh-karma", false, "begin a new karma epoch: take in the latest verified traces")
 	socket := fs.String("socket", "", "daemon socket")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -220,7 +224,7 @@ func cmdAsk(args []string, stdout, stderr io.Writer) error {
 	defer stop()
 	c := clientFor(*socket)
 	streamed := false
-	sum, err := c.Ask(ctx, ctxd.AskRequest{Session: *session, Query: query, Sigil: *sigil, Pin: *pin}, func(s string) {
+	sum, err := c.Ask(ctx, ctxd.AskRequest{Session: *session, Query: query, Sigil: *sigil, Pin: *pin, RefreshKarma: *refresh}, func(s string) {
 		streamed = true
 		fmt.Fprint(stdout, s)
 	})
@@ -242,6 +246,12 @@ func cmdAsk(args []string, stdout, stderr io.Writer) error {
 	}
 	if sum.DoneNote != "" {
 		note += " · answer incomplete: " + sum.DoneNote
+	}
+	if k := sum.Karma; k != nil && k.Began != "" {
+		note += fmt.Sprintf(" · karma epoch %d (%d traces): %s", k.Epoch, len(k.Traces), k.Began)
+	}
+	if sum.Trace != 0 {
+		note += fmt.Sprintf(" · trace %d (ctxd karma verify %d)", sum.Trace, sum.Trace)
 	}
 	if sum.QueueWaitMs >= 1 {
 		note = fmt.Sprintf(" · queued %.0f ms", sum.QueueWaitMs) + note

@@ -1,0 +1,208 @@
+package orchestrator
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/ctxd/ctxd"
+	"github.com/ctxd/ctxd/karma"
+	"github.com/ctxd/ctxd/runcontext"
+	"github.com/ctxd/ctxd/sigils"
+)
+
+// KarmaConfig is how the karma block is chosen.
+type KarmaConfig struct {
+	Store   ctxd.KarmaStore // traces and snapshots; nil: no karma, no traces
+	Options karma.Options   // selection; Now and Codex are set per choice
+	Model   string          // the model name recorded with each trace
+}
+
+// Karma epoch reasons.
+const (
+	karmaNewSession = "first turn of the session"
+	karmaRefresh    = "refresh asked by the request"
+)
+
+// chooseKarma returns the karma block for a request of sigil in session
+// epoch epoch: the session's current snapshot while its karma epoch lasts,
+// else a new one chosen from the sigil's eligible traces and stored. A
+// karma epoch ends with the session's epoch (compaction, condensation, a
+// client's edited history), with a change of sigil, and when a request
+// asks for a refresh. An ephemeral ask gets a fresh choice, stored nowhere.
+//
+// A sigil without the karma:read scope is shown no karma.
+func (o *Orchestrator) chooseKarma(ctx context.Context, req ctxd.AskRequest, sigil runcontext.Sigil, epoch int, refresh bool, codexFP string) (ctxd.KarmaSnapshot, bool, error) {
+	store := o.cfg.Karma.Store
+	if store == nil || !sigils.Allows(sigil, sigils.ScopeKarmaRead) {
+		return ctxd.KarmaSnapshot{Session: req.Session, Sigil: sigil.Name}, false, nil
+	}
+	var prev ctxd.KarmaSnapshot
+	var had bool
+	if !req.Ephemeral {
+		var err error
+		if prev, had, err = o.karmaSnapshot(ctx, req.Session); err != nil {
+			return prev, false, err
+		}
+	}
+	reason := ""
+	switch {
+	case !had:
+		reason = karmaNewSession
+	case refresh:
+		reason = karmaRefresh
+	case prev.Sigil != sigil.Name:
+		reason = fmt.Sprintf("the session's sigil changed from %q to %q", prev.Sigil, sigil.Name)
+	case prev.SessionEpoch != epoch:
+		reason = fmt.Sprintf("the session entered epoch %d", epoch)
+	default:
+		return prev, false, nil
+	}
+	eligible, err := store.Eligible(ctx, sigil.Name)
+	if err != nil {
+		return prev, false, ctxd.Errorf(ctxd.KindInternal, "orchestrator: karma of sigil %q: %w", sigil.Name, err)
+	}
+	opts := o.cfg.Karma.Options
+	opts.Now, opts.Codex = o.cfg.Now(), codexFP
+	entries, skipped := karma.Select(eligible, opts)
+	for _, s := range skipped {
+		o.log.Info("karma trace left out", "session", req.Session, "trace", s.Trace, "reason", s.Reason)
+	}
+	snap := ctxd.KarmaSnapshot{Session: req.Session, Sigil: sigil.Name, KarmaEpoch: prev.KarmaEpoch + 1,
+		SessionEpoch: epoch, Reason: reason, Entries: entries, At: opts.Now}
+	if req.Ephemeral {
+		return snap, true, nil
+	}
+	if err := o.saveKarma(ctx, snap); err != nil {
+		return prev, false, err
+	}
+	return snap, true, nil
+}
+
+// saveKarma stores a snapshot and keeps it as the session's current one.
+func (o *Orchestrator) saveKarma(ctx context.Context, snap ctxd.KarmaSnapshot) error {
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)
+	defer cancel()
+	if err := o.cfg.Karma.Store.SaveKarmaSnapshot(wctx, snap); err != nil {
+		return ctxd.Errorf(ctxd.KindInternal, "orchestrator: store karma epoch %d of session %q: %w", snap.KarmaEpoch, snap.Session, err)
+	}
+	o.mu.Lock()
+	if len(o.karma) >= 1024 {
+		clear(o.karma)
+	}
+	o.karma[snap.Session] = snap
+	o.mu.Unlock()
+	return nil
+}
+
+// karmaSnapshot is the session's current snapshot, from memory when this
+// daemon chose or read it before.
+func (o *Orchestrator) karmaSnapshot(ctx context.Context, session string) (ctxd.KarmaSnapshot, bool, error) {
+	o.mu.Lock()
+	s, ok := o.karma[session]
+	o.mu.Unlock()
+	if ok {
+		return s, true, nil
+	}
+	s, ok, err := o.cfg.Karma.Store.KarmaSnapshot(ctx, session)
+	if err != nil {
+		return s, false, ctxd.Errorf(ctxd.KindInternal, "orchestrator: karma of session %q: %w", session, err)
+	}
+	if ok {
+		o.mu.Lock()
+		o.karma[session] = s
+		o.mu.Unlock()
+	}
+	return s, ok, nil
+}
+
+// karmaBlock is a snapshot as the karma block holds it.
+func karmaBlock(s ctxd.KarmaSnapshot) runcontext.Karma {
+	k := runcontext.Karma{Epoch: s.KarmaEpoch}
+	for _, e := range s.Entries {
+		k.Entries = append(k.Entries, runcontext.KarmaEntry{ID: "k" + strconv.FormatInt(e.Trace, 10), Text: e.Text, Verbatim: e.Pinned})
+	}
+	return k
+}
+
+// karmaInfo is what the summary says of the karma block.
+func karmaInfo(s ctxd.KarmaSnapshot, chosen bool) *ctxd.KarmaInfo {
+	if s.KarmaEpoch == 0 {
+		return nil
+	}
+	info := &ctxd.KarmaInfo{Epoch: s.KarmaEpoch, Traces: []int64{}}
+	for _, e := range s.Entries {
+		info.Traces = append(info.Traces, e.Trace)
+	}
+	if chosen {
+		info.Began = s.Reason
+	}
+	return info
+}
+
+// pruneKarma leaves out the lowest-scoring unpinned entry of the
+// snapshot, as a new karma epoch (so the next turns render the pruned
+// block and keep its prefix); false when only pinned entries are left.
+func (o *Orchestrator) pruneKarma(ctx context.Context, req ctxd.AskRequest, snap *ctxd.KarmaSnapshot, rc *runcontext.RunContext) (ctxd.Action, bool, error) {
+	if o.cfg.Karma.Store == nil {
+		return ctxd.Action{}, false, nil
+	}
+	entries, dropped, ok := karma.DropLowest(snap.Entries)
+	if !ok {
+		return ctxd.Action{}, false, nil
+	}
+	next := *snap
+	next.Entries, next.KarmaEpoch, next.At = entries, snap.KarmaEpoch+1, o.cfg.Now()
+	next.Reason = fmt.Sprintf("the governor left out trace %d (score %.2f) to fit the window", dropped.Trace, dropped.Score)
+	if !req.Ephemeral {
+		if err := o.saveKarma(ctx, next); err != nil {
+			return ctxd.Action{}, false, err
+		}
+	}
+	*snap = next
+	rc.Karma = karmaBlock(next)
+	return ctxd.Action{Kind: ctxd.ActionKarma, Reason: next.Reason, Epoch: rc.State.Epoch}, true, nil
+}
+
+// recordTrace records an answer as a trace; 0 when there is no karma
+// store. The prompt's fingerprint covers its stable blocks (identity to
+// karma): what the model was shown besides the conversation.
+func (o *Orchestrator) recordTrace(ctx context.Context, req ctxd.AskRequest, rc *runcontext.RunContext, rendered runcontext.Rendered, answer, codexFP string) (int64, error) {
+	if o.cfg.Karma.Store == nil {
+		return 0, nil
+	}
+	h := sha256.New()
+	for _, b := range rendered.Blocks[:runcontext.BlockState] {
+		h.Write([]byte(b))
+	}
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)
+	defer cancel()
+	id, err := o.cfg.Karma.Store.RecordTrace(wctx, ctxd.Trace{
+		Session: req.Session, Sigil: rc.Sigil.Name, Query: req.Query, Answer: answer, Model: o.cfg.Karma.Model,
+		Fingerprint: hex.EncodeToString(h.Sum(nil)), Codex: codexFP, CreatedAt: o.cfg.Now(),
+	})
+	if err != nil {
+		return 0, fmt.Errorf("record the answer as a trace: %w", err)
+	}
+	return id, nil
+}
+
+// codexFingerprint identifies a codex's content: its files' paths and
+// hashes, in order ("" for no codex).
+func codexFingerprint(c runcontext.Codex) string {
+	if len(c.Files) == 0 {
+		return ""
+	}
+	var sb strings.Builder
+	for _, f := range c.Files {
+		sb.WriteString(f.Path)
+		sb.WriteByte(0)
+		sb.WriteString(f.SHA256)
+		sb.WriteByte('\n')
+	}
+	h := sha256.Sum256([]byte(sb.String()))
+	return hex.EncodeToString(h[:16])
+}
