@@ -5,7 +5,7 @@ package ctxd
 const (
 	WSAsk      = "ask"      // client: start an ask (id, session, query, ...)
 	WSCancel   = "cancel"   // client: stop the running ask with this id
-	WSFeedback = "feedback" // client: feedback on an answer (karma; not built yet)
+	WSFeedback = "feedback" // client: judge an answer's trace (karma); the daemon answers with a feedback message or an error
 
 	WSToken   = "token"   // daemon: a piece of an ask's answer
 	WSSummary = "summary" // daemon: an ask's last message when it succeeded
@@ -39,6 +39,15 @@ type WSMessage struct {
 	System    string `json:"system,omitempty"`
 	History   []Turn `json:"history,omitempty"`
 	MaxTokens int    `json:"max_tokens,omitempty"`
+
+	// Feedback (client): judge trace Trace of the connection's sigil with
+	// Action (verify, reject, pin, unpin, supersede), Note and, to
+	// supersede, By. Feedback (daemon): Judged is the trace after it.
+	Trace  int64  `json:"trace,omitempty"`
+	Action string `json:"action,omitempty"`
+	Note   string `json:"note,omitempty"`
+	By     int64  `json:"by,omitempty"`
+	Judged *Trace `json:"judged,omitempty"`
 
 	// Token, summary, error (daemon).
 	Text    string   `json:"text,omitempty"`

@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"context"
 	"errors"
 	"net/http"
 	"strconv"
@@ -11,6 +12,9 @@ import (
 	"github.com/ctxd/ctxd/sigils"
 )
 
+// errKarmaOff answers karma requests to a daemon that keeps no traces.
+var errKarmaOff = ctxd.Errorf(ctxd.KindUnavailable, "karma is off: the daemon keeps no traces (karma.enabled = false, or a session store without karma)")
+
 // karmaActor is the request's sigil, checked to hold scope, and the
 // daemon's karma store; or the error answered.
 func (d *Daemon) karmaActor(w http.ResponseWriter, r *http.Request, scope string) (runcontext.Sigil, bool) {
@@ -19,7 +23,7 @@ func (d *Daemon) karmaActor(w http.ResponseWriter, r *http.Request, scope string
 		err = requireScope(s, scope)
 	}
 	if err == nil && d.karma == nil {
-		err = ctxd.Errorf(ctxd.KindUnavailable, "karma is off: the daemon keeps no traces (karma.enabled = false, or a session store without karma)")
+		err = errKarmaOff
 	}
 	if err != nil {
 		writeError(w, err)
@@ -28,23 +32,21 @@ func (d *Daemon) karmaActor(w http.ResponseWriter, r *http.Request, scope string
 	return s, true
 }
 
-// ownTrace is trace {id} if it is sigil s's; another sigil's trace is
-// answered as not found, so its existence is not disclosed.
-func (d *Daemon) ownTrace(w http.ResponseWriter, r *http.Request, s runcontext.Sigil, idText string) (ctxd.Trace, []ctxd.KarmaEvent, bool) {
+// ownTrace is trace idText if it is sigil s's; another sigil's trace is
+// not found, so its existence is not disclosed.
+func (d *Daemon) ownTrace(ctx context.Context, s runcontext.Sigil, idText string) (ctxd.Trace, []ctxd.KarmaEvent, error) {
 	id, err := strconv.ParseInt(idText, 10, 64)
 	if err != nil || id <= 0 {
-		writeError(w, ctxd.Errorf(ctxd.KindInvalid, "trace id %q must be a positive number", idText))
-		return ctxd.Trace{}, nil, false
+		return ctxd.Trace{}, nil, ctxd.Errorf(ctxd.KindInvalid, "trace id %q must be a positive number", idText)
 	}
-	t, events, err := d.karma.Trace(r.Context(), id)
+	t, events, err := d.karma.Trace(ctx, id)
 	if err == nil && t.Sigil != s.Name {
 		err = ctxd.Errorf(ctxd.KindNotFound, "no trace %d of sigil %q", id, s.Name)
 	}
 	if err != nil {
-		writeError(w, karmaError(err))
-		return t, nil, false
+		return t, nil, karmaError(err)
 	}
-	return t, events, true
+	return t, events, nil
 }
 
 // karmaError keeps an error's kind, or makes it internal.
@@ -105,8 +107,9 @@ func (d *Daemon) handleKarmaTrace(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	t, events, ok := d.ownTrace(w, r, s, r.PathValue("id"))
-	if !ok {
+	t, events, err := d.ownTrace(r.Context(), s, r.PathValue("id"))
+	if err != nil {
+		writeError(w, err)
 		return
 	}
 	if events == nil {
@@ -119,15 +122,9 @@ func (d *Daemon) handleKarmaTrace(w http.ResponseWriter, r *http.Request) {
 // unpin, or supersede (by another of the sigil's traces). The answer
 // comes once the event is durable.
 func (d *Daemon) handleKarmaJudge(w http.ResponseWriter, r *http.Request) {
-	s, ok := d.karmaActor(w, r, sigils.ScopeKarmaWrite)
-	if !ok {
-		return
-	}
-	action := r.PathValue("action")
-	switch action {
-	case ctxd.KarmaVerify, ctxd.KarmaReject, ctxd.KarmaPin, ctxd.KarmaUnpin, ctxd.KarmaSupersede:
-	default:
-		writeError(w, ctxd.Errorf(ctxd.KindNotFound, "no karma action %q: verify, reject, pin, unpin or supersede", action))
+	s, err := d.actor(r, r.URL.Query().Get("sigil"))
+	if err != nil {
+		writeError(w, err)
 		return
 	}
 	var body ctxd.KarmaJudgement
@@ -137,29 +134,49 @@ func (d *Daemon) handleKarmaJudge(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	t, _, ok := d.ownTrace(w, r, s, r.PathValue("id"))
-	if !ok {
+	after, err := d.judge(r.Context(), s, r.PathValue("id"), r.PathValue("action"), body)
+	if err != nil {
+		writeError(w, err)
 		return
+	}
+	writeJSON(w, http.StatusOK, after)
+}
+
+// judge applies one judgement of sigil s to its trace idText and returns
+// the trace after it, once the event is durable. s needs karma:write; a
+// trace of another sigil is not found.
+func (d *Daemon) judge(ctx context.Context, s runcontext.Sigil, idText, action string, j ctxd.KarmaJudgement) (ctxd.Trace, error) {
+	if err := requireScope(s, sigils.ScopeKarmaWrite); err != nil {
+		return ctxd.Trace{}, err
+	}
+	if d.karma == nil {
+		return ctxd.Trace{}, errKarmaOff
+	}
+	switch action {
+	case ctxd.KarmaVerify, ctxd.KarmaReject, ctxd.KarmaPin, ctxd.KarmaUnpin, ctxd.KarmaSupersede:
+	default:
+		return ctxd.Trace{}, ctxd.Errorf(ctxd.KindNotFound, "no karma action %q: verify, reject, pin, unpin or supersede", action)
+	}
+	t, _, err := d.ownTrace(ctx, s, idText)
+	if err != nil {
+		return t, err
 	}
 	if action == ctxd.KarmaSupersede {
-		if body.By == 0 {
-			writeError(w, ctxd.Errorf(ctxd.KindInvalid, `supersede: "by" (the trace that replaces it) is required`))
-			return
+		if j.By == 0 {
+			return t, ctxd.Errorf(ctxd.KindInvalid, `supersede: "by" (the trace that replaces it) is required`)
 		}
-		if _, _, ok := d.ownTrace(w, r, s, strconv.FormatInt(body.By, 10)); !ok {
-			return
+		if _, _, err := d.ownTrace(ctx, s, strconv.FormatInt(j.By, 10)); err != nil {
+			return t, err
 		}
-	} else if body.By != 0 {
-		writeError(w, ctxd.Errorf(ctxd.KindInvalid, `"by" belongs to supersede only, not %s`, action))
-		return
+	} else if j.By != 0 {
+		return t, ctxd.Errorf(ctxd.KindInvalid, `"by" belongs to supersede only, not %s`, action)
 	}
-	after, err := d.karma.KarmaEvent(r.Context(), ctxd.KarmaEvent{Trace: t.ID, Action: action, Sigil: s.Name, Note: body.Note, Other: body.By, At: time.Now()})
+	after, err := d.karma.KarmaEvent(ctx, ctxd.KarmaEvent{Trace: t.ID, Action: action, Sigil: s.Name, Note: j.Note, Other: j.By, At: time.Now()})
 	if err != nil {
-		writeError(w, karmaError(err))
-		return
+		return t, karmaError(err)
 	}
 	d.log.Info("karma", "action", action, "trace", t.ID, "sigil", s.Name)
-	writeJSON(w, http.StatusOK, after)
+	return after, nil
 }
 
 // handleSessionKarma is GET /v1/sessions/{id}/karma: every karma epoch of

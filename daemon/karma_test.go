@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 	"testing"
@@ -102,6 +103,18 @@ func TestKarmaAPI(t *testing.T) {
 			t.Errorf("POST %s %s: %d %s; want %s", c.path, c.body, status, body, c.want)
 		}
 	}
+	// Over the WebSocket: a feedback message judges a trace and is
+	// answered with the trace after it; another sigil's is not found.
+	p := newPeer(t, f.cfg.Daemon.Socket, nil)
+	p.send(fmt.Sprintf(`{"type":"feedback","id":"f1","trace":%d,"action":"reject","note":"wrong target"}`, third.Trace))
+	if m := p.next(); m.Type != ctxd.WSFeedback || m.ID != "f1" || m.Judged == nil || m.Judged.Status != ctxd.TraceRejected || m.Judged.Note != "wrong target" {
+		t.Errorf("feedback answer %+v", m)
+	}
+	p.send(fmt.Sprintf(`{"type":"feedback","id":"f2","trace":%d,"action":"verify","sigil":"peer"}`, third.Trace))
+	if m := p.next(); m.Type != ctxd.WSError || m.ID != "f2" || m.Kind != ctxd.KindNotFound {
+		t.Errorf("feedback on another sigil's trace: %+v", m)
+	}
+
 	var apiErr *client.APIError
 	if _, err := f.client.Judge(ctx, second.Trace, ctxd.KarmaSupersede, ctxd.KarmaJudgement{By: second.Trace}); !errors.As(err, &apiErr) || apiErr.Status != 400 {
 		t.Errorf("a trace superseding itself: %v", err)

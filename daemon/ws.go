@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"log/slog"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -313,11 +314,54 @@ func (c *wsConn) handle(b []byte) {
 	case ctxd.WSCancel:
 		c.cancel(head.ID)
 	case ctxd.WSFeedback:
-		c.refuse(head.ID, ctxd.Errorf(ctxd.KindUnsupported, "feedback: karma is not built yet, so the daemon takes no feedback; the connection stays open"))
+		c.feedback(b, head.ID)
 	case "":
 		c.refuse(head.ID, ctxd.Errorf(ctxd.KindInvalid, `"type" is required: ask, cancel or feedback`))
 	default:
 		c.refuse(head.ID, ctxd.Errorf(ctxd.KindInvalid, "unknown message type %q: send ask, cancel or feedback", head.Type))
+	}
+}
+
+// wsFeedback is the shape of a feedback message; other fields are refused.
+type wsFeedback struct {
+	Type   string `json:"type"`
+	ID     string `json:"id"`
+	Sigil  string `json:"sigil"`
+	Trace  int64  `json:"trace"`
+	Action string `json:"action"`
+	Note   string `json:"note"`
+	By     int64  `json:"by"`
+}
+
+// feedback judges a trace as a feedback message asks and answers with the
+// trace after it, or an error; either way through the queue of answers to
+// messages that start nothing, so the reader never waits on the writer.
+// The write is short (one SQLite commit) and done here, in order.
+func (c *wsConn) feedback(b []byte, id string) {
+	var m wsFeedback
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&m); err != nil {
+		c.refuse(id, ctxd.Errorf(ctxd.KindInvalid, "feedback: %v (fields: id, sigil, trace, action, note, by)", err))
+		return
+	}
+	if m.ID == "" || m.Trace == 0 || m.Action == "" {
+		c.refuse(id, ctxd.Errorf(ctxd.KindInvalid, `feedback: "id", "trace" and "action" are required`))
+		return
+	}
+	s, err := c.d.actor(c.r, m.Sigil)
+	var after ctxd.Trace
+	if err == nil {
+		after, err = c.d.judge(c.ctx, s, strconv.FormatInt(m.Trace, 10), m.Action, ctxd.KarmaJudgement{Note: m.Note, By: m.By})
+	}
+	if err != nil {
+		c.refuse(id, err)
+		return
+	}
+	select {
+	case c.refusals <- wsOut{msg: ctxd.WSMessage{Type: ctxd.WSFeedback, ID: id, Trace: after.ID, Action: m.Action, Judged: &after}}:
+	default:
+		c.end(ctxd.Errorf(ctxd.KindCanceled, "the client sent %d messages without reading their answers", wsRefusals+1))
 	}
 }
 
