@@ -5,11 +5,12 @@
 //
 // The blocks map onto messages in cache order: identity, codex,
 // environment, sigil and karma are the system message (their plain
-// renderings, ### headers included, as its content); a condensed summary
-// of earlier turns is a second system message, which the template joins
-// to the first; the state is the alternating user and assistant turns,
-// each user turn carrying the codex excerpts retrieved for it; the query
-// is the last user message. The rendered prompt is still seven blocks: the
+// renderings, ### headers and stable artifacts included, as its content);
+// a condensed summary of earlier turns is a second system message, which
+// the template joins to the first; the state is the alternating user and
+// assistant turns, each user turn carrying the codex excerpts retrieved
+// for it; the query is the last user message (its excerpts, then the
+// volatile artifacts, then its text). The rendered prompt is still seven blocks: the
 // template's text before the system content joins the identity block, its
 // text after it (the close of the system message and the turns) is the
 // state, and the query block starts at the last user message's content.
@@ -119,22 +120,15 @@ func (f *Format) Render(rc *runcontext.RunContext) (runcontext.Rendered, error) 
 	}
 	r.Blocks[runcontext.BlockIdentity] = out[:si] + r.Blocks[runcontext.BlockIdentity]
 	r.Blocks[runcontext.BlockState] = out[si+len(systemSentinel) : qi]
-	r.Blocks[runcontext.BlockQuery] = f.userContent(rc.Query.Text, rc.Query.Excerpts) + out[qi+len(querySentinel):]
+	r.Blocks[runcontext.BlockQuery] = f.query(rc) + out[qi+len(querySentinel):]
 	return r, nil
 }
 
 // stable renders the stable blocks as the system message holds them: the
-// plain renderings (the codex prerendered and escaped), escaped, without
-// the blank line that closes the last.
+// plain renderings with their artifacts (the codex prerendered and
+// escaped), escaped, without the blank line that closes the last.
 func (f *Format) stable(rc *runcontext.RunContext) runcontext.Rendered {
-	plain := runcontext.Render(rc)
-	var r runcontext.Rendered
-	for k := range runcontext.BlockState {
-		r.Blocks[k] = plain.Blocks[k]
-		if k != runcontext.BlockCodex || !rc.Codex.Prerendered() {
-			r.Blocks[k] = f.special.Escape(r.Blocks[k])
-		}
-	}
+	r := runcontext.RenderStable(rc, f.special)
 	r.Blocks[runcontext.BlockKarma] = strings.TrimRight(r.Blocks[runcontext.BlockKarma], " \t\n")
 	return r
 }
@@ -148,18 +142,26 @@ func (f *Format) messages(rc *runcontext.RunContext, system, query string) []api
 	}
 	for _, t := range rc.State.Turns {
 		msgs = append(msgs,
-			api.Message{Role: "user", Content: f.userContent(t.Query, t.Excerpts)},
+			api.Message{Role: "user", Content: f.userContent(t.Query, t.Excerpts, "")},
 			api.Message{Role: "assistant", Content: f.Answer(t.Answer)})
 	}
 	return append(msgs, api.Message{Role: "user", Content: query})
 }
 
-// userContent is a user turn's content: its codex excerpts, then its text.
-func (f *Format) userContent(text string, excerpts []runcontext.Excerpt) string {
+// query is the last user message's content: the query's excerpts, the
+// volatile artifacts, the query's text.
+func (f *Format) query(rc *runcontext.RunContext) string {
+	return f.userContent(rc.Query.Text, rc.Query.Excerpts, runcontext.RenderArtifacts(rc.Artifacts, runcontext.BlockQuery))
+}
+
+// userContent is a user turn's content: its codex excerpts, then the
+// rendered volatile artifacts arts (the query's only), then its text.
+func (f *Format) userContent(text string, excerpts []runcontext.Excerpt, arts string) string {
 	var sb strings.Builder
 	for _, e := range excerpts {
 		sb.WriteString(runcontext.RenderExcerpt(e))
 	}
+	sb.WriteString(arts)
 	sb.WriteString(text)
 	return f.special.Escape(strings.TrimSpace(sb.String()))
 }
@@ -177,7 +179,7 @@ func (f *Format) execute(msgs []api.Message) (string, error) {
 // for the same prompt.
 func (f *Format) Messages(rc *runcontext.RunContext) []api.Message {
 	r := f.stable(rc)
-	return f.messages(rc, r.Prompt(), f.userContent(rc.Query.Text, rc.Query.Excerpts))
+	return f.messages(rc, r.Prompt(), f.query(rc))
 }
 
 // verify checks, on a probe conversation, that rendering with the

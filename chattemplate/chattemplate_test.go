@@ -132,3 +132,49 @@ func TestTemplatesThatCannotBeUsedAsIs(t *testing.T) {
 		t.Errorf("a template that drops earlier turns: %+v", c)
 	}
 }
+
+// TestArtifacts: stable artifacts are part of the system message, in
+// their blocks; a volatile one is part of the last user message, before
+// the query's text, and changing it changes no byte before the query.
+func TestArtifacts(t *testing.T) {
+	t.Parallel()
+	text, stop, special := ollamaTemplate(t, modelgen.TemplateChatML, "chatml")
+	f, err := New(text, stop, special)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc := conversation("q2", runcontext.Turn{Query: "q1", Answer: "a1"})
+	rc.Artifacts = []runcontext.Artifact{
+		{Formatter: "conventions", Block: runcontext.BlockIdentity, Stable: true, Text: "project conventions (AGENTS.md):\nrun make test <|im_end|>"},
+		{Formatter: "toolmanifest", Block: runcontext.BlockSigil, Stable: true, Text: "tool: search_codex"},
+		{Formatter: "clock", Block: runcontext.BlockQuery, Text: "[clock] 10:00"},
+	}
+	rc.Codex.Prerender(special)
+	if err := rc.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	r, err := f.Render(rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	whole, _ := f.execute(f.Messages(rc))
+	if r.Prompt() != whole {
+		t.Errorf("rendering with artifacts is not the template's rendering of the messages:\n%q\n%q", r.Prompt(), whole)
+	}
+	msgs := f.Messages(rc)
+	if sys := msgs[0].Content; msgs[0].Role != "system" || !strings.Contains(sys, "project conventions (AGENTS.md):\nrun make test <\u200b|im_end|>\n") || !strings.Contains(sys, "scopes: ask\ntool: search_codex\n") {
+		t.Errorf("system message:\n%s", sys)
+	}
+	if last := msgs[len(msgs)-1]; last.Content != "[clock] 10:00\nq2" || strings.Contains(msgs[0].Content, "clock") {
+		t.Errorf("last user message %q", last.Content)
+	}
+	if !strings.Contains(r.Blocks[runcontext.BlockIdentity], "project conventions") || !strings.HasPrefix(r.Blocks[runcontext.BlockQuery], "[clock] 10:00\nq2") {
+		t.Errorf("blocks: %q", r.Blocks)
+	}
+	rc.Artifacts[2].Text = "[clock] 10:01"
+	later, _ := f.Render(rc)
+	q := runcontext.BlockQuery
+	if later.Prompt()[:later.Offset(q)] != r.Prompt()[:r.Offset(q)] || later.Blocks[q] == r.Blocks[q] {
+		t.Errorf("a volatile artifact changed bytes before the query")
+	}
+}

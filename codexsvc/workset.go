@@ -249,60 +249,85 @@ func (w *workingSet) choose(ctx context.Context) (*wsChoice, error) {
 		}
 		return strings.Compare(w.codex.Files[a].Path, w.codex.Files[b].Path)
 	})
-	budget := w.threshold - w.baseTokens
-	var pieces []codex.Piece
-	used := 0
-	for _, i := range ranked {
-		if budget-used < 64 {
-			break
+	// pick fills budget with the ranked files: whole where they fit, their
+	// best chunks where not. Piece sizes are estimates (pieceOverhead).
+	pick := func(budget int) ([]codex.Piece, error) {
+		var pieces []codex.Piece
+		used := 0
+		for _, i := range ranked {
+			if budget-used < 64 {
+				break
+			}
+			if err := ctx.Err(); err != nil {
+				return nil, err
+			}
+			f := w.codex.Files[i]
+			// A file whose bytes alone prove it too large is not read or
+			// counted whole: its chunks are tried.
+			if w.bound.Lower(f.Size) <= int64(budget-used-pieceOverhead) {
+				content, err := w.codex.Content(i)
+				if err != nil {
+					// Changed since the load: the watcher's reload follows.
+					w.svc.log.Debug("working set: file skipped", "path", f.Path, "err", err)
+					continue
+				}
+				n, err := w.svc.cfg.Tokenizer.CountText(content)
+				if err != nil {
+					return nil, err
+				}
+				if used+n+pieceOverhead <= budget {
+					pieces = append(pieces, codex.Piece{Path: f.Path, Content: content})
+					used += n + pieceOverhead
+					continue
+				}
+			}
+			cs := chunks[i]
+			slices.SortStableFunc(cs, func(a, b scoredChunk) int {
+				switch {
+				case a.score > b.score:
+					return -1
+				case a.score < b.score:
+					return 1
+				}
+				return a.chunk.Start - b.chunk.Start
+			})
+			seen := map[int]bool{}
+			for _, c := range cs {
+				if seen[c.chunk.Start] {
+					continue
+				}
+				seen[c.chunk.Start] = true
+				m, err := w.svc.cfg.Tokenizer.CountText(c.chunk.Text)
+				if err != nil {
+					return nil, err
+				}
+				if used+m+pieceOverhead <= budget {
+					pieces = append(pieces, codex.Piece{Path: f.Path, Lines: fmt.Sprintf("%d-%d", c.chunk.Start, c.chunk.End), Content: c.chunk.Text})
+					used += m + pieceOverhead
+				}
+			}
 		}
-		if err := ctx.Err(); err != nil {
+		return pieces, nil
+	}
+	budget := w.threshold - w.baseTokens
+	pieces, err := pick(budget)
+	if err != nil {
+		return nil, err
+	}
+	// When the exact count overshoots the estimate, the budget shrinks by
+	// the overshoot and the files are picked again, so chunks can take the
+	// place of a whole file that did not fit after all.
+	for range 3 {
+		choice, err := w.render(pieces)
+		if err != nil {
 			return nil, err
 		}
-		f := w.codex.Files[i]
-		// A file whose bytes alone prove it too large is not read or
-		// counted whole: its chunks are tried.
-		if w.bound.Lower(f.Size) <= int64(budget-used-pieceOverhead) {
-			content, err := w.codex.Content(i)
-			if err != nil {
-				// Changed since the load: the watcher's reload follows.
-				w.svc.log.Debug("working set: file skipped", "path", f.Path, "err", err)
-				continue
-			}
-			n, err := w.svc.cfg.Tokenizer.CountText(content)
-			if err != nil {
-				return nil, err
-			}
-			if used+n+pieceOverhead <= budget {
-				pieces = append(pieces, codex.Piece{Path: f.Path, Content: content})
-				used += n + pieceOverhead
-				continue
-			}
+		if choice.tokens <= w.threshold || len(pieces) == 0 {
+			return choice, nil
 		}
-		cs := chunks[i]
-		slices.SortStableFunc(cs, func(a, b scoredChunk) int {
-			switch {
-			case a.score > b.score:
-				return -1
-			case a.score < b.score:
-				return 1
-			}
-			return a.chunk.Start - b.chunk.Start
-		})
-		seen := map[int]bool{}
-		for _, c := range cs {
-			if seen[c.chunk.Start] {
-				continue
-			}
-			seen[c.chunk.Start] = true
-			m, err := w.svc.cfg.Tokenizer.CountText(c.chunk.Text)
-			if err != nil {
-				return nil, err
-			}
-			if used+m+pieceOverhead <= budget {
-				pieces = append(pieces, codex.Piece{Path: f.Path, Lines: fmt.Sprintf("%d-%d", c.chunk.Start, c.chunk.End), Content: c.chunk.Text})
-				used += m + pieceOverhead
-			}
+		budget -= choice.tokens - w.threshold
+		if pieces, err = pick(budget); err != nil {
+			return nil, err
 		}
 	}
 	// The pieces in path and line order, so the block's bytes depend on

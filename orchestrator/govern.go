@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/ctxd/ctxd"
+	"github.com/ctxd/ctxd/formatters"
 	"github.com/ctxd/ctxd/governor"
 	"github.com/ctxd/ctxd/runcontext"
 	"github.com/ctxd/ctxd/sigils"
@@ -99,6 +100,7 @@ func (o *Orchestrator) prepare(ctx context.Context, req ctxd.AskRequest, sigil r
 		}
 		rc.Query.Excerpts = notPresent(retrieved, sess.Turns, ws)
 	}
+	o.inject(ctx, rc, codex)
 	if err := rc.Validate(); err != nil {
 		return p, ctxd.Errorf(ctxd.KindInvalid, "%w", err)
 	}
@@ -217,6 +219,20 @@ func (o *Orchestrator) prepare(ctx context.Context, req ctxd.AskRequest, sigil r
 	}
 	return prepared{sess: sess, rc: rc, rendered: m.Rendered, tokens: m.tokens, budget: budget, actions: actions, workingSet: ws,
 		toolsRefused: p.toolsRefused, karma: p.karma, karmaChosen: p.karmaChosen}, nil
+}
+
+// inject adds the formatters' artifacts to rc. A formatter that fails adds
+// nothing and is logged; the others' artifacts stand.
+func (o *Orchestrator) inject(ctx context.Context, rc *runcontext.RunContext, codex *codexState) {
+	in := formatters.Input{RunContext: rc}
+	if o.cfg.CodexFile != nil && codex.block.Mode != runcontext.ModeNone {
+		in.CodexFile, in.CodexFingerprint = o.cfg.CodexFile, codex.fingerprint
+	}
+	arts, err := o.cfg.Formatters.Apply(ctx, in)
+	if err != nil {
+		o.log.Warn("formatter failed; its artifact is left out", "err", err)
+	}
+	rc.Artifacts = arts
 }
 
 // WorkingSet is a RAG codex that keeps the files relevant to recent

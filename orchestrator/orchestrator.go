@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/ctxd/ctxd"
+	"github.com/ctxd/ctxd/formatters"
+	"github.com/ctxd/ctxd/formatters/standard"
 	"github.com/ctxd/ctxd/governor"
 	"github.com/ctxd/ctxd/runcontext"
 	"github.com/ctxd/ctxd/scheduler"
@@ -31,6 +33,12 @@ type Config struct {
 	TopK     int         // excerpts per query in RAG mode
 	Warm     *WarmConfig // saved slots for warm restarts (llama-server); nil: none
 	Karma    KarmaConfig // traces and the karma block; a nil store: none
+	// Formatters inject artifacts into the blocks (the tool manifest, the
+	// project's conventions file, extensions); nil: the shipped ones.
+	Formatters *formatters.Registry
+	// CodexFile reads a file of the loaded codex (secrets redacted), for
+	// the formatters; nil: they read none.
+	CodexFile func(path string) (string, error)
 	// LowPowerReserve caps every answer at this many tokens while the
 	// environment's power band is low_battery or low_power; 0: no cap.
 	LowPowerReserve int
@@ -90,6 +98,9 @@ func New(cfg Config, backend ctxd.Backend, count *tokencount.Counter, store ctxd
 	}
 	if cfg.Format == nil {
 		cfg.Format = runcontext.Plain{}
+	}
+	if cfg.Formatters == nil {
+		cfg.Formatters = standard.Default(standard.Options{Logger: cfg.Logger})
 	}
 	o := &Orchestrator{
 		cfg: cfg, backend: backend, count: count, store: store, env: env, sched: sched,

@@ -9,6 +9,12 @@
 // the bytes of the blocks before it. The state block is append-only, so the
 // prompt of turn n+1 extends the prompt of turn n plus its answer.
 //
+// Formatters (package formatters) add Artifacts to a RunContext: texts
+// such as a tool manifest or a project's conventions. Rendering, not the
+// formatter, decides where each goes: a stable artifact at the end of its
+// block's content, a volatile one in the query block. Each block still
+// depends only on its own fields and its own artifacts.
+//
 // runcontext knows nothing about backends, sessions or limits: the
 // orchestrator builds RunContexts and the governor keeps them in bounds.
 package runcontext

@@ -86,16 +86,7 @@ func (Plain) Name() string { return "plain" }
 
 // Render renders rc in the plain format, escaping special token texts in
 // every block; the codex block was escaped when it was prerendered.
-func (p Plain) Render(rc *RunContext) (Rendered, error) {
-	r := Render(rc)
-	for k := range r.Blocks {
-		if k == BlockCodex && rc.Codex.Prerendered() {
-			continue
-		}
-		r.Blocks[k] = p.Special.Escape(r.Blocks[k])
-	}
-	return r, nil
-}
+func (p Plain) Render(rc *RunContext) (Rendered, error) { return render(rc, p.Special, false), nil }
 
 // Answer is the answer as the next turn's state holds it.
 func (p Plain) Answer(answer string) string { return p.Special.Escape(RenderAnswer(answer)) }

@@ -1,6 +1,7 @@
 package runcontext
 
 import (
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -24,6 +25,9 @@ var BlockNames = [NumBlocks]string{"identity", "codex", "environment", "sigil", 
 // blocks concatenated in order.
 type Rendered struct {
 	Blocks [NumBlocks]string
+	// Artifacts are the artifacts the blocks hold, in rendering order:
+	// what Compare names when a block changed because one did.
+	Artifacts []Artifact
 }
 
 // Prompt is the full prompt text.
@@ -64,22 +68,60 @@ const (
 )
 
 // Render renders rc canonically. It does not validate; call Validate first.
-// Each block depends only on its own fields, which is what keeps the
-// bytes of earlier blocks fixed when a later one changes.
-func Render(rc *RunContext) Rendered {
+// Each block depends only on its own fields and its artifacts, which is
+// what keeps the bytes of earlier blocks fixed when a later one changes.
+func Render(rc *RunContext) Rendered { return render(rc, nil, false) }
+
+// RenderStable renders the stable blocks of rc, identity to karma, with
+// special token texts escaped against sp as Plain does (the codex block
+// was escaped when it was prerendered); the state and query blocks are
+// left empty. It is what the stable prefix of a prompt holds, for a
+// format that wraps the blocks in messages of its own (package
+// chattemplate) or a caller that measures the prefix.
+func RenderStable(rc *RunContext, sp Specials) Rendered { return render(rc, sp, true) }
+
+// render renders rc, each block escaped against sp (nil: not at all), the
+// state and query only if !stableOnly.
+func render(rc *RunContext, sp Specials, stableOnly bool) Rendered {
 	var r Rendered
-	r.Blocks[BlockIdentity] = renderIdentity(rc.Identity)
-	r.Blocks[BlockCodex] = renderCodex(rc.Codex)
-	r.Blocks[BlockEnvironment] = renderEnvironment(rc.Environment)
-	r.Blocks[BlockSigil] = renderSigil(rc.Sigil)
-	r.Blocks[BlockKarma] = renderKarma(rc.Karma)
-	r.Blocks[BlockState] = RenderState(rc.State)
-	r.Blocks[BlockQuery] = RenderQuery(rc.Query.Text, rc.Query.Excerpts)
+	r.Artifacts = sortArtifacts(rc.Artifacts)
+	var arts [NumBlocks]string
+	for _, a := range r.Artifacts {
+		if k, ok := a.renderBlock(); ok {
+			arts[k] += RenderArtifact(a.Text)
+		}
+	}
+	r.Blocks[BlockIdentity] = sp.Escape(renderIdentity(rc.Identity, arts[BlockIdentity]))
+	if rc.Codex.Prerendered() {
+		// Escaped once, when prerendered: only the artifacts are new.
+		r.Blocks[BlockCodex] = withArtifacts(renderCodex(rc.Codex), sp.Escape(arts[BlockCodex]))
+	} else {
+		r.Blocks[BlockCodex] = sp.Escape(withArtifacts(renderCodex(rc.Codex), arts[BlockCodex]))
+	}
+	r.Blocks[BlockEnvironment] = sp.Escape(withArtifacts(renderEnvironment(rc.Environment), arts[BlockEnvironment]))
+	r.Blocks[BlockSigil] = sp.Escape(withArtifacts(renderSigil(rc.Sigil), arts[BlockSigil]))
+	r.Blocks[BlockKarma] = sp.Escape(withArtifacts(renderKarma(rc.Karma), arts[BlockKarma]))
+	if !stableOnly {
+		r.Blocks[BlockState] = sp.Escape(RenderState(rc.State))
+		r.Blocks[BlockQuery] = sp.Escape(renderQuery(rc.Query.Text, rc.Query.Excerpts, arts[BlockQuery]))
+	}
 	return r
 }
 
-func renderIdentity(id Identity) string {
-	out := "### IDENTITY " + id.Name + "\n" + escape(id.Persona) + "\n\n"
+// withArtifacts places the rendered artifacts at the end of a block's
+// content: before the blank line that closes it.
+func withArtifacts(block, arts string) string {
+	if arts == "" {
+		return block
+	}
+	return block[:len(block)-1] + arts + "\n"
+}
+
+// renderIdentity renders the persona, its artifacts, then the client's
+// instructions: the artifacts are the daemon's, as the persona is, and
+// they change less often than the client's system message.
+func renderIdentity(id Identity, arts string) string {
+	out := "### IDENTITY " + id.Name + "\n" + escape(id.Persona) + "\n" + arts + "\n"
 	if strings.TrimSpace(id.Instructions) != "" {
 		out += "### INSTRUCTIONS\n" + escape(strings.TrimSpace(id.Instructions)) + "\n\n"
 	}
@@ -115,37 +157,18 @@ func renderEnvironment(e Environment) string {
 		"\npower: " + e.Power + "\nconnectivity: " + e.Connectivity + "\n\n"
 }
 
+// renderSigil renders the sigil's name and scopes. The tools it offers are
+// an artifact (package formatters/toolmanifest), not hard-coded here.
 func renderSigil(s Sigil) string {
-	out := "### SIGIL " + s.Name + "\nscopes: " + strings.Join(s.Scopes, " ") + "\n"
-	for _, t := range s.Tools {
-		out += "tool: " + t + "\n"
-	}
-	if len(s.ClientTools) > 0 {
-		out += ToolProtocol
-		for _, t := range s.ClientTools {
-			out += "- " + t.Name
-			if d := strings.TrimSpace(t.Description); d != "" {
-				out += ": " + escape(strings.Join(strings.Fields(d), " "))
-			}
-			out += "\n"
-			if t.Parameters != "" {
-				out += "  parameters: " + t.Parameters + "\n"
-			}
-		}
-	}
-	return out + "\n"
+	return "### SIGIL " + s.Name + "\nscopes: " + strings.Join(s.Scopes, " ") + "\n\n"
 }
 
-// ToolProtocol tells the model how to call the client's tools: an answer
-// that is only a JSON object (or one per line) naming an offered tool is a
-// tool call (package toolcall reads it).
-const ToolProtocol = "client tools (to call one, answer with only a JSON object per call, one per line: {\"name\": \"TOOL\", \"arguments\": {...}}):\n"
-
+// renderKarma renders the karma entries. The karma epoch is not rendered:
+// a new epoch that chooses the same traces keeps the block's bytes, and
+// with them the cached prefix.
 func renderKarma(k Karma) string {
 	var sb strings.Builder
-	sb.WriteString("### KARMA epoch=")
-	sb.WriteString(strconv.Itoa(k.Epoch))
-	sb.WriteString("\n")
+	sb.WriteString("### KARMA\n")
 	if len(k.Entries) == 0 {
 		sb.WriteString("(none)\n")
 	}
@@ -181,15 +204,71 @@ func RenderState(s State) string {
 
 // RenderQuery renders a user turn up to the point where the model answers.
 func RenderQuery(text string, excerpts []Excerpt) string {
+	return renderQuery(text, excerpts, "")
+}
+
+// renderQuery renders a user turn: its excerpts, the rendered volatile
+// artifacts arts (the query block's only: past turns have none), its text.
+func renderQuery(text string, excerpts []Excerpt, arts string) string {
 	var sb strings.Builder
 	sb.WriteString(userMarker)
 	for _, e := range excerpts {
 		sb.WriteString(RenderExcerpt(e))
 	}
+	sb.WriteString(arts)
 	sb.WriteString(escape(text))
 	sb.WriteString("\n")
 	sb.WriteString(assistantMarker)
 	return sb.String()
+}
+
+// RenderArtifact renders an artifact's text as a block holds it: escaped,
+// on lines of its own.
+func RenderArtifact(text string) string {
+	text = escape(text)
+	if !strings.HasSuffix(text, "\n") {
+		text += "\n"
+	}
+	return text
+}
+
+// RenderArtifacts renders, in order, the artifacts of arts that render in
+// block k (a volatile one renders in the query block, whatever it names):
+// what the block holds of them, before escaping special token texts.
+func RenderArtifacts(arts []Artifact, k int) string {
+	var sb strings.Builder
+	for _, a := range sortArtifacts(arts) {
+		if b, ok := a.renderBlock(); ok && b == k {
+			sb.WriteString(RenderArtifact(a.Text))
+		}
+	}
+	return sb.String()
+}
+
+// sortArtifacts returns a copy of arts in rendering order: by formatter
+// name, then as given.
+func sortArtifacts(arts []Artifact) []Artifact {
+	if len(arts) == 0 {
+		return nil
+	}
+	arts = slices.Clone(arts)
+	slices.SortStableFunc(arts, byFormatter)
+	return arts
+}
+
+func byFormatter(a, b Artifact) int { return strings.Compare(a.Formatter, b.Formatter) }
+
+// renderBlock is the block an artifact renders in, if any: a volatile one
+// in the query block; a stable one in its block, if that is one of the
+// stable blocks (Validate refuses the others, and Render leaves them out).
+func (a Artifact) renderBlock() (int, bool) {
+	switch {
+	case !a.Stable:
+		return BlockQuery, true
+	case a.Block >= 0 && a.Block < BlockState:
+		return a.Block, true
+	}
+	return 0, false
 }
 
 // RenderExcerpt renders a codex excerpt as it precedes the question it was

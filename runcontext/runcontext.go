@@ -11,6 +11,39 @@ type RunContext struct {
 	Karma       Karma       `json:"karma"`
 	State       State       `json:"state"`
 	Query       Query       `json:"query"`
+	// Artifacts are texts that formatters (package formatters) inject into
+	// the blocks: a stable artifact at the end of its block's content, a
+	// volatile one in the query block. They are not a block of their own:
+	// each joins the block it names, after that block's own fields.
+	Artifacts []Artifact `json:"artifacts,omitempty" jsonschema_description:"texts formatters inject into the blocks"`
+}
+
+// Artifact is one text a formatter injects into a block: a tool manifest,
+// a project's conventions, a memory summary. Rendering places it; the
+// formatter decides only what it says, which block it joins and whether it
+// is stable.
+//
+// A stable artifact joins the cached prefix: it renders at the end of its
+// block's content (identity to karma; in the identity block, after the
+// persona and before the client's instructions), so it must change only
+// when what it is derived from does. A volatile artifact joins the tail:
+// it renders in the query block, after the query's excerpts and before its
+// text, and never changes a byte of the blocks before the query. The
+// conversation does not keep volatile artifacts: the next turn's state
+// renders this turn's query without them, so the backend's cache is reused
+// up to this turn's query, not past it (Compare says so).
+//
+// Artifacts of one block render sorted by formatter name, then in the
+// order given. The text is free text, escaped like any other (a line that
+// starts with "###" gets a backslash, special token texts are broken) and
+// placed on lines of its own: a newline is added when it does not end
+// with one. It is placed as it is otherwise: a formatter writes its own
+// heading.
+type Artifact struct {
+	Formatter string `json:"formatter" jsonschema:"pattern=^[a-z][a-z0-9_.-]{0\\,63}$" jsonschema_description:"the formatter that injected it"`
+	Block     int    `json:"block" jsonschema:"minimum=0,maximum=6" jsonschema_description:"the block it joins: 0 identity, 1 codex, 2 environment, 3 sigil, 4 karma (stable); 6 query (volatile)"`
+	Stable    bool   `json:"stable,omitempty" jsonschema_description:"joins the cached prefix (blocks 0-4); else the query block (6)"`
+	Text      string `json:"text" jsonschema:"minLength=1"`
 }
 
 // Identity is the persona: the system prompt. Block 1.

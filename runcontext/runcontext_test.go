@@ -87,7 +87,7 @@ var mutations = [NumBlocks]func(*RunContext){
 	BlockCodex:       func(rc *RunContext) { rc.Codex.Body = "=== README.md\n# Demo v2\n" },
 	BlockEnvironment: func(rc *RunContext) { rc.Environment.VRAM = "high" },
 	BlockSigil:       func(rc *RunContext) { rc.Sigil.Scopes = []string{"ask"} },
-	BlockKarma:       func(rc *RunContext) { rc.Karma.Epoch = 2 },
+	BlockKarma:       func(rc *RunContext) { rc.Karma.Entries = append(rc.Karma.Entries, KarmaEntry{ID: "k9", Text: "new"}) },
 	BlockState:       func(rc *RunContext) { rc.State.Turns[0].Answer = "A different demo." },
 	BlockQuery:       func(rc *RunContext) { rc.Query.Text = "Where are the tests?" },
 }

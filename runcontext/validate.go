@@ -39,6 +39,21 @@ var (
 // ToolNameRE is what a client tool's name must look like (OpenAI's rule).
 var ToolNameRE = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,64}$`)
 
+// FormatterNameRE is what a formatter's name must look like.
+var FormatterNameRE = regexp.MustCompile(`^[a-z][a-z0-9_.-]{0,63}$`)
+
+// CheckArtifact says whether a formatter of that name may inject an
+// artifact into block k, stable or volatile: nil if it may, else the
+// problems, each a *FieldError. A stable artifact joins one of the stable
+// blocks, identity to karma (the state is the conversation, kept as it
+// was said); a volatile one joins the query block, and names it, so that
+// no volatile text can change a byte of the prefix.
+func CheckArtifact(formatter string, k int, stable bool) error {
+	var v validator
+	v.placement("artifact", formatter, k, stable)
+	return errors.Join(v.errs...)
+}
+
 // Validate checks every block and returns all problems found, each a
 // *FieldError naming its field, joined; nil if the RunContext is valid.
 func (rc *RunContext) Validate() error {
@@ -118,7 +133,30 @@ func (rc *RunContext) Validate() error {
 
 	v.text("query.text", rc.Query.Text, true)
 	v.excerpts("query.excerpts", rc.Query.Excerpts)
+
+	for i, a := range rc.Artifacts {
+		field := fmt.Sprintf("artifacts[%d]", i)
+		v.placement(field, a.Formatter, a.Block, a.Stable)
+		v.text(field+".text", a.Text, true)
+	}
 	return errors.Join(v.errs...)
+}
+
+// placement checks an artifact's formatter name and where it goes.
+func (v *validator) placement(field, formatter string, k int, stable bool) {
+	if !FormatterNameRE.MatchString(formatter) {
+		v.fail(field+".formatter", fmt.Sprintf("%q must match %s", formatter, FormatterNameRE))
+	}
+	switch {
+	case k < 0 || k >= NumBlocks:
+		v.fail(field+".block", fmt.Sprintf("%d is not a block (0 %s to %d %s)", k, BlockNames[0], NumBlocks-1, BlockNames[NumBlocks-1]))
+	case stable && k >= BlockState:
+		v.fail(field+".block", fmt.Sprintf("a stable artifact joins a stable block (%d %s to %d %s), not the %s block",
+			BlockIdentity, BlockNames[BlockIdentity], BlockKarma, BlockNames[BlockKarma], BlockNames[k]))
+	case !stable && k != BlockQuery:
+		v.fail(field+".block", fmt.Sprintf("a volatile artifact joins the query block (%d), not the %s block: it must not change the prefix",
+			BlockQuery, BlockNames[k]))
+	}
 }
 
 type validator struct{ errs []error }
