@@ -15,6 +15,7 @@ import (
 
 	"github.com/ctxd/ctxd/codex"
 	"github.com/ctxd/ctxd/governor"
+	"github.com/ctxd/ctxd/hostenv"
 	"github.com/ctxd/ctxd/sigils"
 )
 
@@ -26,7 +27,37 @@ type Config struct {
 	Codex    Codex            `toml:"codex"`
 	Limits   Limits           `toml:"limits"`
 	Karma    Karma            `toml:"karma"`
+	Env      Environment      `toml:"environment"`
 	Sigils   map[string]Sigil `toml:"sigils"`
+}
+
+// Environment is how the hardware probe reads and bands the environment
+// block: VRAM pressure (fractions of the memory the model runs in) and the
+// battery (percent). A band is entered at its enter value and left only
+// below its leave value, and a change must hold for hold first.
+type Environment struct {
+	Interval          Duration `toml:"interval"`      // between readings
+	Hold              Duration `toml:"hold"`          // a band change must last this long to show
+	CheckBackend      bool     `toml:"check_backend"` // connectivity counts the backend answering (default true)
+	VRAMModerateEnter float64  `toml:"vram_moderate_enter"`
+	VRAMModerateLeave float64  `toml:"vram_moderate_leave"`
+	VRAMHighEnter     float64  `toml:"vram_high_enter"`
+	VRAMHighLeave     float64  `toml:"vram_high_leave"`
+	VRAMCriticalEnter float64  `toml:"vram_critical_enter"`
+	VRAMCriticalLeave float64  `toml:"vram_critical_leave"`
+	LowBatteryEnter   float64  `toml:"low_battery_enter"`
+	LowBatteryLeave   float64  `toml:"low_battery_leave"`
+}
+
+// Thresholds are the environment's thresholds as the probe takes them.
+func (e Environment) Thresholds() hostenv.Thresholds {
+	return hostenv.Thresholds{
+		VRAMModerateEnter: e.VRAMModerateEnter, VRAMModerateLeave: e.VRAMModerateLeave,
+		VRAMHighEnter: e.VRAMHighEnter, VRAMHighLeave: e.VRAMHighLeave,
+		VRAMCriticalEnter: e.VRAMCriticalEnter, VRAMCriticalLeave: e.VRAMCriticalLeave,
+		LowBatteryEnter: e.LowBatteryEnter, LowBatteryLeave: e.LowBatteryLeave,
+		Hold: e.Hold.Duration,
+	}
 }
 
 // Karma is how answers are recorded as traces and chosen for the karma
@@ -212,7 +243,19 @@ func Default(env Env) Config {
 			CAGRatio: 0.7, TopK: 5, Watch: true},
 		Limits: Limits{AnswerReserve: 256, MaxDepth: 32, KVCacheType: "f16", MemoryHeadroomMB: 512},
 		Karma:  Karma{Enabled: true, TopK: 5, MaxChars: 4000, MaxEntryChars: 1200, HalfLife: Duration{7 * 24 * time.Hour}},
+		Env:    defaultEnvironment(),
 		Sigils: map[string]Sigil{"default": {Scopes: []string{"ask", "karma:read", "karma:write"}}},
+	}
+}
+
+func defaultEnvironment() Environment {
+	t := hostenv.DefaultThresholds()
+	return Environment{
+		Interval: Duration{time.Second}, Hold: Duration{t.Hold}, CheckBackend: true,
+		VRAMModerateEnter: t.VRAMModerateEnter, VRAMModerateLeave: t.VRAMModerateLeave,
+		VRAMHighEnter: t.VRAMHighEnter, VRAMHighLeave: t.VRAMHighLeave,
+		VRAMCriticalEnter: t.VRAMCriticalEnter, VRAMCriticalLeave: t.VRAMCriticalLeave,
+		LowBatteryEnter: t.LowBatteryEnter, LowBatteryLeave: t.LowBatteryLeave,
 	}
 }
 
@@ -267,6 +310,14 @@ func Load(path string, env Env) (Config, error) {
 		}
 	}
 	return c, nil
+}
+
+// unwrapAll is the errors a joined error holds (or err itself).
+func unwrapAll(err error) []error {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		return j.Unwrap()
+	}
+	return []error{err}
 }
 
 func isHash(h string) bool {
@@ -432,6 +483,19 @@ func (c Config) Validate() error {
 	}
 	if r := c.Limits.LowPowerAnswerReserve; r < 0 || r > c.Limits.AnswerReserve {
 		bad("limits.low_power_answer_reserve", "%d must be between 0 (off) and answer_reserve %d", r, c.Limits.AnswerReserve)
+	}
+	if iv := c.Env.Interval.Duration; iv < 100*time.Millisecond || iv > time.Minute {
+		bad("environment.interval", "%v must be between 100ms and 1m", iv)
+	}
+	if err := c.Env.Thresholds().Validate(); err != nil {
+		var fe *hostenv.FieldError
+		for _, e := range unwrapAll(err) {
+			if errors.As(e, &fe) {
+				bad("environment."+fe.Field, "%s", fe.Problem)
+			} else {
+				bad("environment", "%v", e)
+			}
+		}
 	}
 	k := c.Karma
 	if k.TopK < 1 || k.TopK > 100 {

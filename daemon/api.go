@@ -4,13 +4,16 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"maps"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/ctxd/ctxd"
 	"github.com/ctxd/ctxd/frontdoor"
 	"github.com/ctxd/ctxd/governor"
+	"github.com/ctxd/ctxd/hostenv"
 	"github.com/ctxd/ctxd/runcontext"
 	"github.com/ctxd/ctxd/scheduler"
 )
@@ -22,6 +25,7 @@ var allowed = map[string]string{
 	"/v1/codex": "GET", "/v1/codex/load": "POST", "/v1/codex/search": "GET",
 	"/v1/codex/files": "GET", "/v1/codex/files/{path...}": "GET", "/v1/sigil": "GET",
 	"/v1/ws": "GET", "/v1/mcp": "GET, POST, DELETE",
+	"/v1/karma": "GET", "/v1/karma/{id}": "GET", "/v1/karma/{id}/{action}": "POST", "/v1/sessions/{id}/karma": "GET",
 }
 
 // routes is every route of both listeners: the native API under /v1/ and
@@ -67,7 +71,7 @@ func (d *Daemon) routes(tokens bool, mcp *mcpHTTP) http.Handler {
 		})
 	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, ctxd.Errorf(ctxd.KindUnknownRoute, "no route %s %s; ctxd's own routes are under /v1/ (health, status, schema, ask, sessions, codex, sigil, ws, mcp), the OpenAI door's are /v1/chat/completions, /v1/completions and /v1/models, the Ollama door's under /api/", r.Method, r.URL.Path))
+		writeError(w, ctxd.Errorf(ctxd.KindUnknownRoute, "no route %s %s; ctxd's own routes are under /v1/ (health, status, schema, ask, sessions, codex, sigil, karma, ws, mcp), the OpenAI door's are /v1/chat/completions, /v1/completions and /v1/models, the Ollama door's under /api/", r.Method, r.URL.Path))
 	})
 	api = d.track(d.recoverer(mux))                          // in-process requests are counted and drained like the others
 	return d.track(d.authenticate(d.recoverer(mux), tokens)) // the recoverer logs paths: it sees none with a token
@@ -185,8 +189,26 @@ type Status struct {
 	LastRequest  *ctxd.Summary        `json:"last_request,omitempty"`
 	Environment  ctxd.Environment     `json:"environment"`
 	MemorySource string               `json:"memory_source"`
-	Sessions     int                  `json:"sessions"`
-	Listeners    Listeners            `json:"listeners"`
+	// Hardware is the probe's raw reading (never part of a prompt), and
+	// Bands counts its readings and band changes.
+	Hardware  *hostenv.Reading  `json:"hardware,omitempty"`
+	Bands     *hostenv.Counters `json:"bands,omitempty"`
+	Sigils    []SigilStatus     `json:"sigils"`
+	Karma     bool              `json:"karma"` // answers are recorded as traces
+	Sessions  int               `json:"sessions"`
+	Listeners Listeners         `json:"listeners"`
+}
+
+// SigilStatus is one configured sigil as status shows it: never a token
+// or its hash.
+type SigilStatus struct {
+	Name        string   `json:"name"`
+	Description string   `json:"description,omitempty"`
+	Scopes      []string `json:"scopes"`
+	Token       bool     `json:"token"`
+	Revoked     bool     `json:"revoked,omitempty"`
+	UIDs        []int    `json:"uids,omitempty"`
+	GIDs        []int    `json:"gids,omitempty"`
 }
 
 // Listeners says where the daemon listens and how it trusts requests.
@@ -225,9 +247,18 @@ func (d *Daemon) handleStatus(w http.ResponseWriter, r *http.Request) {
 		st.Listeners.Trust = "a request with a token acts as its sigil; one without, on the socket only, is trusted by uid (the socket's owner) and acts as the sigil it names; sigils with uids or gids are checked against the socket peer's"
 	}
 	st.Environment = d.sensor.Environment()
+	_, rd := d.probe.Latest()
+	counters := d.probe.Counters()
+	st.Hardware, st.Bands = &rd, &counters
 	if d.sensor == ctxd.Sensor(d.probe) {
-		_, rd := d.probe.Latest()
 		st.MemorySource = rd.Source
+	}
+	st.Karma = d.karma != nil
+	st.Sigils = []SigilStatus{}
+	for _, name := range slices.Sorted(maps.Keys(d.cfg.Sigils)) {
+		s := d.cfg.Sigils[name]
+		st.Sigils = append(st.Sigils, SigilStatus{Name: name, Description: s.Description, Scopes: s.Scopes,
+			Token: s.TokenSHA256 != "", Revoked: s.Revoked, UIDs: s.UIDs, GIDs: s.GIDs})
 	}
 	if list, err := d.store.Sessions(r.Context()); err == nil {
 		st.Sessions = len(list)

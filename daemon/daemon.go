@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"net"
 	"net/http"
@@ -19,6 +20,8 @@ import (
 	"github.com/ctxd/ctxd/codex"
 	"github.com/ctxd/ctxd/codexsvc"
 	"github.com/ctxd/ctxd/config"
+	"github.com/ctxd/ctxd/formatters"
+	"github.com/ctxd/ctxd/formatters/standard"
 	"github.com/ctxd/ctxd/governor"
 	"github.com/ctxd/ctxd/hostenv"
 	"github.com/ctxd/ctxd/karma"
@@ -44,6 +47,10 @@ type Options struct {
 	Store ctxd.Store
 	// Sensor reads the environment bands; nil means the hardware probe.
 	Sensor ctxd.Sensor
+	// Formatters are the formatters and prompt formats the daemon renders
+	// with; nil: formatters/standard's. A program embedding the daemon
+	// registers its own extensions here.
+	Formatters *formatters.Registry
 }
 
 // Model is a backend brought up for one model load: what requests run on.
@@ -76,12 +83,15 @@ type Opener func(ctx context.Context, onRestart func()) (*Model, error)
 
 // Daemon is one running ctxd.
 type Daemon struct {
-	cfg      config.Config
-	log      *slog.Logger
-	version  string
-	opts     Options
-	sigils   *sigils.Registry
-	codexLim governor.Limits // the codex's own limits (.ctxd.toml); they only tighten
+	cfg     config.Config
+	log     *slog.Logger
+	version string
+	opts    Options
+	sigils  *sigils.Registry
+	// formatters inject artifacts into the blocks: the shipped ones, and
+	// any an embedding program registered (Options.Formatters).
+	formatters *formatters.Registry
+	codexLim   governor.Limits // the codex's own limits (.ctxd.toml); they only tighten
 
 	// Set in Run before anything is served; read-only afterwards.
 	store  ctxd.Store
@@ -125,7 +135,11 @@ func New(cfg config.Config, opts Options) (*Daemon, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Daemon{cfg: cfg, log: opts.Logger, version: opts.Version, opts: opts, sigils: reg}, nil
+	fm := opts.Formatters
+	if fm == nil {
+		fm = standard.Default(standard.Options{Logger: opts.Logger})
+	}
+	return &Daemon{cfg: cfg, log: opts.Logger, version: opts.Version, opts: opts, sigils: reg, formatters: fm}, nil
 }
 
 // errShuttingDown is the cause with which requests still running at the
@@ -160,6 +174,16 @@ func (d *Daemon) Run(ctx context.Context, ln net.Listener, ready func()) error {
 	}
 	d.openSensor()
 	defer d.closeSensor()
+	// The probe reads the hardware on its ticker until the daemon stops.
+	probeCtx, stopProbe := context.WithCancel(context.WithoutCancel(ctx))
+	probeDone := make(chan struct{})
+	go func() {
+		defer close(probeDone)
+		if err := d.probe.Run(probeCtx); err != nil {
+			d.log.Warn("hardware probe", "err", err)
+		}
+	}()
+	defer func() { stopProbe(); <-probeDone }()
 
 	reqCtx, stopRequests := context.WithCancelCause(context.WithoutCancel(ctx))
 	defer stopRequests(nil)
@@ -338,9 +362,14 @@ func (d *Daemon) openStore(ctx context.Context) (func(), error) {
 // openSensor opens the hardware probe, which plans the window, and makes
 // it the sensor of the environment bands unless one was given.
 func (d *Daemon) openSensor() {
-	// Bands move slowly (and with hysteresis): a reading a second old is as
-	// good as a new one, and spares every request the probing.
-	d.probe = hostenv.New(hostenv.Config{NVML: nvml.New(), Logger: d.log, MaxAge: time.Second})
+	// Run reads on its ticker; requests answer from the latest reading.
+	env := d.cfg.Env
+	hc := hostenv.Config{NVML: nvml.New(), Logger: d.log, MaxAge: env.Interval.Duration,
+		Interval: env.Interval.Duration, Thresholds: env.Thresholds()}
+	if env.CheckBackend {
+		hc.Reachable = d.backendReachable
+	}
+	d.probe = hostenv.New(hc)
 	d.sensor = d.probe
 	if d.opts.Sensor != nil {
 		d.sensor = d.opts.Sensor
@@ -348,6 +377,22 @@ func (d *Daemon) openSensor() {
 }
 
 func (d *Daemon) closeSensor() { d.probe.Close() }
+
+// backendReachable is nil when the backend answers (or is not up yet:
+// that is the start-up's to report, not connectivity's).
+func (d *Daemon) backendReachable(ctx context.Context) error {
+	e := d.ready.Load()
+	if e == nil {
+		return nil
+	}
+	switch b := e.model.Backend.(type) {
+	case interface{ Ping(context.Context) error }:
+		return b.Ping(ctx)
+	case interface{ Health(context.Context) error }:
+		return b.Health(ctx)
+	}
+	return nil
+}
 
 // bringUp brings the backend up, retrying with backoff until it works, a
 // configuration error says it never will, or ctx ends.
@@ -437,7 +482,15 @@ func (d *Daemon) start(ctx context.Context) (err error) {
 		Karma: orchestrator.KarmaConfig{Store: d.karma, Model: e.model.Info.Model, Options: karma.Options{
 			TopK: d.cfg.Karma.TopK, MaxChars: d.cfg.Karma.MaxChars, MaxEntryChars: d.cfg.Karma.MaxEntryChars, HalfLife: d.cfg.Karma.HalfLife.Duration}},
 		LowPowerReserve: d.cfg.Limits.LowPowerAnswerReserve,
-		Logger:          d.log,
+		Formatters:      d.formatters,
+		CodexFile: func(path string) (string, error) {
+			f, err := e.codex.File(path)
+			if ctxd.KindOf(err) == ctxd.KindNotFound {
+				return "", fmt.Errorf("%w: %v", fs.ErrNotExist, err)
+			}
+			return f.Content, err
+		},
+		Logger: d.log,
 	}, e.model.Backend, counter, d.store, d.sensor, e.sched)
 	if err != nil {
 		return ctxd.Errorf(ctxd.KindInvalid, "%w", err)
@@ -473,9 +526,16 @@ func (d *Daemon) identity() runcontext.Identity {
 // of the default sigil renders them now, in the model's format.
 func (d *Daemon) stableBlocks(f runcontext.Format, c runcontext.Codex) (runcontext.Rendered, error) {
 	sigil, _ := d.sigils.Resolve("")
-	return f.Render(&runcontext.RunContext{
-		Identity: d.identity(), Codex: c, Environment: d.sensor.Environment(), Sigil: sigil,
-	})
+	rc := &runcontext.RunContext{Identity: d.identity(), Codex: c, Environment: d.sensor.Environment(), Sigil: sigil}
+	// The stable artifacts count toward the blocks a codex shares the
+	// window with (the conventions file of this codex among them).
+	arts, _ := d.formatters.Apply(context.Background(), formatters.Input{RunContext: rc})
+	for _, a := range arts {
+		if a.Stable {
+			rc.Artifacts = append(rc.Artifacts, a)
+		}
+	}
+	return f.Render(rc)
 }
 
 // TCPAddr is the TCP listener's address ("" when there is none yet).

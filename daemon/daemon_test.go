@@ -19,6 +19,7 @@ import (
 	"github.com/ctxd/ctxd"
 	"github.com/ctxd/ctxd/client"
 	"github.com/ctxd/ctxd/config"
+	"github.com/ctxd/ctxd/formatters"
 	"github.com/ctxd/ctxd/governor"
 	"github.com/ctxd/ctxd/internal/fake"
 	"github.com/ctxd/ctxd/internal/socktest"
@@ -46,6 +47,8 @@ type fixtureOptions struct {
 	tok    ctxd.Tokenizer       // replaces the byte tokenizer
 	config func(*config.Config) // adjusts the configuration
 	noWait bool                 // do not wait until ready
+	// formatters replaces the shipped formatters
+	formatters *formatters.Registry
 }
 
 // shortDir is a directory for a socket: t.TempDir paths can be longer than
@@ -112,7 +115,7 @@ func newFixture(t *testing.T, o fixtureOptions) *fixture {
 			}, nil
 		}
 	}
-	opts := Options{Open: open, Sensor: f.sensor, Version: "test", Logger: testLogger(t)}
+	opts := Options{Open: open, Sensor: f.sensor, Version: "test", Logger: testLogger(t), Formatters: o.formatters}
 	if !o.sqlite {
 		f.store = fake.NewStore()
 		opts.Store = f.store

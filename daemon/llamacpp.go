@@ -153,6 +153,7 @@ func (d *Daemon) openLlamaCpp(ctx context.Context, onRestart func()) (_ *Model, 
 	} else {
 		d.log.Info("warm restarts are off: set backend.slot_save_path to the server's --slot-save-path to turn them on")
 	}
+	d.probe.SetPlan(uint64(max(0, m.Window.WeightsBytes+m.Window.KVBytes)), true) // the server holds its model
 	return m, nil
 }
 

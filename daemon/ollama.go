@@ -156,6 +156,7 @@ func (d *Daemon) openOllama(ctx context.Context, onRestart func()) (_ *Model, er
 	if err := client.Load(ctx); err != nil {
 		return nil, err
 	}
+	d.probe.SetPlan(uint64(m.Window.WeightsBytes+m.Window.KVBytes), true) // loaded: the used memory holds it
 	m.Backend, m.Tokenizer, m.TokenizerID = client, tok, filepath.Base(facts.GGUFPath)
 	return m, nil
 }
@@ -189,6 +190,8 @@ func (d *Daemon) planWindow(facts ollama.Facts) (governor.ModelFacts, governor.W
 	if err != nil {
 		return mf, plan, ctxd.Errorf(ctxd.KindInvalid, "daemon: backend.num_ctx: %w", err)
 	}
+	// Until the model is loaded, VRAM pressure counts the planned window.
+	d.probe.SetPlan(uint64(max(0, plan.WeightsBytes+plan.KVBytes)), false)
 	d.log.Info("window planned", "num_ctx", plan.NumCtx, "slots", plan.Slots, "kv_cache", plan.CacheType, "kv_bytes", plan.KVBytes,
 		"weights_bytes", plan.WeightsBytes, "headroom_bytes", plan.HeadroomBytes, "memory_source", reading.Source, "free_bytes", reading.FreeBytes, "reason", plan.Reason)
 	return mf, plan, nil
