@@ -2,7 +2,7 @@
 // them back in one canonical text.
 //
 // ctxd renders the client's tools in the sigil block with one protocol for
-// every model (runcontext.ToolProtocol): an answer that is only a JSON
+// every model (formatters/toolmanifest.Protocol): an answer that is only a JSON
 // object {"name": ..., "arguments": {...}} per call, one per line, is a
 // tool call. Parse also reads the shapes models are trained on: a JSON
 // array of calls, "parameters" for "arguments", a ```json fence, and
