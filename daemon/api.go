@@ -321,9 +321,21 @@ func (d *Daemon) handleLastPrompt(w http.ResponseWriter, r *http.Request) {
 		writeError(w, ctxd.Errorf(ctxd.KindNotFound, "session %q sent no prompt since the daemon started (the backend is not ready)", id))
 		return
 	}
-	rendered, ok := e.orch.LastPrompt(id)
+	// The prompt holds its sigil's karma and tools: only that sigil reads it.
+	caller, err := d.sigilFor(r, r.URL.Query().Get("sigil"))
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	if caller == "" {
+		caller = d.sigils.Default()
+	}
+	rendered, sentAs, ok := e.orch.LastPrompt(id)
+	if ok && sentAs != caller {
+		ok = false
+	}
 	if !ok {
-		writeError(w, ctxd.Errorf(ctxd.KindNotFound, "session %q sent no prompt since the daemon started", id))
+		writeError(w, ctxd.Errorf(ctxd.KindNotFound, "session %q sent no prompt as sigil %q since the daemon started", id, caller))
 		return
 	}
 	lp := ctxd.LastPrompt{Session: id, Prompt: rendered.Prompt(), Stop: e.orch.Stop()}

@@ -85,6 +85,13 @@ func TestKarmaAPI(t *testing.T) {
 	if status, body := peer("/v1/karma/"+itoa(first.Trace)+"/reject", "POST", `{"note":"no"}`); status != 404 {
 		t.Errorf("peer judging default's trace: %d %s", status, body)
 	}
+	// The session's last prompt holds default's karma block: peer may not read it.
+	if status, body := peer("/v1/sessions/k/prompt", "GET", ""); status != 404 || strings.Contains(body, "run make") {
+		t.Errorf("peer reading default's prompt: %d %s", status, body)
+	}
+	if status, body := sockDo(t, f, "GET", "/v1/sessions/k/prompt", ""); status != 200 || !strings.Contains(body, "run make check") {
+		t.Errorf("default reading its own prompt: %d %.200s", status, body)
+	}
 	if status, body := peer("/v1/karma", "GET", ""); status != 200 || !strings.Contains(body, `"traces": []`) {
 		t.Errorf("peer's list: %d %s", status, body)
 	}

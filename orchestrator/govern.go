@@ -30,7 +30,7 @@ type prepared struct {
 	// toolsRefused names the client's tools the sigil may not offer.
 	toolsRefused []string
 	// karma is the snapshot the karma block renders; karmaChosen says a
-	// new karma epoch began with this request.
+	// new karma epoch began with this request (stored once prepared).
 	karma       ctxd.KarmaSnapshot
 	karmaChosen bool
 }
@@ -68,13 +68,15 @@ func (o *Orchestrator) prepare(ctx context.Context, req ctxd.AskRequest, sigil r
 	// session that the governor begins below begins a karma epoch too.
 	refresh := req.RefreshKarma
 	chooseKarma := func() error {
-		snap, chosen, err := o.chooseKarma(ctx, req, sigil, sess.Epoch, refresh, codex.fingerprint)
+		snap, chosen, err := o.chooseKarma(ctx, req, sigil, sess.Epoch, sess.Count == 0, refresh, codex.fingerprint)
 		if err != nil {
 			return err
 		}
 		refresh = false
-		p.karma, p.karmaChosen = snap, p.karmaChosen || chosen
-		rc.Karma = karmaBlock(snap)
+		if chosen || !p.karmaChosen { // a choice this request made stands until a new one
+			p.karma, p.karmaChosen = snap, p.karmaChosen || chosen
+		}
+		rc.Karma = karmaBlock(p.karma)
 		return nil
 	}
 	if err := chooseKarma(); err != nil {
@@ -157,13 +159,14 @@ func (o *Orchestrator) prepare(ctx context.Context, req ctxd.AskRequest, sigil r
 		return p, merr
 	}
 	// Karma is prunable by score, lowest first; pinned entries stay.
+	prunedKarma := false
 	pruneKarma := func() error {
 		for errors.As(err, &le) {
-			act, ok, kerr := o.pruneKarma(ctx, req, &p.karma, rc)
-			if kerr != nil || !ok {
-				return kerr
+			act, ok := o.pruneKarma(&p.karma, p.karmaChosen, !prunedKarma, rc)
+			if !ok {
+				return nil
 			}
-			p.karmaChosen = true
+			prunedKarma, p.karmaChosen = true, true
 			actions = append(actions, act)
 			var merr error
 			if m, merr = o.measure(rc, tails); merr != nil {
@@ -206,6 +209,13 @@ func (o *Orchestrator) prepare(ctx context.Context, req ctxd.AskRequest, sigil r
 			return p, fmt.Errorf("%w (after: %s)", err, describe(actions))
 		}
 		return p, err
+	}
+	// The karma epoch this request begins is stored now that its prompt
+	// fits: a refused request leaves no epoch that was never shown.
+	if p.karmaChosen && !req.Ephemeral && o.cfg.Karma.Store != nil && sigils.Allows(sigil, sigils.ScopeKarmaRead) {
+		if err := o.saveKarma(ctx, p.karma); err != nil {
+			return p, err
+		}
 	}
 	if ws != nil {
 		ws.ExcerptsNew = len(rc.Query.Excerpts)

@@ -29,13 +29,16 @@ const (
 
 // chooseKarma returns the karma block for a request of sigil in session
 // epoch epoch: the session's current snapshot while its karma epoch lasts,
-// else a new one chosen from the sigil's eligible traces and stored. A
-// karma epoch ends with the session's epoch (compaction, condensation, a
-// client's edited history), with a change of sigil, and when a request
-// asks for a refresh. An ephemeral ask gets a fresh choice, stored nowhere.
+// else (chosen) a new one from the sigil's eligible traces, which the
+// caller stores once the request is ready to be sent (saveKarma). A karma
+// epoch begins with the session (fresh: it has no turns, so a session
+// deleted and begun again under its id starts afresh), with each session
+// epoch (compaction, condensation, a client's edited history), with a
+// change of sigil, and when a request asks for a refresh. An ephemeral ask
+// gets a fresh choice, stored nowhere.
 //
 // A sigil without the karma:read scope is shown no karma.
-func (o *Orchestrator) chooseKarma(ctx context.Context, req ctxd.AskRequest, sigil runcontext.Sigil, epoch int, refresh bool, codexFP string) (ctxd.KarmaSnapshot, bool, error) {
+func (o *Orchestrator) chooseKarma(ctx context.Context, req ctxd.AskRequest, sigil runcontext.Sigil, epoch int, fresh, refresh bool, codexFP string) (ctxd.KarmaSnapshot, bool, error) {
 	store := o.cfg.Karma.Store
 	if store == nil || !sigils.Allows(sigil, sigils.ScopeKarmaRead) {
 		return ctxd.KarmaSnapshot{Session: req.Session, Sigil: sigil.Name}, false, nil
@@ -50,7 +53,7 @@ func (o *Orchestrator) chooseKarma(ctx context.Context, req ctxd.AskRequest, sig
 	}
 	reason := ""
 	switch {
-	case !had:
+	case !had || fresh:
 		reason = karmaNewSession
 	case refresh:
 		reason = karmaRefresh
@@ -73,12 +76,6 @@ func (o *Orchestrator) chooseKarma(ctx context.Context, req ctxd.AskRequest, sig
 	}
 	snap := ctxd.KarmaSnapshot{Session: req.Session, Sigil: sigil.Name, KarmaEpoch: prev.KarmaEpoch + 1,
 		SessionEpoch: epoch, Reason: reason, Entries: entries, At: opts.Now}
-	if req.Ephemeral {
-		return snap, true, nil
-	}
-	if err := o.saveKarma(ctx, snap); err != nil {
-		return prev, false, err
-	}
 	return snap, true, nil
 }
 
@@ -143,28 +140,50 @@ func karmaInfo(s ctxd.KarmaSnapshot, chosen bool) *ctxd.KarmaInfo {
 	return info
 }
 
-// pruneKarma leaves out the lowest-scoring unpinned entry of the
-// snapshot, as a new karma epoch (so the next turns render the pruned
-// block and keep its prefix); false when only pinned entries are left.
-func (o *Orchestrator) pruneKarma(ctx context.Context, req ctxd.AskRequest, snap *ctxd.KarmaSnapshot, rc *runcontext.RunContext) (ctxd.Action, bool, error) {
+// pruneKarma leaves karma out of the snapshot to make a prompt fit: on
+// its first call for a request, the lower-scoring half of the unpinned
+// entries (room for the turns to come, so the block does not shrink again
+// a turn later), then one entry a call. The pruned snapshot is a new
+// karma epoch, or the one this request begins (pending). False when only
+// pinned entries are left.
+func (o *Orchestrator) pruneKarma(snap *ctxd.KarmaSnapshot, pending, first bool, rc *runcontext.RunContext) (ctxd.Action, bool) {
 	if o.cfg.Karma.Store == nil {
-		return ctxd.Action{}, false, nil
+		return ctxd.Action{}, false
 	}
-	entries, dropped, ok := karma.DropLowest(snap.Entries)
-	if !ok {
-		return ctxd.Action{}, false, nil
-	}
-	next := *snap
-	next.Entries, next.KarmaEpoch, next.At = entries, snap.KarmaEpoch+1, o.cfg.Now()
-	next.Reason = fmt.Sprintf("the governor left out trace %d (score %.2f) to fit the window", dropped.Trace, dropped.Score)
-	if !req.Ephemeral {
-		if err := o.saveKarma(ctx, next); err != nil {
-			return ctxd.Action{}, false, err
+	n := 1
+	if first {
+		unpinned := 0
+		for _, e := range snap.Entries {
+			if !e.Pinned {
+				unpinned++
+			}
 		}
+		n = max(1, (unpinned+1)/2)
+	}
+	entries := snap.Entries
+	var dropped []string
+	for range n {
+		rest, d, ok := karma.DropLowest(entries)
+		if !ok {
+			break
+		}
+		entries = rest
+		dropped = append(dropped, fmt.Sprintf("%d (score %.2f)", d.Trace, d.Score))
+	}
+	if len(dropped) == 0 {
+		return ctxd.Action{}, false
+	}
+	reason := fmt.Sprintf("the governor left out karma trace(s) %s to fit the window", strings.Join(dropped, ", "))
+	next := *snap
+	next.Entries = entries
+	if pending {
+		next.Reason = snap.Reason + "; " + reason
+	} else {
+		next.KarmaEpoch, next.At, next.Reason = snap.KarmaEpoch+1, o.cfg.Now(), reason
 	}
 	*snap = next
 	rc.Karma = karmaBlock(next)
-	return ctxd.Action{Kind: ctxd.ActionKarma, Reason: next.Reason, Epoch: rc.State.Epoch}, true, nil
+	return ctxd.Action{Kind: ctxd.ActionKarma, Reason: reason, Epoch: rc.State.Epoch}, true
 }
 
 // recordTrace records an answer as a trace; 0 when there is no karma

@@ -226,11 +226,48 @@ func TestKarmaPrunedByScore(t *testing.T) {
 			pruned++
 		}
 	}
-	if pruned != 2 || len(sum.Karma.Traces) != 1 || sum.Karma.Traces[0] != ids[0] || !strings.Contains(sum.Karma.Began, "left out trace") {
+	if pruned != 2 || len(sum.Karma.Traces) != 1 || sum.Karma.Traces[0] != ids[0] || !strings.Contains(sum.Karma.Began, "left out karma trace") {
 		t.Fatalf("tight: governor %+v karma %+v", sum.Governor, sum.Karma)
 	}
 	next := askAs(t, tight, ctxd.AskRequest{Session: "tight", Query: "again?"})
 	if next.PrefixBreak != nil || next.Karma.Epoch != sum.Karma.Epoch {
 		t.Errorf("the turn after pruning: break %+v karma %+v", next.PrefixBreak, next.Karma)
+	}
+}
+
+// TestKarmaOfADeletedSession: a session deleted and begun again under its
+// id begins a karma epoch of its own, taking in the record as it is now
+// (a trace rejected since is gone), not the old session's last snapshot.
+func TestKarmaOfADeletedSession(t *testing.T) {
+	t.Parallel()
+	k := fake.NewKarma()
+	h := newKarmaTest(t, governor.Limits{NumCtx: 100000, AnswerReserve: 64}, k)
+	h.backend.SetAnswer("stale advice")
+	first := askAs(t, h, ctxd.AskRequest{Session: "d", Query: "q"})
+	judge(t, k, first.Trace, ctxd.KarmaVerify, "reader", 0)
+	if s := askAs(t, h, ctxd.AskRequest{Session: "d", Query: "q2", RefreshKarma: true}); len(s.Karma.Traces) != 1 {
+		t.Fatalf("refresh: %+v", s.Karma)
+	}
+	judge(t, k, first.Trace, ctxd.KarmaReject, "reader", 0)
+	if err := h.o.DeleteSession(t.Context(), "d"); err != nil {
+		t.Fatal(err)
+	}
+	again := askAs(t, h, ctxd.AskRequest{Session: "d", Query: "q"})
+	if again.Karma.Began != karmaNewSession || len(again.Karma.Traces) != 0 || strings.Contains(karmaSection(h.lastPrompt()), "stale advice") {
+		t.Errorf("after delete: %+v block %q", again.Karma, karmaSection(h.lastPrompt()))
+	}
+}
+
+// TestKarmaRefusedRequestStoresNoEpoch: a request refused for its size
+// leaves no karma epoch behind that no prompt showed.
+func TestKarmaRefusedRequestStoresNoEpoch(t *testing.T) {
+	t.Parallel()
+	k := fake.NewKarma()
+	h := newKarmaTest(t, governor.Limits{NumCtx: 400, AnswerReserve: 64}, k)
+	if _, err := h.o.Ask(t.Context(), ctxd.AskRequest{Session: "big", Query: strings.Repeat("far too long ", 100)}, noop); err == nil {
+		t.Fatal("an oversized request was answered")
+	}
+	if snaps, err := k.KarmaSnapshots(t.Context(), "big"); err != nil || len(snaps) != 0 {
+		t.Errorf("snapshots after a refusal: %+v %v", snaps, err)
 	}
 }

@@ -80,6 +80,7 @@ type codexState struct {
 type previous struct {
 	rendered runcontext.Rendered
 	answer   string // as the format renders it into the next prompt
+	sigil    string // the sigil it was sent as
 }
 
 // New returns an orchestrator with no codex (SetCodex sets one).
@@ -138,12 +139,13 @@ func (o *Orchestrator) SetCodex(block runcontext.Codex, plan ctxd.CodexPlan, r c
 func (o *Orchestrator) LastSummary() *ctxd.Summary { return o.last.Load() }
 
 // LastPrompt is the prompt the session's last request sent to the backend
-// since this daemon started, block by block; false if there is none.
-func (o *Orchestrator) LastPrompt(id string) (runcontext.Rendered, bool) {
+// since this daemon started, block by block, and the sigil it was sent as;
+// false if there is none.
+func (o *Orchestrator) LastPrompt(id string) (runcontext.Rendered, string, bool) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	p, ok := o.prompts[id]
-	return p.rendered, ok
+	return p.rendered, p.sigil, ok
 }
 
 // Stop is the stop sequences every request sends with its prompt.
@@ -336,7 +338,7 @@ func (o *Orchestrator) Ask(ctx context.Context, req ctxd.AskRequest, onToken fun
 		if len(o.prompts) >= 1024 {
 			clear(o.prompts) // a bound: a session whose prompt is dropped reports no prefix break once
 		}
-		o.prompts[req.Session] = previous{rendered: rendered, answer: o.cfg.Format.Answer(answer)}
+		o.prompts[req.Session] = previous{rendered: rendered, answer: o.cfg.Format.Answer(answer), sigil: rc.Sigil.Name}
 		o.mu.Unlock()
 	}
 	o.last.Store(sum)

@@ -246,7 +246,7 @@ func TestReadsNeverWaitForAGeneration(t *testing.T) {
 	if h.o.LastSummary() == nil {
 		t.Error("no last summary while a request runs")
 	}
-	if _, ok := h.o.LastPrompt("s"); !ok {
+	if _, _, ok := h.o.LastPrompt("s"); !ok {
 		t.Error("no last prompt while a request runs")
 	}
 	if s, err := h.store.Session(t.Context(), "s"); err != nil || s.Count != 1 {

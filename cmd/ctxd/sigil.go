@@ -102,7 +102,7 @@ func cmdSigilAdd(args []string, stdout io.Writer) error {
 	var table bytes.Buffer
 	fmt.Fprintf(&table, "[sigils.%s]\n", name)
 	if *desc != "" {
-		fmt.Fprintf(&table, "description = %s\n", strconv.Quote(*desc))
+		fmt.Fprintf(&table, "description = %s\n", tomlQuote(*desc))
 	}
 	fmt.Fprintf(&table, "scopes = %s\n", tomlStrings(sc))
 	if len(uids) > 0 {
@@ -249,10 +249,31 @@ revoked_sha256 = %s
 	return nil
 }
 
+// tomlQuote is s as a TOML basic string: quotes and backslashes escaped,
+// control characters as \uXXXX (Go's strconv.Quote writes escapes TOML
+// does not have, such as \x00).
+func tomlQuote(s string) string {
+	var sb strings.Builder
+	sb.WriteByte('"')
+	for _, r := range s {
+		switch {
+		case r == '"' || r == '\\':
+			sb.WriteByte('\\')
+			sb.WriteRune(r)
+		case r < 0x20 || r == 0x7f:
+			fmt.Fprintf(&sb, "\\u%04X", r)
+		default:
+			sb.WriteRune(r)
+		}
+	}
+	sb.WriteByte('"')
+	return sb.String()
+}
+
 func tomlStrings(ss []string) string {
 	q := make([]string, len(ss))
 	for i, s := range ss {
-		q[i] = strconv.Quote(s)
+		q[i] = tomlQuote(s)
 	}
 	return "[" + strings.Join(q, ", ") + "]"
 }

@@ -89,7 +89,7 @@ func TestSigilAddAndRevoke(t *testing.T) {
 		t.Fatal(err)
 	}
 	var out, errOut bytes.Buffer
-	args := []string{"sigil", "add", "ci", "--scopes", "ask,karma:read", "--description", "the CI bot", "--uid", "1000", "--config", path}
+	args := []string{"sigil", "add", "ci", "--scopes", "ask,karma:read", "--description", "the CI bot\x00 \"quoted\" \\ tab\t", "--uid", "1000", "--config", path}
 	if code := run(args, &out, &errOut); code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut.String())
 	}
@@ -99,7 +99,7 @@ func TestSigilAddAndRevoke(t *testing.T) {
 		t.Fatal(err)
 	}
 	ci := cfg.Sigils["ci"]
-	if token == "" || ci.Description != "the CI bot" || len(ci.UIDs) != 1 || ci.UIDs[0] != 1000 || strings.Join(ci.Scopes, " ") != "ask karma:read" {
+	if token == "" || ci.Description != "the CI bot\x00 \"quoted\" \\ tab\t" || len(ci.UIDs) != 1 || ci.UIDs[0] != 1000 || strings.Join(ci.Scopes, " ") != "ask karma:read" {
 		t.Fatalf("sigil ci %+v, token %q", ci, token)
 	}
 	data, _ := os.ReadFile(path)

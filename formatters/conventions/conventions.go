@@ -91,7 +91,10 @@ func (c *Injector) Note() string {
 
 // Inject returns the codex's conventions file under a heading, a line
 // saying it is too large, or "". It reads the codex once per
-// fingerprint; an error reading it is returned and not remembered.
+// fingerprint. A read that fails (the file changed since the load: the
+// watcher's reload follows) is logged and not remembered, and the last
+// text read stands meanwhile, so the identity block, and the whole cached
+// prefix after it, does not flicker.
 func (c *Injector) Inject(_ context.Context, in formatters.Input) (string, error) {
 	if in.CodexFile == nil {
 		return "", nil
@@ -103,7 +106,8 @@ func (c *Injector) Inject(_ context.Context, in formatters.Input) (string, error
 	}
 	text, note, err := c.read(in.CodexFile)
 	if err != nil {
-		return "", err
+		c.log.Warn("conventions file not read; the last one read stands", "err", err)
+		return c.text, nil
 	}
 	if note != "" && note != c.note {
 		c.log.Warn("conventions file not pinned", "why", note)
