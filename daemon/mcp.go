@@ -62,6 +62,11 @@ func (m *mcpHTTP) close() {
 
 func (m *mcpHTTP) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	name, err := m.d.doorSigil(r)
+	if err == nil && len(requestScopes(r)) > 0 {
+		// Sessions are kept per sigil, with the sigil's scopes: narrowing
+		// is refused rather than ignored.
+		err = ctxd.Errorf(ctxd.KindInvalid, "X-Ctxd-Scopes: the MCP endpoint serves a sigil's own scopes; make a sigil with fewer scopes instead")
+	}
 	if err == nil {
 		_, err = m.d.sigils.Resolve(name)
 		if err != nil {

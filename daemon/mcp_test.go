@@ -14,6 +14,7 @@ import (
 
 	"github.com/ctxd/ctxd/config"
 	"github.com/ctxd/ctxd/internal/mcptest"
+	"github.com/ctxd/ctxd/internal/socktest"
 	"github.com/ctxd/ctxd/sigils"
 )
 
@@ -63,6 +64,10 @@ func TestMCPOverHTTP(t *testing.T) {
 		c.Sigils["agent"] = config.Sigil{Scopes: []string{"ask", "search_codex"}, TokenSHA256: hash}
 	}})
 	sock := f.cfg.Daemon.Socket
+	h := http.Header{"X-Ctxd-Scopes": {"ask"}, "Content-Type": {"application/json"}, "Accept": {"application/json, text/event-stream"}}
+	if status, body := socktest.DoHeader(t, sock, "POST", "/v1/mcp", h, `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{}}`); status != 400 || !strings.Contains(body, "X-Ctxd-Scopes") {
+		t.Errorf("narrowed scopes on /v1/mcp: %d %s", status, body)
+	}
 
 	plain, err := mcpHTTPSession(t, sock, nil)
 	if err != nil {
