@@ -310,3 +310,18 @@ func Fold(t ctxd.Trace, events []ctxd.KarmaEvent, at time.Time) (ctxd.Trace, err
 	}
 	return t, nil
 }
+
+// CheckSnapshot is nil for a snapshot a store may save: it names its
+// session, counts its epoch from 1 and says when it was chosen. Whether
+// the epoch is after the session's latest is the store's to check.
+func CheckSnapshot(s ctxd.KarmaSnapshot) error {
+	switch {
+	case s.Session == "":
+		return ctxd.Errorf(ctxd.KindInvalid, "karma snapshot: no session")
+	case s.KarmaEpoch < 1:
+		return ctxd.Errorf(ctxd.KindInvalid, "karma snapshot of session %q: epoch %d, they count from 1", s.Session, s.KarmaEpoch)
+	case s.At.IsZero():
+		return ctxd.Errorf(ctxd.KindInvalid, "karma snapshot of session %q: no time", s.Session)
+	}
+	return nil
+}

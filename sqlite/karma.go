@@ -430,13 +430,8 @@ func (s *Store) KarmaSnapshots(ctx context.Context, session string) ([]ctxd.Karm
 // SaveKarmaSnapshot stores a new snapshot. Its epoch must be after the
 // session's latest (KindConflict otherwise): snapshots are never replaced.
 func (s *Store) SaveKarmaSnapshot(ctx context.Context, snap ctxd.KarmaSnapshot) error {
-	switch {
-	case snap.Session == "":
-		return ctxd.Errorf(ctxd.KindInvalid, "karma snapshot: no session")
-	case snap.KarmaEpoch < 1:
-		return ctxd.Errorf(ctxd.KindInvalid, "karma snapshot of session %q: epoch %d, they count from 1", snap.Session, snap.KarmaEpoch)
-	case snap.At.IsZero():
-		return ctxd.Errorf(ctxd.KindInvalid, "karma snapshot of session %q: no time", snap.Session)
+	if err := karma.CheckSnapshot(snap); err != nil {
+		return err
 	}
 	entries, err := json.Marshal(snap.Entries)
 	if err != nil {

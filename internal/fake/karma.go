@@ -221,13 +221,8 @@ func (k *Karma) KarmaSnapshot(_ context.Context, session string) (ctxd.KarmaSnap
 }
 
 func (k *Karma) SaveKarmaSnapshot(_ context.Context, s ctxd.KarmaSnapshot) error {
-	switch {
-	case s.Session == "":
-		return ctxd.Errorf(ctxd.KindInvalid, "karma snapshot: no session")
-	case s.KarmaEpoch < 1:
-		return ctxd.Errorf(ctxd.KindInvalid, "karma snapshot of session %q: epoch %d, they count from 1", s.Session, s.KarmaEpoch)
-	case s.At.IsZero():
-		return ctxd.Errorf(ctxd.KindInvalid, "karma snapshot of session %q: no time", s.Session)
+	if err := karma.CheckSnapshot(s); err != nil {
+		return err
 	}
 	k.mu.Lock()
 	defer k.mu.Unlock()
