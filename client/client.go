@@ -5,11 +5,14 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/url"
+	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -23,6 +26,7 @@ type Client struct {
 	base   string // http://ctxd on the socket, or the TCP listener's URL
 	token  string
 	http   *http.Client
+	uids   []int // the uids a daemon on the socket may run as, besides the client's own
 }
 
 // Option configures a client.
@@ -39,19 +43,51 @@ func WithTransport(rt http.RoundTripper) Option {
 	return func(c *Client) { c.http = &http.Client{Transport: rt} }
 }
 
+// WithDaemonUIDs lets the client talk to a daemon on the socket that runs
+// as one of uids (a system service's user), besides the client's own uid.
+func WithDaemonUIDs(uids ...int) Option { return func(c *Client) { c.uids = append(c.uids, uids...) } }
+
+// ErrNotTheDaemon is a socket served by a process the client does not
+// trust: one of another uid (someone took the socket's place).
+var ErrNotTheDaemon = errors.New("the socket's server is not a daemon this client trusts")
+
 // New returns a client for the daemon listening on the Unix socket.
+// Before it sends anything on a connection it checks who serves the
+// socket (SO_PEERCRED): a process of another uid than the client's (or
+// one WithDaemonUIDs allows) is refused, so a socket another user put in
+// the daemon's place never sees a question.
 func New(socket string, opts ...Option) *Client {
+	c := &Client{socket: socket, base: "http://ctxd"}
 	tr := &http.Transport{
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 			var d net.Dialer
-			return d.DialContext(ctx, "unix", socket)
+			conn, err := d.DialContext(ctx, "unix", socket)
+			if err != nil {
+				return nil, err
+			}
+			if err := c.checkServer(conn); err != nil {
+				conn.Close()
+				return nil, err
+			}
+			return conn, nil
 		},
 	}
-	c := &Client{socket: socket, base: "http://ctxd", http: &http.Client{Transport: tr}}
+	c.http = &http.Client{Transport: tr}
 	for _, o := range opts {
 		o(c)
 	}
 	return c
+}
+
+// checkServer refuses a socket served by a process of an untrusted uid.
+func (c *Client) checkServer(conn net.Conn) error {
+	uid, pid, ok := peerUID(conn)
+	if !ok || uid == os.Getuid() || slices.Contains(c.uids, uid) {
+		return nil // no peer credentials on this system: nothing to check against
+	}
+	return fmt.Errorf("ctxd: %w: %s is served by pid %d running as uid %d, not as you (uid %d); "+
+		"remove the socket and its directory and restart ctxd, or allow that uid (CTXD_DAEMON_UIDS)",
+		ErrNotTheDaemon, c.socket, pid, uid, os.Getuid())
 }
 
 // NewTCP returns a client for the daemon's TCP listener at base (e.g.

@@ -164,6 +164,11 @@ func (d *Daemon) Run(ctx context.Context, ln net.Listener, ready func()) error {
 	if err := d.checkCodex(); err != nil {
 		return err
 	}
+	unlock, err := lockStateDir(d.cfg.Daemon.StateDir, d.log)
+	if err != nil {
+		return err
+	}
+	defer unlock()
 	closeStore, err := d.openStore(ctx)
 	if err != nil {
 		return err

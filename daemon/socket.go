@@ -16,10 +16,18 @@ var ErrInUse = errors.New("socket in use")
 
 // Listen listens on the Unix socket at path with mode 0600. An existing
 // path is removed only if it is a socket that nobody answers on (stale,
-// left by a crash); a live socket or a non-socket is an error.
+// left by a crash); a live socket or a non-socket is an error. The
+// socket's directory must be this user's and writable by no one else:
+// in a directory another user created (say /tmp/ctxd-UID, made first by
+// someone else), they could swap the socket and answer this user's
+// clients.
 func Listen(path string) (net.Listener, error) {
-	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+	dir := filepath.Dir(path)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("daemon: socket dir: %w", err)
+	}
+	if err := checkSocketDir(dir); err != nil {
+		return nil, err
 	}
 	info, err := os.Lstat(path)
 	switch {
@@ -53,4 +61,29 @@ func Listen(path string) (net.Listener, error) {
 		return nil, fmt.Errorf("daemon: chmod socket: %w", err)
 	}
 	return ln, nil
+}
+
+// ErrSocketDir is a socket directory someone else could tamper with.
+var ErrSocketDir = errors.New("unsafe socket directory")
+
+// checkSocketDir refuses a directory that is not this uid's, or that its
+// group or others may write to.
+func checkSocketDir(dir string) error {
+	info, err := os.Stat(dir)
+	if err != nil {
+		return fmt.Errorf("daemon: socket dir: %w", err)
+	}
+	if !info.IsDir() {
+		return fmt.Errorf("daemon: %w: %s is not a directory", ErrSocketDir, dir)
+	}
+	st, ok := info.Sys().(*syscall.Stat_t)
+	if ok && int(st.Uid) != os.Getuid() {
+		return fmt.Errorf("daemon: %w: %s belongs to uid %d, not to you (uid %d): another user may have created it to take the socket's place; "+
+			"remove it (as root or its owner), or set daemon.socket in a directory of your own (such as $XDG_RUNTIME_DIR)", ErrSocketDir, dir, st.Uid, os.Getuid())
+	}
+	if perm := info.Mode().Perm(); perm&0o022 != 0 {
+		return fmt.Errorf("daemon: %w: %s is writable by others (mode %04o), who could replace the socket; run `chmod 700 %s`, or remove it and let ctxd create it",
+			ErrSocketDir, dir, perm, dir)
+	}
+	return nil
 }

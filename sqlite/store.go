@@ -60,6 +60,16 @@ func Open(ctx context.Context, path string) (*Store, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return nil, fmt.Errorf("sqlite: %w", err)
 	}
+	// The database is created private (SQLite gives its -wal and -shm
+	// files the database's mode), and an existing one is made private.
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: %w", err)
+	}
+	f.Close()
+	if err := os.Chmod(path, 0o600); err != nil {
+		return nil, fmt.Errorf("sqlite: %w", err)
+	}
 	// synchronous(FULL): a commit is on disk when it returns, so an
 	// acknowledged write (a verified trace, a turn) survives a crash of
 	// the machine, not only of the daemon.

@@ -75,7 +75,7 @@ func cmdKarma(args []string, stdout io.Writer) error {
 	if tok := os.Getenv("CTXD_TOKEN"); tok != "" {
 		opts = append(opts, client.WithToken(tok))
 	}
-	c := client.New(socketPath(*socket), opts...)
+	c := client.New(socketPath(*socket), append(opts, daemonUIDs()...)...)
 	print := func(v any) error {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")

@@ -16,6 +16,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 
@@ -137,7 +138,27 @@ func socketPath(flagValue string) string {
 	return config.DefaultSocket(processEnv())
 }
 
-func clientFor(socket string) *client.Client { return client.New(socketPath(socket)) }
+func clientFor(socket string) *client.Client { return client.New(socketPath(socket), daemonUIDs()...) }
+
+// daemonUIDs are the options that let the client trust a daemon running
+// as another user: $CTXD_DAEMON_UIDS, comma-separated uids (a system
+// service's). A malformed list trusts no one extra, and says so.
+func daemonUIDs() []client.Option {
+	v := os.Getenv("CTXD_DAEMON_UIDS")
+	if v == "" {
+		return nil
+	}
+	var uids []int
+	for f := range strings.SplitSeq(v, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 0 {
+			fmt.Fprintf(os.Stderr, "ctxd: CTXD_DAEMON_UIDS: %q is not a uid; ignored\n", f)
+			continue
+		}
+		uids = append(uids, n)
+	}
+	return []client.Option{client.WithDaemonUIDs(uids...)}
+}
 
 func cmdServe(args []string, stderr io.Writer) error {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)

@@ -37,7 +37,7 @@ func cmdMCP(args []string, stderr io.Writer) error {
 	if tok != "" {
 		opts = append(opts, client.WithToken(tok))
 	}
-	c := client.New(socketPath(*socket), opts...)
+	c := client.New(socketPath(*socket), append(opts, daemonUIDs()...)...)
 	logger := slog.New(slog.NewTextHandler(stderr, nil)).With("component", "mcp")
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)

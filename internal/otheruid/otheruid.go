@@ -1,0 +1,104 @@
+// Package otheruid runs a test's helper as another user (uid and gid
+// 65534, nobody), for tests of attacks from another local user: a socket
+// or a port taken by someone else. It needs root and setpriv; Skip says
+// why a test cannot run it. Tests only.
+package otheruid
+
+import (
+	"bufio"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// UID is the user the helper runs as.
+const UID = 65534
+
+// Skip skips tb unless the process is root and setpriv is on PATH.
+func Skip(tb testing.TB) {
+	tb.Helper()
+	if os.Getuid() != 0 {
+		tb.Skip("runs a helper as another user: needs root (the in-process tests cover the rest)")
+	}
+	if _, err := exec.LookPath("setpriv"); err != nil {
+		tb.Skip("runs a helper as another user: needs setpriv (util-linux)")
+	}
+}
+
+// Dir is a fresh directory under /tmp that the other user may use
+// (mode 0777), removed at the end of the test.
+func Dir(tb testing.TB) string {
+	tb.Helper()
+	dir, err := os.MkdirTemp("/tmp", "ctxd-otheruid-")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o777); err != nil {
+		tb.Fatal(err)
+	}
+	return dir
+}
+
+// Start runs the test binary again as UID, running only the test named
+// run with env set (KEY=VALUE), and waits until the helper prints ready
+// on stdout. The helper is killed at the end of the test.
+func Start(tb testing.TB, run, ready string, env ...string) *exec.Cmd {
+	tb.Helper()
+	dir := Dir(tb)
+	self, err := os.Executable()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	bin := filepath.Join(dir, "helper.test")
+	data, err := os.ReadFile(self)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if err := os.WriteFile(bin, data, 0o755); err != nil {
+		tb.Fatal(err)
+	}
+	cmd := exec.Command("setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", bin, "-test.run=^"+run+"$", "-test.count=1")
+	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + dir, "TMPDIR=" + dir}, env...)
+	cmd.Dir = dir
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	lines := make(chan string)
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+		close(lines)
+		io.Copy(io.Discard, out)
+	}()
+	deadline := time.After(30 * time.Second)
+	for {
+		select {
+		case l, ok := <-lines:
+			if !ok {
+				tb.Fatalf("the helper %s exited before it was ready", run)
+			}
+			if strings.Contains(l, ready) {
+				go func() {
+					for range lines {
+					}
+				}()
+				return cmd
+			}
+		case <-deadline:
+			tb.Fatalf("the helper %s was not ready within 30s", run)
+		}
+	}
+}
