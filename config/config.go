@@ -89,6 +89,14 @@ type Daemon struct {
 	// TCPAllowRemote says otherwise.
 	TCPListen      string `toml:"tcp_listen"`
 	TCPAllowRemote bool   `toml:"tcp_allow_remote"`
+	// MaxConnections caps the connections each listener holds at once;
+	// past it new ones wait until one closes.
+	MaxConnections int `toml:"max_connections"`
+	// BodyTimeout is how long a client may take to send a request's body;
+	// IdleTimeout how long a kept-alive connection may sit between
+	// requests. Streams (answers, WebSocket, MCP) are not bound by them.
+	BodyTimeout Duration `toml:"body_timeout"`
+	IdleTimeout Duration `toml:"idle_timeout"`
 }
 
 // Backend is the model server.
@@ -228,7 +236,8 @@ func Default(env Env) Config {
 		Daemon: Daemon{
 			Socket: DefaultSocket(env), StateDir: state, LogLevel: "info",
 			MaxBodyBytes: 1 << 20, DefaultSigil: "default", ShutdownGrace: Duration{10 * time.Second},
-			WriteTimeout: Duration{30 * time.Second},
+			WriteTimeout:   Duration{30 * time.Second},
+			MaxConnections: 1024, BodyTimeout: Duration{30 * time.Second}, IdleTimeout: Duration{2 * time.Minute},
 		},
 		Backend: Backend{
 			Kind: "ollama", Mode: "managed", Listen: "127.0.0.1:0", URL: "http://127.0.0.1:11434",
@@ -346,6 +355,15 @@ func (c Config) Validate() error {
 	}
 	if g := c.Daemon.ShutdownGrace.Duration; g < 0 || g > 5*time.Minute {
 		bad("daemon.shutdown_grace", "%v must be between 0s and 5m", g)
+	}
+	if n := c.Daemon.MaxConnections; n < 16 || n > 1<<20 {
+		bad("daemon.max_connections", "%d must be between 16 and 1048576", n)
+	}
+	if b := c.Daemon.BodyTimeout.Duration; b < 100*time.Millisecond || b > 10*time.Minute {
+		bad("daemon.body_timeout", "%v must be between 100ms and 10m", b)
+	}
+	if i := c.Daemon.IdleTimeout.Duration; i < time.Second || i > time.Hour {
+		bad("daemon.idle_timeout", "%v must be between 1s and 1h", i)
 	}
 	if w := c.Daemon.WriteTimeout.Duration; w < 100*time.Millisecond {
 		bad("daemon.write_timeout", "%v must be at least 100ms", w)

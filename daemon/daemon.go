@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"log/slog"
 	"net"
@@ -15,6 +16,7 @@ import (
 	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"golang.org/x/net/netutil"
 
 	"github.com/ctxd/ctxd"
 	"github.com/ctxd/ctxd/codex"
@@ -197,8 +199,9 @@ func (d *Daemon) Run(ctx context.Context, ln net.Listener, ready func()) error {
 	defer mcps.close()
 	newServer := func(tokens bool) *http.Server {
 		return &http.Server{
-			Handler:           d.routes(tokens, mcps),
+			Handler:           d.bodyDeadline(d.routes(tokens, mcps)),
 			ReadHeaderTimeout: 10 * time.Second,
+			IdleTimeout:       d.cfg.Daemon.IdleTimeout.Duration,
 			BaseContext:       func(net.Listener) context.Context { return reqCtx },
 			ErrorLog:          slog.NewLogLogger(d.log.Handler(), slog.LevelWarn),
 		}
@@ -207,7 +210,7 @@ func (d *Daemon) Run(ctx context.Context, ln net.Listener, ready func()) error {
 	sock.ConnContext = withPeer // the socket peer's uid and gid, checked against the sigil's
 	srvs := []*http.Server{sock}
 	serveErr := make(chan error, 2)
-	go func() { serveErr <- sock.Serve(ln) }()
+	go func() { serveErr <- sock.Serve(netutil.LimitListener(ln, d.cfg.Daemon.MaxConnections)) }()
 	d.log.Info("listening", "socket", ln.Addr().String())
 	if addr := d.cfg.Daemon.TCPListen; addr != "" {
 		tln, err := net.Listen("tcp", addr)
@@ -219,7 +222,7 @@ func (d *Daemon) Run(ctx context.Context, ln net.Listener, ready func()) error {
 		d.tcpAddr.Store(&addr)
 		tcp := newServer(true)
 		srvs = append(srvs, tcp)
-		go func() { serveErr <- tcp.Serve(tln) }()
+		go func() { serveErr <- tcp.Serve(netutil.LimitListener(tln, d.cfg.Daemon.MaxConnections)) }()
 		d.log.Info("listening", "tcp", tln.Addr().String(), "tokens", "required")
 	}
 
@@ -561,4 +564,39 @@ func (d *Daemon) engine() (*engine, error) {
 		return nil, ctxd.Errorf(ctxd.KindUnavailable, "backend not ready: %s", *msg)
 	}
 	return nil, ctxd.Errorf(ctxd.KindUnavailable, "backend is starting")
+}
+
+// bodyDeadline bounds how long a client may take to send a request's
+// body (daemon.body_timeout): a connection that sends headers and then
+// trickles, or stops, is cut off then, instead of holding a descriptor and
+// a goroutine forever. The deadline is lifted once the body is read, so
+// the answer's stream is not bound by it; requests without a body (the
+// WebSocket and MCP streams among them) get none.
+func (d *Daemon) bodyDeadline(next http.Handler) http.Handler {
+	timeout := d.cfg.Daemon.BodyTimeout.Duration
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Body != nil && r.Body != http.NoBody && r.ContentLength != 0 {
+			rc := http.NewResponseController(w)
+			if rc.SetReadDeadline(time.Now().Add(timeout)) == nil {
+				r.Body = &deadlineBody{ReadCloser: r.Body, lift: func() { _ = rc.SetReadDeadline(time.Time{}) }}
+			}
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// deadlineBody lifts its read deadline when the body ends.
+type deadlineBody struct {
+	io.ReadCloser
+	lift   func()
+	lifted bool
+}
+
+func (b *deadlineBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err == io.EOF && !b.lifted {
+		b.lifted = true
+		b.lift()
+	}
+	return n, err
 }
