@@ -81,6 +81,11 @@ type Store interface {
 	DeleteSession(ctx context.Context, id string) error
 	// Sessions lists all sessions by id.
 	Sessions(ctx context.Context) ([]SessionInfo, error)
+	// ClaimSession makes sigil the owner of session id (creating it)
+	// unless it has one, and returns the owner it has then. A session
+	// recorded before owners were ("") goes to sigil only if sigil is
+	// legacy (the daemon's default sigil); otherwise it stays unowned.
+	ClaimSession(ctx context.Context, id, sigil, legacy string, now time.Time) (string, error)
 }
 
 // Retriever finds codex excerpts for a query (RAG).

@@ -16,7 +16,6 @@ require (
 	github.com/shirou/gopsutil/v4 v4.26.10
 	github.com/x448/float16 v0.8.4
 	golang.org/x/image v0.22.0
-	golang.org/x/net v0.57.0
 	golang.org/x/term v0.45.0
 	modernc.org/sqlite v1.61.1
 )
@@ -49,6 +48,7 @@ require (
 	github.com/yusufpapurcu/wmi v1.2.4 // indirect
 	go.yaml.in/yaml/v4 v4.0.0-rc.2 // indirect
 	golang.org/x/exp v0.0.0-20260410095643-746e56fc9e2f // indirect
+	golang.org/x/net v0.57.0 // indirect
 	golang.org/x/oauth2 v0.35.0 // indirect
 	golang.org/x/sync v0.24.0 // indirect
 	golang.org/x/sys v0.49.0 // indirect

@@ -8,6 +8,7 @@ type Session struct {
 	Turns   []Turn  // the turns of the current epoch, oldest first
 	Seqs    []int64 // the turns' sequence numbers, parallel to Turns
 	Count   int     // turns in all epochs
+	Owner   string  // the sigil that owns it ("" before ownership was recorded)
 }
 
 // Turn is one finished exchange.
@@ -30,6 +31,7 @@ type SessionInfo struct {
 	ID    string `json:"id"`
 	Epoch int    `json:"epoch"`
 	Turns int    `json:"turns"`
+	Sigil string `json:"sigil"` // its owner ("" before ownership was recorded)
 }
 
 // SessionTurns is GET /v1/sessions/{id}: the current epoch's turns.

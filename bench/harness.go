@@ -169,6 +169,7 @@ func startStackWith(ctx context.Context, cfg Config, m modelgen.Config, path str
 	dc.Backend.NumCtx, dc.Backend.NumBatch = numCtx, 512
 	dc.Limits.AnswerReserve, dc.Limits.MaxDepth = cfg.AnswerToks, 0
 	dc.Codex.Path, dc.Codex.Watch = codexDir, false
+	dc.Codex.LoadRoots = []string{"/"} // the harness loads its own trees and Go's source
 	if cfg.CAGRatio > 0 {
 		dc.Codex.CAGRatio = cfg.CAGRatio
 	}

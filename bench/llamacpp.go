@@ -87,6 +87,7 @@ func startLlamaStack(ctx context.Context, cfg Config, modelPath, codexDir, state
 	dc.Backend.NumCtx, dc.Backend.Slots = numCtx, slots
 	dc.Limits.AnswerReserve, dc.Limits.MaxDepth = cfg.AnswerToks, 0
 	dc.Codex.Path, dc.Codex.Watch = codexDir, false
+	dc.Codex.LoadRoots = []string{"/"} // the harness loads its own trees
 	if cfg.CAGRatio > 0 {
 		dc.Codex.CAGRatio = cfg.CAGRatio
 	}

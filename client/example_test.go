@@ -39,12 +39,13 @@ func exampleDaemon(rag bool) (socket, tcp, token string, stop func()) {
 	cfg.Daemon.StateDir = filepath.Join(dir, "state")
 	cfg.Daemon.TCPListen = "127.0.0.1:0"
 	cfg.Codex.Path, cfg.Codex.Watch = codexDir, false
+	cfg.Codex.LoadRoots = []string{os.TempDir()} // ExampleClient_LoadCodex loads a tree made there
 	if rag {
 		cfg.Codex.CAGRatio = 0.001 // too small for the codex: it is retrieved from
 	}
 	cfg.Limits.AnswerReserve = 64
 	cfg.Sigils = map[string]config.Sigil{
-		"default": {Scopes: []string{"ask", "search_codex"}},
+		"default": {Scopes: []string{"ask", "search_codex", "sessions:read", "sessions:write", "codex:load"}},
 		"agent":   {Scopes: []string{"ask"}, TokenSHA256: hash},
 	}
 	open := func(context.Context, func()) (*daemon.Model, error) {
@@ -306,7 +307,7 @@ func ExampleClient_Sigil() {
 	s, _ = client.New(socket, client.WithToken(token)).Sigil(ctx) // the token's sigil
 	fmt.Println(s.Name, s.Scopes, s.Authenticated)
 	// Output:
-	// default [ask search_codex] false
+	// default [ask codex:load search_codex sessions:read sessions:write] false
 	// agent [ask] true
 }
 

@@ -181,6 +181,11 @@ func (s *Service) loadLocked(ctx context.Context, path string, progress func(ctx
 		return nil, ctxd.Errorf(ctxd.KindInvalid, "%w", err)
 	}
 	cc := s.cfg.Codex
+	if r := settings.Codex.Redact; r != nil && !*r && !cc.AllowCodexRedactOff {
+		// The tree is not the operator's to trust: a repository must not
+		// be able to put its own credentials into prompts.
+		return nil, ctxd.Errorf(ctxd.KindForbidden, "codex %s: its %s turns secret redaction off (redact = false), which the operator has not allowed (codex.allow_codex_redact_off)", filepath.Base(path), codex.SettingsFile)
+	}
 	opts := codex.Options{
 		MaxFileBytes: cc.MaxFileBytes, MaxTotalBytes: cc.MaxTotalBytes,
 		Include: cc.Include, Exclude: cc.Exclude, NoRedact: !cc.Redact,

@@ -157,6 +157,12 @@ type Codex struct {
 	CAGRatio      float64  `toml:"cag_ratio"` // share of the prompt budget the codex may fill whole
 	TopK          int      `toml:"top_k"`     // excerpts per query in RAG mode
 	Watch         bool     `toml:"watch"`     // reload when files change
+	// LoadRoots are the directories under which POST /v1/codex/load may
+	// load a codex; the configured path is always allowed. Empty: only it.
+	LoadRoots []string `toml:"load_roots"`
+	// AllowCodexRedactOff lets a codex's own .ctxd.toml turn redaction
+	// off (redact = false); otherwise such a codex is refused.
+	AllowCodexRedactOff bool `toml:"allow_codex_redact_off"`
 }
 
 // Limits feed the governor.
@@ -253,7 +259,7 @@ func Default(env Env) Config {
 		Limits: Limits{AnswerReserve: 256, MaxDepth: 32, KVCacheType: "f16", MemoryHeadroomMB: 512},
 		Karma:  Karma{Enabled: true, TopK: 5, MaxChars: 4000, MaxEntryChars: 1200, HalfLife: Duration{7 * 24 * time.Hour}},
 		Env:    defaultEnvironment(),
-		Sigils: map[string]Sigil{"default": {Scopes: []string{"ask", "karma:read", "karma:write"}}},
+		Sigils: map[string]Sigil{"default": {Scopes: slices.Clone(sigils.All)}},
 	}
 }
 
@@ -294,7 +300,11 @@ func Load(path string, env Env) (Config, error) {
 	}
 	// Defaults are absolute, so a relative path came from the file.
 	dir := filepath.Dir(path)
-	for _, p := range []*string{&c.Daemon.Socket, &c.Daemon.StateDir, &c.Codex.Path, &c.Backend.GGUF, &c.Backend.Binary} {
+	paths := []*string{&c.Daemon.Socket, &c.Daemon.StateDir, &c.Codex.Path, &c.Backend.GGUF, &c.Backend.Binary}
+	for i := range c.Codex.LoadRoots {
+		paths = append(paths, &c.Codex.LoadRoots[i])
+	}
+	for _, p := range paths {
 		if rest, ok := strings.CutPrefix(*p, "~/"); ok && env.Home != "" {
 			*p = filepath.Join(env.Home, rest)
 		}
@@ -480,6 +490,11 @@ func (c Config) Validate() error {
 	}
 	if c.Codex.CAGRatio <= 0 || c.Codex.CAGRatio > 1 {
 		bad("codex.cag_ratio", "%v must be in (0, 1]", c.Codex.CAGRatio)
+	}
+	for _, root := range c.Codex.LoadRoots {
+		if !filepath.IsAbs(root) {
+			bad("codex.load_roots", "%q must be an absolute path (or relative to the config file)", root)
+		}
 	}
 	if c.Codex.TopK <= 0 {
 		bad("codex.top_k", "%d must be positive", c.Codex.TopK)

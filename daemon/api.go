@@ -16,6 +16,7 @@ import (
 	"github.com/ctxd/ctxd/hostenv"
 	"github.com/ctxd/ctxd/runcontext"
 	"github.com/ctxd/ctxd/scheduler"
+	"github.com/ctxd/ctxd/sigils"
 )
 
 // allowed lists each route's methods; a route's other methods get 405.
@@ -271,16 +272,57 @@ func (d *Daemon) handleSchema(w http.ResponseWriter, r *http.Request) {
 	_, _ = w.Write(runcontext.Schema())
 }
 
+// handleSessions lists the sessions of the request's sigil
+// (sessions:read); others' are not shown.
 func (d *Daemon) handleSessions(w http.ResponseWriter, r *http.Request) {
-	list, err := d.store.Sessions(r.Context())
+	s, err := d.actor(r, r.URL.Query().Get("sigil"))
+	if err == nil {
+		err = requireScope(s, sigils.ScopeSessRead)
+	}
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	all, err := d.store.Sessions(r.Context())
 	if err != nil {
 		writeError(w, ctxd.Errorf(ctxd.KindInternal, "%w", err))
 		return
 	}
-	if list == nil {
-		list = []ctxd.SessionInfo{}
+	list := []ctxd.SessionInfo{}
+	for _, si := range all {
+		if d.owns(s.Name, si.Sigil) {
+			list = append(list, si)
+		}
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"sessions": list})
+}
+
+// owns reports whether sigil owns a session whose recorded owner is
+// owner: its own, or one recorded before owners were, which is the
+// default sigil's.
+func (d *Daemon) owns(sigil, owner string) bool {
+	return owner == sigil || owner == "" && sigil == d.sigils.Default()
+}
+
+// ownSession is session id if the request's sigil holds scope and owns
+// it; another sigil's session is not found (its existence is not
+// disclosed), and so is one never seen.
+func (d *Daemon) ownSession(r *http.Request, id, scope string) (ctxd.Session, error) {
+	s, err := d.actor(r, r.URL.Query().Get("sigil"))
+	if err == nil {
+		err = requireScope(s, scope)
+	}
+	if err != nil {
+		return ctxd.Session{}, err
+	}
+	sess, err := d.store.Session(r.Context(), id)
+	if err != nil {
+		return sess, ctxd.Errorf(ctxd.KindInternal, "%w", err)
+	}
+	if sess.Count > 0 && !d.owns(s.Name, sess.Owner) || sess.Count == 0 && sess.Owner != "" && sess.Owner != s.Name {
+		return ctxd.Session{}, ctxd.Errorf(ctxd.KindNotFound, "sigil %q has no session %q", s.Name, id)
+	}
+	return sess, nil
 }
 
 // sessionID is the {id} of a session route, or a 400 naming the pattern.
@@ -300,9 +342,9 @@ func (d *Daemon) handleSession(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	s, err := d.store.Session(r.Context(), id)
+	s, err := d.ownSession(r, id, sigils.ScopeSessRead)
 	if err != nil {
-		writeError(w, ctxd.Errorf(ctxd.KindInternal, "%w", err))
+		writeError(w, err)
 		return
 	}
 	if s.Turns == nil {
@@ -322,14 +364,15 @@ func (d *Daemon) handleLastPrompt(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	// The prompt holds its sigil's karma and tools: only that sigil reads it.
-	caller, err := d.sigilFor(r, r.URL.Query().Get("sigil"))
+	s, err := d.actor(r, r.URL.Query().Get("sigil"))
+	if err == nil {
+		err = requireScope(s, sigils.ScopeSessRead)
+	}
 	if err != nil {
 		writeError(w, err)
 		return
 	}
-	if caller == "" {
-		caller = d.sigils.Default()
-	}
+	caller := s.Name
 	rendered, sentAs, ok := e.orch.LastPrompt(id)
 	if ok && sentAs != caller {
 		ok = false
@@ -352,7 +395,11 @@ func (d *Daemon) handleDeleteSession(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	e, err := d.engine()
+	_, err := d.ownSession(r, id, sigils.ScopeSessWrite)
+	var e *engine
+	if err == nil {
+		e, err = d.engine()
+	}
 	if err == nil {
 		err = e.orch.DeleteSession(r.Context(), id)
 	}

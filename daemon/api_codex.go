@@ -3,6 +3,7 @@ package daemon
 import (
 	"fmt"
 	"net/http"
+	"path/filepath"
 	"strconv"
 	"strings"
 
@@ -13,7 +14,16 @@ import (
 // handleCodexStats reports the loaded codex from a snapshot: it never
 // waits for a load in progress.
 func (d *Daemon) handleCodexStats(w http.ResponseWriter, r *http.Request) {
-	e, err := d.engine()
+	// The codex's files, sizes and redactions: for a sigil that may read
+	// the codex or load one.
+	s, err := d.actor(r, r.URL.Query().Get("sigil"))
+	if err == nil && !sigils.Allows(s, sigils.ScopeCodexLoad) {
+		err = requireScope(s, sigils.ScopeSearchCodex)
+	}
+	var e *engine
+	if err == nil {
+		e, err = d.engine()
+	}
 	if err != nil {
 		writeError(w, err)
 		return
@@ -43,6 +53,17 @@ func (d *Daemon) handleCodexLoad(w http.ResponseWriter, r *http.Request) {
 	}
 	if !strings.HasPrefix(req.Path, "/") {
 		writeError(w, ctxd.Errorf(ctxd.KindInvalid, "path %q must be absolute: the daemon does not share your working directory", req.Path))
+		return
+	}
+	who, err := d.actor(r, r.URL.Query().Get("sigil"))
+	if err == nil {
+		err = requireScope(who, sigils.ScopeCodexLoad)
+	}
+	if err == nil {
+		err = d.loadAllowed(req.Path)
+	}
+	if err != nil {
+		writeError(w, err)
 		return
 	}
 	e, err := d.engine()
@@ -168,4 +189,32 @@ func (d *Daemon) handleSigil(w http.ResponseWriter, r *http.Request) {
 	}
 	writeJSON(w, http.StatusOK, ctxd.SigilInfo{Name: sigil.Name, Scopes: sigil.Scopes, Authenticated: byToken(r),
 		Description: d.sigils.Description(sigil.Name)})
+}
+
+// loadAllowed is nil for a codex path the operator allows: the configured
+// codex.path or a directory under one of codex.load_roots, after symlinks
+// are resolved (a link inside a root to a directory outside it is not
+// under the root).
+func (d *Daemon) loadAllowed(path string) error {
+	real, err := filepath.EvalSymlinks(path)
+	if err != nil {
+		return ctxd.Errorf(ctxd.KindInvalid, "path %q: %v", path, err)
+	}
+	roots := d.cfg.Codex.LoadRoots
+	if d.cfg.Codex.Path != "" {
+		roots = append([]string{d.cfg.Codex.Path}, roots...)
+	}
+	for _, root := range roots {
+		rr, err := filepath.EvalSymlinks(root)
+		if err != nil {
+			continue
+		}
+		if rel, err := filepath.Rel(rr, real); err == nil && rel != ".." && !strings.HasPrefix(rel, "../") {
+			return nil
+		}
+	}
+	if len(roots) == 0 {
+		return ctxd.Errorf(ctxd.KindForbidden, "path %q: the operator allows no codex to be loaded over the API (set codex.path, or list directories in codex.load_roots)", path)
+	}
+	return ctxd.Errorf(ctxd.KindForbidden, "path %q is not under a directory the operator allows (codex.path and codex.load_roots: %s)", path, strings.Join(roots, ", "))
 }

@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
-	"golang.org/x/net/netutil"
 
 	"github.com/ctxd/ctxd"
 	"github.com/ctxd/ctxd/codex"
@@ -210,7 +209,7 @@ func (d *Daemon) Run(ctx context.Context, ln net.Listener, ready func()) error {
 	sock.ConnContext = withPeer // the socket peer's uid and gid, checked against the sigil's
 	srvs := []*http.Server{sock}
 	serveErr := make(chan error, 2)
-	go func() { serveErr <- sock.Serve(netutil.LimitListener(ln, d.cfg.Daemon.MaxConnections)) }()
+	go func() { serveErr <- sock.Serve(capConnections(ln, d.cfg.Daemon.MaxConnections)) }()
 	d.log.Info("listening", "socket", ln.Addr().String())
 	if addr := d.cfg.Daemon.TCPListen; addr != "" {
 		tln, err := net.Listen("tcp", addr)
@@ -222,7 +221,7 @@ func (d *Daemon) Run(ctx context.Context, ln net.Listener, ready func()) error {
 		d.tcpAddr.Store(&addr)
 		tcp := newServer(true)
 		srvs = append(srvs, tcp)
-		go func() { serveErr <- tcp.Serve(netutil.LimitListener(tln, d.cfg.Daemon.MaxConnections)) }()
+		go func() { serveErr <- tcp.Serve(capConnections(tln, d.cfg.Daemon.MaxConnections)) }()
 		d.log.Info("listening", "tcp", tln.Addr().String(), "tokens", "required")
 	}
 

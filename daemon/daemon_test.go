@@ -95,7 +95,10 @@ func newFixture(t *testing.T, o fixtureOptions) *fixture {
 	cfg.Codex.Path = smallCodex(t)
 	cfg.Codex.Watch = false
 	cfg.Limits.AnswerReserve = 64
-	cfg.Sigils = map[string]config.Sigil{"default": {Scopes: []string{"ask"}}, "coder": {Scopes: []string{"ask", "search_codex"}}}
+	cfg.Codex.LoadRoots = []string{os.TempDir()} // the tests' codices are made there
+	// default: a single user's, every scope but tools (as config.Default's);
+	// coder: an agent's.
+	cfg.Sigils = map[string]config.Sigil{"default": {Scopes: []string{"ask", "sessions:read", "sessions:write", "codex:load"}}, "coder": {Scopes: []string{"ask", "search_codex"}}}
 	if o.config != nil {
 		o.config(&cfg)
 	}

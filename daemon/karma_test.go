@@ -20,8 +20,8 @@ func TestKarmaAPI(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, fixtureOptions{sqlite: true, config: func(c *config.Config) {
 		c.Sigils = map[string]config.Sigil{
-			"default": {Scopes: []string{"ask", "karma:read", "karma:write"}},
-			"peer":    {Scopes: []string{"ask", "karma:read", "karma:write"}},
+			"default": {Scopes: []string{"ask", "karma:read", "karma:write", "sessions:read"}},
+			"peer":    {Scopes: []string{"ask", "karma:read", "karma:write", "sessions:read"}},
 			"asker":   {Scopes: []string{"ask"}},
 		}
 	}})

@@ -10,6 +10,13 @@ import (
 // peerOf reads a Unix socket peer's credentials (SO_PEERCRED): the
 // process that connected, as the kernel saw it at connect time.
 func peerOf(c net.Conn) (sigils.Peer, bool) {
+	for {
+		w, ok := c.(interface{ Unwrap() net.Conn })
+		if !ok {
+			break
+		}
+		c = w.Unwrap()
+	}
 	uc, ok := c.(*net.UnixConn)
 	if !ok {
 		return sigils.Peer{}, false

@@ -103,6 +103,7 @@ func TestRAGModeOnRealBackend(t *testing.T) {
 			t.Fatal(err)
 		}
 		cfg := b.config(t, t.TempDir(), dir)
+		cfg.Sigils["default"] = config.Sigil{Scopes: []string{"ask", "sessions:read", "codex:load"}} // no search_codex
 		cfg.Sigils["coder"] = config.Sigil{Scopes: []string{"ask", "search_codex"}}
 		d := start(t, cfg, true)
 

@@ -127,6 +127,7 @@ func baseConfig(t testing.TB, stateDir, codex string) config.Config {
 	c.Backend.Model = "ctxd-test"
 	c.Backend.NumCtx = 4096
 	c.Codex.Path = codex
+	c.Codex.LoadRoots = []string{os.TempDir()} // the tests' codices are made there
 	c.Limits.AnswerReserve = 16
 	return c
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/ctxd/ctxd/client"
 	"github.com/ctxd/ctxd/config"
 	"github.com/ctxd/ctxd/internal/mcptest"
 	"github.com/ctxd/ctxd/sigils"
@@ -46,8 +47,8 @@ func TestMCPServesTheRealDaemon(t *testing.T) {
 	codex := codexDir(t, 4500)
 	cfg := baseConfig(t, t.TempDir(), codex)
 	cfg.Sigils = map[string]config.Sigil{
-		"default": {Scopes: []string{"ask"}},
-		"coder":   {Scopes: []string{"ask", "search_codex"}, TokenSHA256: hash},
+		"default": {Scopes: []string{"ask", "codex:load", "sessions:read"}},
+		"coder":   {Scopes: []string{"ask", "search_codex", "sessions:read"}, TokenSHA256: hash},
 	}
 	d := start(t, cfg, true)
 	sock := cfg.Daemon.Socket
@@ -95,8 +96,8 @@ func TestMCPServesTheRealDaemon(t *testing.T) {
 		t.Errorf("the second ask reused %d of %d prompt tokens (%.1f%%), evaluated %d; want most of the prompt",
 			second.CachedTokens, second.PromptTokens, second.ReusePercent, second.EvaluatedTokens)
 	}
-	// The session is the daemon's: it holds both turns.
-	if st, err := d.client.Session(t.Context(), first.Session); err != nil || len(st.Turns) != 2 {
+	// The session is the daemon's, and coder's: it holds both turns.
+	if st, err := client.New(sock, client.WithToken(tok)).Session(t.Context(), first.Session); err != nil || len(st.Turns) != 2 {
 		t.Errorf("session %s on the daemon: %v, %+v", first.Session, err, st)
 	}
 

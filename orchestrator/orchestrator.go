@@ -207,6 +207,11 @@ func (o *Orchestrator) Ask(ctx context.Context, req ctxd.AskRequest, onToken fun
 		return nil, o.stopped(ctx, req.Session, "while it waited for the session's earlier request", false, err)
 	}
 	defer release()
+	if !req.Ephemeral {
+		if err := o.claim(ctx, req.Session, sigil.Name); err != nil {
+			return nil, err
+		}
+	}
 	followed := false
 	if req.History != nil && !req.Ephemeral {
 		if followed, err = o.follow(ctx, req.Session, req.History); err != nil {
@@ -492,6 +497,32 @@ func (o *Orchestrator) stopped(ctx context.Context, session, when string, stream
 	o.log.Info("request stopped", "session", session, "when", when, "cause", cause)
 	return &ctxd.Error{Kind: kind, Err: cause,
 		Message: fmt.Sprintf("session %q: request stopped %s (%v); %s", session, when, cause, what)}
+}
+
+// claim makes the session sigil's, or refuses a session another sigil
+// owns: its history (and karma) are that sigil's. The caller holds the
+// session.
+func (o *Orchestrator) claim(ctx context.Context, id, sigil string) error {
+	o.mu.Lock()
+	s, ok := o.sessions[id]
+	o.mu.Unlock()
+	if ok && s.Owner == sigil {
+		return nil
+	}
+	owner, err := o.store.ClaimSession(ctx, id, sigil, o.cfg.Sigils.Default(), o.cfg.Now())
+	if err != nil {
+		return ctxd.Errorf(ctxd.KindInternal, "orchestrator: session %q: %w", id, err)
+	}
+	if owner != sigil {
+		return ctxd.Errorf(ctxd.KindForbidden, "session %q belongs to another sigil; choose another session id", id)
+	}
+	o.mu.Lock()
+	if s, ok := o.sessions[id]; ok {
+		s.Owner = owner
+		o.sessions[id] = s
+	}
+	o.mu.Unlock()
+	return nil
 }
 
 // session returns a session, from memory when this daemon already holds

@@ -18,10 +18,17 @@ const (
 	ScopeToolPrefix  = "tool:"        // tool:NAME: may offer the model the client's tool NAME
 	ScopeKarmaRead   = "karma:read"   // may list and read its own traces
 	ScopeKarmaWrite  = "karma:write"  // may verify, reject, pin and supersede its own traces
+	ScopeSessRead    = "sessions:read"  // may list and read its own sessions and their last prompts
+	ScopeSessWrite   = "sessions:write" // may delete its own sessions
+	ScopeCodexLoad   = "codex:load"     // may load a codex (from the operator's allowed roots)
 )
 
 // Known is every scope a sigil may hold, tool:NAME aside.
-var Known = []string{ScopeAsk, ScopeKarmaRead, ScopeKarmaWrite, ScopeSearchCodex, ScopeTools}
+var Known = []string{ScopeAsk, ScopeCodexLoad, ScopeKarmaRead, ScopeKarmaWrite, ScopeSearchCodex, ScopeSessRead, ScopeSessWrite, ScopeTools}
+
+// All is every scope but the tool scopes: what the default sigil of a
+// configuration without sigils holds (a local single-user setup).
+var All = []string{ScopeAsk, ScopeCodexLoad, ScopeKarmaRead, ScopeKarmaWrite, ScopeSearchCodex, ScopeSessRead, ScopeSessWrite}
 
 // Errors callers branch on.
 var (

@@ -519,7 +519,7 @@ func TestMigrationFromVersion3KeepsSessions(t *testing.T) {
 	// Take the database back to version 3 with a session in it.
 	for _, stmt := range []string{
 		"DROP TABLE trace_text", "DROP TABLE karma_snapshots", "DROP TABLE karma_events", "DROP TABLE traces",
-		"PRAGMA user_version = 3",
+		"ALTER TABLE sessions DROP COLUMN sigil", "PRAGMA user_version = 3",
 	} {
 		if _, err := s.db.ExecContext(ctx, stmt); err != nil {
 			t.Fatalf("%s: %v", stmt, err)
@@ -535,11 +535,21 @@ func TestMigrationFromVersion3KeepsSessions(t *testing.T) {
 	}
 	defer s.Close()
 	var v int
-	if err := s.db.QueryRowContext(ctx, "PRAGMA user_version").Scan(&v); err != nil || v != 4 {
+	if err := s.db.QueryRowContext(ctx, "PRAGMA user_version").Scan(&v); err != nil || v != schemaVersion {
 		t.Fatalf("user_version = %d, %v", v, err)
 	}
-	if sess, err := s.Session(ctx, "sess"); err != nil || len(sess.Turns) != 1 {
+	if sess, err := s.Session(ctx, "sess"); err != nil || len(sess.Turns) != 1 || sess.Owner != "" {
 		t.Errorf("session after the migration: %+v, %v", sess, err)
+	}
+	// A session recorded before owners goes to the default sigil only.
+	if owner, err := s.ClaimSession(ctx, "sess", "other", "default", t0); err != nil || owner != "" {
+		t.Errorf("another sigil claiming a legacy session: %q %v", owner, err)
+	}
+	if owner, err := s.ClaimSession(ctx, "sess", "default", "default", t0); err != nil || owner != "default" {
+		t.Errorf("the default sigil claiming a legacy session: %q %v", owner, err)
+	}
+	if owner, err := s.ClaimSession(ctx, "new", "other", "default", t0); err != nil || owner != "other" {
+		t.Errorf("a new session: %q %v", owner, err)
 	}
 	record(t, s, "dev", "q", t0)
 }

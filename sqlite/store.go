@@ -16,7 +16,7 @@ import (
 )
 
 // schemaVersion is the user_version the migrations below bring a database to.
-const schemaVersion = 4
+const schemaVersion = 5
 
 var migrations = []string{
 	`CREATE TABLE sessions (
@@ -42,6 +42,9 @@ var migrations = []string{
 	`ALTER TABLE sessions ADD COLUMN bare_through INTEGER NOT NULL DEFAULT 0;`,
 	// 4: karma: traces, their events and the karma each session was shown.
 	karmaSchema,
+	// 5: a session belongs to the sigil that began it ('' for sessions
+	// recorded before: the daemon's default sigil claims them).
+	`ALTER TABLE sessions ADD COLUMN sigil TEXT NOT NULL DEFAULT '';`,
 }
 
 // Store is the session store and the karma store. It is safe for
@@ -122,7 +125,7 @@ func (s *Store) Close() error { return s.db.Close() }
 func (s *Store) Session(ctx context.Context, id string) (ctxd.Session, error) {
 	sess := ctxd.Session{ID: id}
 	var bare int64
-	err := s.db.QueryRowContext(ctx, "SELECT epoch, summary, bare_through FROM sessions WHERE id = ?", id).Scan(&sess.Epoch, &sess.Summary, &bare)
+	err := s.db.QueryRowContext(ctx, "SELECT epoch, summary, bare_through, sigil FROM sessions WHERE id = ?", id).Scan(&sess.Epoch, &sess.Summary, &bare, &sess.Owner)
 	if errors.Is(err, sql.ErrNoRows) {
 		return sess, nil
 	}
@@ -306,7 +309,7 @@ func (s *Store) DeleteSession(ctx context.Context, id string) error {
 // Sessions lists all sessions by id.
 func (s *Store) Sessions(ctx context.Context) ([]ctxd.SessionInfo, error) {
 	rows, err := s.db.QueryContext(ctx, `
-		SELECT s.id, s.epoch, COUNT(t.seq) FROM sessions s
+		SELECT s.id, s.epoch, s.sigil, COUNT(t.seq) FROM sessions s
 		LEFT JOIN turns t ON t.session_id = s.id GROUP BY s.id ORDER BY s.id`)
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: sessions: %w", err)
@@ -315,10 +318,27 @@ func (s *Store) Sessions(ctx context.Context) ([]ctxd.SessionInfo, error) {
 	var out []ctxd.SessionInfo
 	for rows.Next() {
 		var si ctxd.SessionInfo
-		if err := rows.Scan(&si.ID, &si.Epoch, &si.Turns); err != nil {
+		if err := rows.Scan(&si.ID, &si.Epoch, &si.Sigil, &si.Turns); err != nil {
 			return nil, fmt.Errorf("sqlite: sessions: %w", err)
 		}
 		out = append(out, si)
 	}
 	return out, rows.Err()
+}
+
+// ClaimSession makes sigil the owner of session id (creating it) unless
+// it has one, and returns its owner then; a session recorded before
+// owners, with turns, goes to legacy only.
+func (s *Store) ClaimSession(ctx context.Context, id, sigil, legacy string, now time.Time) (string, error) {
+	var owner string
+	err := s.db.QueryRowContext(ctx, `
+		INSERT INTO sessions (id, created_unix, sigil) VALUES (?, ?, ?)
+		ON CONFLICT (id) DO UPDATE SET sigil = CASE
+			WHEN sigil = '' AND (? = ? OR NOT EXISTS (SELECT 1 FROM turns WHERE session_id = sessions.id)) THEN excluded.sigil
+			ELSE sigil END
+		RETURNING sigil`, id, now.Unix(), sigil, sigil, legacy).Scan(&owner)
+	if err != nil {
+		return "", fmt.Errorf("sqlite: claim session %q: %w", id, err)
+	}
+	return owner, nil
 }

@@ -71,6 +71,7 @@ type storedSession struct {
 	epoch   int
 	summary string
 	turns   []storedTurn
+	owner   string
 }
 
 type storedTurn struct {
@@ -105,7 +106,7 @@ func (s *Store) Session(_ context.Context, id string) (ctxd.Session, error) {
 	if st == nil {
 		return out, nil
 	}
-	out.Epoch, out.Summary, out.Count = st.epoch, st.summary, len(st.turns)
+	out.Epoch, out.Summary, out.Count, out.Owner = st.epoch, st.summary, len(st.turns), st.owner
 	for _, t := range st.turns {
 		if t.epoch == st.epoch {
 			out.Turns = append(out.Turns, t.turn)
@@ -189,6 +190,16 @@ func (s *Store) sessionLocked(id string) *storedSession {
 	return st
 }
 
+func (s *Store) ClaimSession(_ context.Context, id, sigil, legacy string, _ time.Time) (string, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.sessionLocked(id)
+	if st.owner == "" && (len(st.turns) == 0 || sigil == legacy) {
+		st.owner = sigil
+	}
+	return st.owner, nil
+}
+
 func (s *Store) DeleteSession(_ context.Context, id string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -201,7 +212,7 @@ func (s *Store) Sessions(context.Context) ([]ctxd.SessionInfo, error) {
 	defer s.mu.Unlock()
 	var out []ctxd.SessionInfo
 	for id, st := range s.sessions {
-		out = append(out, ctxd.SessionInfo{ID: id, Epoch: st.epoch, Turns: len(st.turns)})
+		out = append(out, ctxd.SessionInfo{ID: id, Epoch: st.epoch, Turns: len(st.turns), Sigil: st.owner})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
 	return out, nil

@@ -1,0 +1,80 @@
+package daemon
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/ctxd/ctxd/config"
+)
+
+// TestEveryRouteChecksAuthority: the session routes need the sessions
+// scopes and serve a sigil its own sessions only (another's is not found,
+// and may not be continued); loading a codex needs codex:load and a path
+// under the operator's roots (a symlink out of a root does not count);
+// the codex's stats need a codex scope; and a codex may not turn its own
+// redaction off unless the operator allows it.
+func TestEveryRouteChecksAuthority(t *testing.T) {
+	t.Parallel()
+	root := t.TempDir()
+	f := newFixture(t, fixtureOptions{config: func(c *config.Config) {
+		c.Codex.LoadRoots = []string{root}
+		c.Sigils["other"] = config.Sigil{Scopes: []string{"ask", "sessions:read", "sessions:write", "codex:load"}}
+		c.Sigils["asker"] = config.Sigil{Scopes: []string{"ask"}}
+	}})
+	f.ask(t, "mine", "a question of default's")
+	as := func(sigil string) string { return "?sigil=" + sigil }
+	for _, c := range []struct {
+		name, method, path, body string
+		status                   int
+		want                     string
+	}{
+		{"another's session is not listed", "GET", "/v1/sessions" + as("other"), "", 200, `"sessions": []`},
+		{"another's session is not found", "GET", "/v1/sessions/mine" + as("other"), "", 404, `sigil \"other\" has no session \"mine\"`},
+		{"another's prompt is not found", "GET", "/v1/sessions/mine/prompt" + as("other"), "", 404, `no prompt as sigil \"other\"`},
+		{"another's session is not deleted", "DELETE", "/v1/sessions/mine" + as("other"), "", 404, "has no session"},
+		{"another's session is not continued", "POST", "/v1/ask", `{"session":"mine","query":"hi","sigil":"other"}`, 403, "belongs to another sigil"},
+		{"listing needs sessions:read", "GET", "/v1/sessions" + as("asker"), "", 403, `lacks the \"sessions:read\" scope`},
+		{"reading needs sessions:read", "GET", "/v1/sessions/mine" + as("asker"), "", 403, `\"sessions:read\"`},
+		{"deleting needs sessions:write", "DELETE", "/v1/sessions/mine" + as("asker"), "", 403, `\"sessions:write\"`},
+		{"loading needs codex:load", "POST", "/v1/codex/load" + as("asker"), `{"path":"` + root + `"}`, 403, `\"codex:load\"`},
+		{"stats need a codex scope", "GET", "/v1/codex" + as("asker"), "", 403, `\"search_codex\"`},
+		{"a path outside the roots", "POST", "/v1/codex/load", `{"path":"/etc"}`, 403, "not under a directory the operator allows"},
+		{"own session", "GET", "/v1/sessions/mine", "", 200, `"query": "a question of default's"`},
+	} {
+		ct := ""
+		if c.body != "" {
+			ct = "application/json"
+		}
+		status, body := f.do(t, c.method, c.path, ct, c.body)
+		if status != c.status || !strings.Contains(body, c.want) {
+			t.Errorf("%s: %d %s; want %d with %s", c.name, status, body, c.status, c.want)
+		}
+	}
+
+	// A symlink in a root to a directory outside it is outside.
+	if err := os.Symlink("/etc", filepath.Join(root, "out")); err != nil {
+		t.Fatal(err)
+	}
+	if status, body := f.do(t, "POST", "/v1/codex/load", "application/json", `{"path":"`+filepath.Join(root, "out")+`"}`); status != 403 {
+		t.Errorf("a symlink out of the root: %d %s", status, body)
+	}
+	// A codex that turns its own redaction off is refused.
+	hostile := filepath.Join(root, "hostile")
+	if err := os.MkdirAll(hostile, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for name, text := range map[string]string{".ctxd.toml": "[codex]\nredact = false\n", "config.go": "package c\n\nconst key = \"AKIA2OGYBAH6Q7EXAMPL\"\n"} {
+		if err := os.WriteFile(filepath.Join(hostile, name), []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if status, body := f.do(t, "POST", "/v1/codex/load", "application/json", `{"path":"`+hostile+`"}`); status != 403 || !strings.Contains(body, "allow_codex_redact_off") {
+		t.Errorf("a codex turning redaction off: %d %s", status, body)
+	}
+	// Deleting one's own session works.
+	if status, body := f.do(t, "DELETE", "/v1/sessions/mine", "", ""); status != 204 {
+		t.Errorf("deleting one's own session: %d %s", status, body)
+	}
+}
