@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -91,7 +92,10 @@ func (d *Daemon) openOllama(ctx context.Context, onRestart func()) (_ *Model, er
 			m.Close()
 		}
 	}()
-	var base *url.URL
+	var (
+		base *url.URL
+		dial func(context.Context, string, string) (net.Conn, error) // managed: only to the process started
+	)
 	if b.Mode == "managed" {
 		dir := filepath.Join(d.cfg.Daemon.StateDir, "ollama")
 		m.Loads = newLineCounter(filepath.Join(dir, "ollama.log"), ollamaLoadMarker).Count
@@ -111,13 +115,13 @@ func (d *Daemon) openOllama(ctx context.Context, onRestart func()) (_ *Model, er
 			return err
 		})
 		m.Restarts = s.Restarts
-		base = s.URL()
+		base, dial = s.URL(), s.DialContext
 	} else if base, err = url.Parse(b.URL); err != nil {
 		return nil, ctxd.Errorf(ctxd.KindInvalid, "daemon: backend.url: %w", err)
 	}
 	m.Info.URL = base.String()
 
-	probe := ollama.New(base, b.Model, ollama.Options{})
+	probe := ollama.New(base, b.Model, ollama.Options{Dial: dial})
 	if m.Info.Version, err = probe.Version(ctx); err != nil {
 		return nil, err
 	}
@@ -140,7 +144,7 @@ func (d *Daemon) openOllama(ctx context.Context, onRestart func()) (_ *Model, er
 	keepAlive := b.KeepAlive.Duration
 	client := ollama.New(base, b.Model, ollama.Options{
 		NumCtx: m.Window.NumCtx, NumBatch: b.NumBatch, NumThread: b.NumThread, KeepAlive: &keepAlive,
-		Temperature: b.Temperature, Seed: b.Seed,
+		Temperature: b.Temperature, Seed: b.Seed, Dial: dial,
 	})
 	tok, err := llamatok.Open(facts.GGUFPath)
 	if err != nil {

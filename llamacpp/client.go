@@ -25,6 +25,11 @@ type Options struct {
 	Temperature float64 // sampling; 0 is greedy
 	Seed        int
 	APIKey      string // sent as a bearer token when set (llama-server --api-key)
+
+	// Dial, when set, makes the client's connections, whatever the address:
+	// a managed server's (*supervise.Process).DialContext reaches only the
+	// process ctxd started. Nil: dial the address.
+	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
 }
 
 // Client talks to one llama-server.
@@ -57,6 +62,9 @@ func New(addr string, opts Options) (*Client, error) {
 		}
 		c.base = strings.TrimRight(u.String(), "/")
 		tr.DialContext = (&net.Dialer{Timeout: 5 * time.Second}).DialContext
+	}
+	if opts.Dial != nil {
+		tr.DialContext = opts.Dial
 	}
 	c.http = &http.Client{Transport: tr}
 	return c, nil

@@ -2,13 +2,19 @@ package llamacpp
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"net"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/ollama/ollama/fs/ggml"
@@ -30,13 +36,14 @@ type ServeConfig struct {
 	Threads      int    // 0: the server's default
 	BatchSize    int    // 0: the server's default
 	LogPath      string
-	Env          []string // KEY=VALUE pairs (PATH...)
+	Env          []string // the server's environment, KEY=VALUE pairs (PATH...); ctxd adds its API key
 	Logger       *slog.Logger
 	OnRestart    func()
 	StopTimeout  time.Duration
 }
 
-// Server is a supervised llama-server.
+// Server is a supervised llama-server. Its Client sends the server's API
+// key and dials only the process started (the supervisor's DialContext).
 type Server struct {
 	*supervise.Process
 	*Client
@@ -62,7 +69,12 @@ func (c ServeConfig) Args(host string, port int) []string {
 	return args
 }
 
-// Start starts llama-server and returns once it has loaded the model.
+// Start starts llama-server and returns once it has loaded the model,
+// holding its address itself (another process answering there is refused).
+// The server requires an API key: opts.APIKey, or a random one made for
+// this server when that is empty. It goes to the server in its environment
+// (LLAMA_API_KEY), not on its command line, which every local user can
+// read, and is never logged.
 func Start(ctx context.Context, cfg ServeConfig, opts Options) (*Server, error) {
 	bin, err := exec.LookPath(cfg.Binary)
 	if err != nil {
@@ -71,11 +83,10 @@ func Start(ctx context.Context, cfg ServeConfig, opts Options) (*Server, error) 
 	if err := os.MkdirAll(cfg.SlotSavePath, 0o700); err != nil {
 		return nil, fmt.Errorf("llamacpp: serve: %w", err)
 	}
-	var host, addr string
+	var host, addr, network, listen string
 	port := 0
 	if strings.HasSuffix(cfg.Addr, ".sock") {
-		host, addr = cfg.Addr, cfg.Addr
-		_ = os.Remove(cfg.Addr) // a stale socket of an earlier run: llama-server will not bind over it
+		host, addr, network, listen = cfg.Addr, cfg.Addr, "unix", cfg.Addr
 	} else {
 		h, p, err := net.SplitHostPort(cfg.Addr)
 		if err != nil {
@@ -93,31 +104,72 @@ func Start(ctx context.Context, cfg ServeConfig, opts Options) (*Server, error) 
 			ln.Close()
 		}
 		port, _ = strconv.Atoi(p)
-		host, addr = h, "http://"+net.JoinHostPort(h, p)
+		host, addr, network, listen = h, "http://"+net.JoinHostPort(h, p), "tcp", net.JoinHostPort(h, p)
 	}
-	client, err := New(addr, opts)
+	if opts.APIKey == "" {
+		key := make([]byte, 32)
+		if _, err := rand.Read(key); err != nil {
+			return nil, fmt.Errorf("llamacpp: serve: api key: %w", err)
+		}
+		opts.APIKey = hex.EncodeToString(key)
+	}
+	// The readiness check asks /health, which llama-server answers without
+	// the key: whatever answers is asked before the supervisor has checked
+	// who it is, so it gets no key.
+	ping, err := New(addr, Options{})
 	if err != nil {
 		return nil, err
 	}
 	args := cfg.Args(host, port)
+	env := append(slices.Clip(cfg.Env), "LLAMA_API_KEY="+opts.APIKey)
 	proc, err := supervise.Start(ctx, supervise.Config{
 		Name: "llama-server",
 		Command: func() *exec.Cmd {
+			if network == "unix" {
+				clearSocket(listen, cfg.Logger)
+			}
 			cmd := exec.Command(bin, args...)
-			cmd.Env = cfg.Env
+			cmd.Env = env
 			return cmd
 		},
-		LogPath: cfg.LogPath, Ready: client.Health, OnRestart: cfg.OnRestart,
+		LogPath: cfg.LogPath, Ready: ping.Health, Network: network, Addr: listen, OnRestart: cfg.OnRestart,
 		StopTimeout: cfg.StopTimeout, Logger: cfg.Logger,
 		ReadyTimeout: 5 * time.Minute, // a large model loads for a while
 	})
 	if err != nil {
 		return nil, fmt.Errorf("llamacpp: %w", err)
 	}
+	opts.Dial = proc.DialContext
+	client, err := New(addr, opts)
+	if err != nil {
+		proc.Close()
+		return nil, err
+	}
 	if cfg.Logger != nil {
 		cfg.Logger.Info("llama-server is up", "addr", addr, "slots", cfg.Slots, "ctx_per_slot", cfg.CtxPerSlot, "log", cfg.LogPath)
 	}
 	return &Server{Process: proc, Client: client}, nil
+}
+
+// clearSocket removes the socket file of a server that is gone (one that
+// crashed): llama-server does not bind over it. A path that is not a
+// socket, or one something still answers on, stays: the server then fails
+// to start, and the supervisor says who holds the socket.
+func clearSocket(path string, log *slog.Logger) {
+	info, err := os.Lstat(path)
+	if err != nil || info.Mode().Type() != fs.ModeSocket {
+		return
+	}
+	c, err := net.DialTimeout("unix", path, time.Second)
+	if err == nil {
+		c.Close()
+		return
+	}
+	if errors.Is(err, syscall.ECONNREFUSED) {
+		if err := os.Remove(path); err != nil && log != nil {
+			log.Warn("cannot remove a stale llama-server socket", "path", path, "err", err)
+		}
+	}
 }
 
 // ModelInfo reads a GGUF's metadata the way the governor reads Ollama's

@@ -45,6 +45,11 @@ type Options struct {
 
 	Temperature float64 // sampling; does not reload the model
 	Seed        int
+
+	// Dial, when set, makes the client's connections: a managed server's
+	// (*Server).DialContext reaches only the process ctxd started. Nil:
+	// plain TCP.
+	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
 }
 
 // Client talks to one Ollama server about one model.
@@ -60,10 +65,11 @@ var _ ctxd.Backend = (*Client)(nil)
 
 // New returns a client for model at base (e.g. http://127.0.0.1:11434).
 func New(base *url.URL, model string, opts Options) *Client {
-	hc := &http.Client{Transport: &http.Transport{
-		DialContext:         (&net.Dialer{Timeout: 5 * time.Second}).DialContext,
-		MaxIdleConnsPerHost: 4,
-	}}
+	dial := opts.Dial
+	if dial == nil {
+		dial = (&net.Dialer{Timeout: 5 * time.Second}).DialContext
+	}
+	hc := &http.Client{Transport: &http.Transport{DialContext: dial, MaxIdleConnsPerHost: 4}}
 	return &Client{api: api.NewClient(base, hc), http: hc, base: base, model: model, opts: opts}
 }
 

@@ -9,6 +9,9 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"os"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -90,6 +93,95 @@ func TestSupervisorRestartsACrashedServer(t *testing.T) {
 	if err := c.Ping(context.Background()); err != nil {
 		t.Errorf("restarted server does not answer on the same URL: %v", err)
 	}
+}
+
+// TestCrashKillsRunners: when `ollama serve` crashes, the runner it
+// started (which holds the model in memory) dies with it, before the
+// restart; and the managed client reaches the restarted server through the
+// supervisor's checked dialer.
+func TestCrashKillsRunners(t *testing.T) {
+	bin := ollamatest.Binary(t)
+	dir := t.TempDir()
+	restarted := make(chan struct{}, 1)
+	srv, err := ollama.Start(context.Background(), ollama.ServeConfig{
+		Binary: bin, Addr: "127.0.0.1:0", Backoff: 10 * time.Millisecond,
+		ModelsDir: dir + "/models", HomeDir: dir + "/home", LogPath: dir + "/ollama.log",
+		OnRestart: func() { restarted <- struct{}{} },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	c := ollamatest.Client(t, srv, "tiny", modelgen.DefaultConfig(), ollama.Options{NumCtx: 512, Dial: srv.DialContext})
+	if err := c.Load(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	serve := srv.PID()
+	runners := groupMembers(t, serve)
+	if len(runners) == 0 {
+		t.Fatalf("no runner in ollama serve's process group %d after a load", serve)
+	}
+	if err := syscall.Kill(serve, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-restarted:
+	case <-time.After(60 * time.Second):
+		t.Fatal("server not restarted within 60s")
+	}
+	// SIGKILL was sent before the restart; the kernel finishes the job.
+	for start := time.Now(); ; time.Sleep(10 * time.Millisecond) {
+		left := slices.DeleteFunc(slices.Clone(runners), func(pid int) bool { return !alive(pid) })
+		if len(left) == 0 {
+			break
+		}
+		if time.Since(start) > 10*time.Second {
+			for _, pid := range left {
+				syscall.Kill(pid, syscall.SIGKILL)
+			}
+			t.Fatalf("runners %v outlived the crashed ollama serve %d", left, serve)
+		}
+	}
+	if err := c.Ping(context.Background()); err != nil {
+		t.Errorf("the restarted server, through the checked dialer: %v", err)
+	}
+}
+
+// groupMembers are the processes of process group pgid other than its
+// leader.
+func groupMembers(t *testing.T, pgid int) []int {
+	t.Helper()
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []int
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == pgid {
+			continue
+		}
+		if f := statFields(pid); len(f) > 2 && f[2] == strconv.Itoa(pgid) {
+			out = append(out, pid)
+		}
+	}
+	return out
+}
+
+// statFields are the fields of /proc/PID/stat after the command.
+func statFields(pid int) []string {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return nil
+	}
+	s := string(b)
+	return strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+}
+
+// alive reports whether pid runs (a zombie does not).
+func alive(pid int) bool {
+	f := statFields(pid)
+	return len(f) > 0 && f[0] != "Z"
 }
 
 // TestCloseDuringRestartBackoff: a server that crashed is restarted after

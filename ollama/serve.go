@@ -36,14 +36,19 @@ type ServeConfig struct {
 	MaxBackoff time.Duration
 }
 
-// Server is a supervised `ollama serve` process.
+// Server is a supervised `ollama serve` process. Its DialContext (the
+// supervisor's) is the dialer for its clients (Options.Dial): Ollama has
+// no API key, so ctxd makes sure, connection by connection, that the
+// process on the port is the one it started.
 type Server struct {
 	*supervise.Process
 	base *url.URL
 }
 
-// Start starts the server and returns once it answers HTTP. It fails with
-// the tail of the server's log if the process exits or does not come up.
+// Start starts the server and returns once it answers HTTP on its port,
+// holding that port itself. It fails with the tail of the server's log if
+// the process exits or does not come up, or if another process answers on
+// the port.
 func Start(ctx context.Context, cfg ServeConfig) (*Server, error) {
 	if cfg.NumParallel == 0 {
 		cfg.NumParallel = 1
@@ -78,7 +83,7 @@ func Start(ctx context.Context, cfg ServeConfig) (*Server, error) {
 			}, cfg.Env...)
 			return cmd
 		},
-		LogPath: cfg.LogPath, Ready: ping.Ping, OnRestart: cfg.OnRestart,
+		LogPath: cfg.LogPath, Ready: ping.Ping, Network: "tcp", Addr: addr, OnRestart: cfg.OnRestart,
 		StopTimeout: cfg.StopTimeout, Backoff: cfg.Backoff, MaxBackoff: cfg.MaxBackoff, Logger: cfg.Logger,
 	})
 	if err != nil {
@@ -94,7 +99,9 @@ func Start(ctx context.Context, cfg ServeConfig) (*Server, error) {
 func (s *Server) URL() *url.URL { return s.base }
 
 // LoopbackAddr checks that addr (host:port) is on a loopback address and
-// picks a free port for port 0.
+// picks a free port for port 0. Another process may bind the port before
+// the server does; the supervisor then refuses to start (it checks who
+// holds the port).
 func LoopbackAddr(addr string) (string, error) {
 	host, port, err := net.SplitHostPort(addr)
 	if err != nil {

@@ -1,16 +1,28 @@
 // Package supervise runs a model server as a child process: it starts it
 // in its own process group, waits until it answers, restarts it with
 // backoff when it dies, and stops it (and whatever it started, such as
-// Ollama's runners) with SIGTERM, then SIGKILL. The adapters (ollama,
-// llamacpp) say how to build the command and how to tell it is ready.
+// Ollama's runners) with SIGTERM, then SIGKILL. When the server crashes,
+// whatever it left in its process group is killed before the restart.
+// The adapters (ollama, llamacpp) say how to build the command and how to
+// tell it is ready.
+//
+// Given the server's address, it makes sure ctxd talks to the process it
+// started and to no other: a start or restart is ready only once the
+// socket there is held by the child's process group (another local user
+// may have bound the port after a crash), and DialContext checks every
+// connection the same way. The check reads Linux's /proc (package
+// sockowner); where it cannot be made, the supervisor logs so once and
+// goes on unchecked.
 //
 // It knows no server's API; it does not retry requests.
 package supervise
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,6 +30,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/ctxd/ctxd/sockowner"
 )
 
 // Config says what to run and how to know it runs.
@@ -26,6 +40,12 @@ type Config struct {
 	Command func() *exec.Cmd            // a fresh command for each start (binary, args, env)
 	LogPath string                      // where the process's output goes (appended)
 	Ready   func(context.Context) error // nil once the server answers
+	// Network ("tcp", the default, or "unix") and Addr (a loopback
+	// host:port with an IP address, or a socket path) are where the server
+	// listens. When Addr is set, a start or restart is ready only once the
+	// socket there is held by the started process's group (running as
+	// ctxd's user), and DialContext reaches that process only.
+	Network, Addr string
 	// ReadyTimeout bounds a start; 0 means 60 seconds.
 	ReadyTimeout time.Duration
 	// OnRestart is called after a crashed process was restarted: whatever
@@ -51,13 +71,16 @@ type Process struct {
 	gone    chan struct{} // closed when cmd has exited and been reaped
 	restart int
 
+	unchecked sync.Once // logs that the socket's owner cannot be checked here
+
 	ctx  context.Context    // ends when Close is called: restarts stop waiting
 	stop context.CancelFunc // ends ctx
 	done chan struct{}      // closed when the supervisor has stopped
 }
 
 // Start starts the process and returns once it is ready. It fails with the
-// tail of the process's log if the process exits or does not come up.
+// tail of the process's log if the process exits or does not come up, and
+// at once if another process holds the socket at Config.Addr.
 func Start(ctx context.Context, cfg Config) (*Process, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -73,6 +96,9 @@ func Start(ctx context.Context, cfg Config) (*Process, error) {
 	}
 	if cfg.MaxBackoff <= 0 {
 		cfg.MaxBackoff = 30 * time.Second
+	}
+	if cfg.Network == "" {
+		cfg.Network = "tcp"
 	}
 	if err := os.MkdirAll(filepath.Dir(cfg.LogPath), 0o700); err != nil {
 		return nil, fmt.Errorf("%s: %w", cfg.Name, err)
@@ -150,12 +176,22 @@ func (p *Process) spawn() (<-chan error, error) {
 	return exited, nil
 }
 
+// waitReady waits until the process answers and, given its address, holds
+// the socket there: something else answering there (another user's
+// process that bound the port first) is refused at once.
 func (p *Process) waitReady(ctx context.Context, exited <-chan error) error {
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.ReadyTimeout)
 	defer cancel()
 	for {
 		if err := p.cfg.Ready(ctx); err == nil {
-			return nil
+			err := p.verify()
+			if err == nil {
+				return nil
+			}
+			if errors.Is(err, sockowner.ErrNotOwned) {
+				return fmt.Errorf("%s: refusing the server that answers on %s, which ctxd did not start: %w; log %s:\n%s",
+					p.cfg.Name, p.cfg.Addr, err, p.cfg.LogPath, Tail(p.cfg.LogPath, 2048))
+			}
 		}
 		select {
 		case err := <-exited:
@@ -179,8 +215,11 @@ func (p *Process) supervise(exited <-chan error) {
 			return
 		}
 		if p.ctx.Err() != nil {
-			return
+			return // Close stops the group
 		}
+		// What it started (Ollama's runners, holding the model in
+		// memory) would outlive it in its process group.
+		p.killGroup()
 		p.log.Error(p.cfg.Name+" exited unexpectedly; restarting", "err", err, "log_tail", Tail(p.cfg.LogPath, 512))
 		next := p.respawn()
 		if next == nil {
@@ -252,6 +291,91 @@ func (p *Process) stopProcess() {
 		<-gone
 	}
 	_ = syscall.Kill(pgid, syscall.SIGKILL) // a child left behind in the group
+}
+
+// killGroup kills what is left in the process group of a process that
+// crashed.
+func (p *Process) killGroup() {
+	p.mu.Lock()
+	cmd := p.cmd
+	p.mu.Unlock()
+	if cmd == nil || cmd.Process == nil {
+		return
+	}
+	if err := syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL); err == nil {
+		p.log.Info("killed what the crashed "+p.cfg.Name+" left in its process group", "pgid", cmd.Process.Pid)
+	}
+}
+
+// errNotRunning: the process exited and is not yet restarted.
+var errNotRunning = errors.New("not running")
+
+// owner is who must hold the server's socket: the running process's group,
+// as ctxd's user.
+func (p *Process) owner() (sockowner.Owner, error) {
+	p.mu.Lock()
+	cmd, gone := p.cmd, p.gone
+	p.mu.Unlock()
+	if cmd == nil || cmd.Process == nil {
+		return sockowner.Owner{}, fmt.Errorf("%s: %w", p.cfg.Name, errNotRunning)
+	}
+	select {
+	case <-gone: // its pid may be another process's by now
+		return sockowner.Owner{}, fmt.Errorf("%s: %w (restarting)", p.cfg.Name, errNotRunning)
+	default:
+	}
+	return sockowner.Owner{PGID: cmd.Process.Pid, UID: os.Geteuid()}, nil
+}
+
+// verify checks that the running process holds the socket at Config.Addr.
+func (p *Process) verify() error {
+	if p.cfg.Addr == "" {
+		return nil
+	}
+	owner, err := p.owner()
+	if err != nil {
+		return err
+	}
+	return p.allowUnchecked(owner.CheckListener(p.cfg.Network, p.cfg.Addr))
+}
+
+// allowUnchecked passes a check that cannot be made on this system, and
+// says so once.
+func (p *Process) allowUnchecked(err error) error {
+	if errors.Is(err, errors.ErrUnsupported) {
+		p.unchecked.Do(func() {
+			p.log.Warn("cannot check that the server on "+p.cfg.Addr+" is the process started", "err", err)
+		})
+		return nil
+	}
+	return err
+}
+
+var dialer = &net.Dialer{Timeout: 5 * time.Second}
+
+// DialContext is a dialer for the server's clients (an http.Transport's
+// DialContext). Given Config.Addr, it dials that address, whatever it is
+// asked for, and returns the connection only if the running process holds
+// its server end; else an error of Op "dial" that says who does, or that
+// the process is restarting. Without Config.Addr it dials as asked.
+func (p *Process) DialContext(ctx context.Context, network, address string) (net.Conn, error) {
+	if p.cfg.Addr == "" {
+		return dialer.DialContext(ctx, network, address)
+	}
+	owner, err := p.owner()
+	if err != nil {
+		return nil, &net.OpError{Op: "dial", Net: p.cfg.Network, Err: err}
+	}
+	c, err := dialer.DialContext(ctx, p.cfg.Network, p.cfg.Addr)
+	if err != nil {
+		return nil, err
+	}
+	if err := p.allowUnchecked(owner.CheckConn(c)); err != nil {
+		c.Close()
+		return nil, &net.OpError{Op: "dial", Net: p.cfg.Network, Addr: c.RemoteAddr(),
+			Err: fmt.Errorf("%s: refusing a server ctxd did not start: %w", p.cfg.Name, err)}
+	}
+	return c, nil
 }
 
 // Tail returns the last n bytes of a file, for error messages.

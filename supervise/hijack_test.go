@@ -1,0 +1,323 @@
+package supervise
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// serveEnv makes the test binary a helper server: it listens on the
+// address in its value (failing, as a real server does, when the port is
+// taken) and answers every request with "child". With childEnv set too, it
+// first starts a child of its own (sleep) in its process group, like
+// Ollama's runners, and writes the child's pid to that file.
+const (
+	serveEnv = "SUPERVISE_TEST_SERVE"
+	childEnv = "SUPERVISE_TEST_CHILD_PID_FILE"
+)
+
+func TestMain(m *testing.M) {
+	if addr := os.Getenv(serveEnv); addr != "" {
+		os.Exit(serveHelper(addr, os.Getenv(childEnv)))
+	}
+	os.Exit(m.Run())
+}
+
+func serveHelper(addr, pidFile string) int {
+	if pidFile != "" {
+		child := exec.Command("sleep", "3600")
+		if err := child.Start(); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		if err := os.WriteFile(pidFile, []byte(strconv.Itoa(child.Process.Pid)), 0o600); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	http.Serve(ln, answer("child"))
+	return 0
+}
+
+func answer(s string) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, s) })
+}
+
+// helper is a command that runs the helper server on addr.
+func helper(addr string, env ...string) *exec.Cmd {
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), append(env, serveEnv+"="+addr)...)
+	return cmd
+}
+
+// freeAddr is a loopback address whose port nothing listens on now.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// get asks the server at addr through client; it returns the answer.
+func get(ctx context.Context, client *http.Client, addr string) (string, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/", nil)
+	if err != nil {
+		return "", err
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		return "", fmt.Errorf("status %s", resp.Status)
+	}
+	return string(b), err
+}
+
+// ready is a readiness check like the adapters' (HEAD / or GET /health):
+// whatever answers on addr passes it.
+func ready(addr string) func(context.Context) error {
+	return func(ctx context.Context) error {
+		_, err := get(ctx, &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}, addr)
+		return err
+	}
+}
+
+// impostor listens on addr in this test process, which is not in the
+// supervised child's process group, and answers "impostor".
+func impostor(t *testing.T, addr string) (stop func()) {
+	t.Helper()
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatalf("the impostor cannot bind %s: %v", addr, err)
+	}
+	srv := &http.Server{Handler: answer("impostor")}
+	go srv.Serve(ln)
+	var once sync.Once
+	stop = func() { once.Do(func() { srv.Close() }) }
+	t.Cleanup(stop)
+	return stop
+}
+
+// records keeps the messages and errors the supervisor logs.
+type records struct {
+	mu   sync.Mutex
+	msgs []string
+	seen chan struct{} // gets a value for each record
+}
+
+func newRecords() *records { return &records{seen: make(chan struct{}, 1000)} }
+
+func (r *records) Enabled(context.Context, slog.Level) bool { return true }
+func (r *records) WithAttrs([]slog.Attr) slog.Handler       { return r }
+func (r *records) WithGroup(string) slog.Handler            { return r }
+func (r *records) Handle(_ context.Context, rec slog.Record) error {
+	s := rec.Message
+	rec.Attrs(func(a slog.Attr) bool {
+		if a.Key == "err" {
+			s += ": " + a.Value.String()
+		}
+		return true
+	})
+	r.mu.Lock()
+	r.msgs = append(r.msgs, s)
+	r.mu.Unlock()
+	r.seen <- struct{}{}
+	return nil
+}
+
+// find returns the first record containing s.
+func (r *records) find(s string) (string, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, m := range r.msgs {
+		if strings.Contains(m, s) {
+			return m, true
+		}
+	}
+	return "", false
+}
+
+// TestStartRefusesAnImpostor: another process took the port before the
+// server could bind it (the free-port pick races); it answers the
+// readiness check, but it is not the process started, so Start fails
+// naming the port and who holds it.
+func TestStartRefusesAnImpostor(t *testing.T) {
+	addr := freeAddr(t)
+	impostor(t, addr)
+	p, err := Start(t.Context(), Config{
+		Name:    "helper",
+		Command: func() *exec.Cmd { return helper(addr) },
+		LogPath: filepath.Join(t.TempDir(), "log"),
+		Ready:   ready(addr),
+		Network: "tcp", Addr: addr,
+	})
+	if err == nil {
+		p.Close()
+		t.Fatalf("Start accepted the process listening on %s, which it did not start", addr)
+	}
+	t.Log(err)
+	for _, want := range []string{addr, "held by another process", "pid " + strconv.Itoa(os.Getpid())} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("the error does not say %q", want)
+		}
+	}
+}
+
+// TestRestartRefusesAnImpostor: the server crashes, another process binds
+// its port before the restart, and answers the readiness check. The
+// supervisor must not take it for the restarted server, and the client's
+// dialer must not reach it; once the port is free again, the restart
+// succeeds.
+func TestRestartRefusesAnImpostor(t *testing.T) {
+	addr := freeAddr(t)
+	var (
+		mu     sync.Mutex
+		starts int
+	)
+	impostorUp := make(chan struct{})
+	restarted := make(chan struct{}, 10)
+	log := newRecords()
+	p, err := Start(t.Context(), Config{
+		Name: "helper",
+		Command: func() *exec.Cmd {
+			mu.Lock()
+			starts++
+			n := starts
+			mu.Unlock()
+			if n == 2 {
+				<-impostorUp // the first restart comes once the impostor listens
+			}
+			return helper(addr)
+		},
+		LogPath: filepath.Join(t.TempDir(), "log"),
+		Ready:   ready(addr),
+		Network: "tcp", Addr: addr,
+		OnRestart: func() { restarted <- struct{}{} },
+		Backoff:   10 * time.Millisecond, MaxBackoff: 50 * time.Millisecond,
+		Logger: slog.New(log),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+
+	p.mu.Lock()
+	pid, gone := p.cmd.Process.Pid, p.gone
+	p.mu.Unlock()
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-gone
+	stop := impostor(t, addr)
+	close(impostorUp)
+
+	deadline := time.After(60 * time.Second)
+	for refused := false; !refused; {
+		select {
+		case <-restarted:
+			t.Fatalf("the supervisor took the process listening on %s for the restarted server", addr)
+		case <-log.seen:
+			_, refused = log.find("held by another process")
+		case <-deadline:
+			t.Fatalf("no restart refused within 60s; log: %q", log.msgs)
+		}
+	}
+	msg, _ := log.find("held by another process")
+	t.Log(msg)
+	if p.Restarts() != 0 {
+		t.Errorf("restarts %d with the impostor on the port", p.Restarts())
+	}
+	client := &http.Client{Transport: &http.Transport{DialContext: p.DialContext}}
+	if got, err := get(t.Context(), client, addr); err == nil {
+		t.Errorf("the supervisor's dialer reached %q", got)
+	} else {
+		t.Logf("the supervisor's dialer: %v", err)
+	}
+
+	stop()
+	select {
+	case <-restarted:
+	case <-deadline:
+		t.Fatalf("not restarted once the port was free; log: %q", log.msgs)
+	}
+	client.CloseIdleConnections()
+	if got, err := get(t.Context(), client, addr); err != nil || got != "child" {
+		t.Errorf("after the restart: %q, %v; want the child's answer", got, err)
+	}
+}
+
+// TestCrashKillsTheGroup: what the server started (Ollama's runners,
+// which hold the model in memory) dies with it when it crashes, before
+// the restart.
+func TestCrashKillsTheGroup(t *testing.T) {
+	addr := freeAddr(t)
+	pidFile := filepath.Join(t.TempDir(), "child.pid")
+	restarted := make(chan struct{}, 10)
+	p, err := Start(t.Context(), Config{
+		Name:    "helper",
+		Command: func() *exec.Cmd { return helper(addr, childEnv+"="+pidFile) },
+		LogPath: filepath.Join(t.TempDir(), "log"),
+		Ready:   ready(addr),
+		Network: "tcp", Addr: addr,
+		OnRestart: func() { restarted <- struct{}{} },
+		Backoff:   10 * time.Millisecond,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	b, err := os.ReadFile(pidFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runner, _ := strconv.Atoi(string(b))
+	if err := syscall.Kill(p.PID(), syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-restarted:
+	case <-time.After(60 * time.Second):
+		t.Fatal("not restarted within 60s")
+	}
+	// SIGKILL was sent before the restart; its delivery is the kernel's.
+	for start := time.Now(); alive(runner); time.Sleep(10 * time.Millisecond) {
+		if time.Since(start) > 10*time.Second {
+			syscall.Kill(runner, syscall.SIGKILL)
+			t.Fatalf("the crashed server's child %d outlived it", runner)
+		}
+	}
+}
+
+// alive reports whether pid runs (a zombie does not).
+func alive(pid int) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return !errors.Is(err, os.ErrNotExist)
+	}
+	s := string(b)
+	return !strings.HasPrefix(strings.TrimSpace(s[strings.LastIndexByte(s, ')')+1:]), "Z")
+}
