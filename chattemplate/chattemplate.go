@@ -19,6 +19,14 @@
 // so templates that trim content, as Llama 3's Jinja does, render ctxd's
 // messages exactly as Ollama's Go templates do.
 //
+// Content cannot forge a marker: the template's role markers are special
+// tokens, and every piece of content is escaped against the vocabulary's
+// special token texts (runcontext.Specials). The system message holds the
+// blocks' ### headers, so its content, the summary included, is escaped as
+// the plain format escapes it (runcontext.Escape); so are the excerpts and
+// artifacts of a user message, rendered as in the plain format. A query's
+// and an answer's own text is not: no ### line marks a turn there.
+//
 // A template is checked when it is loaded: it must place message content
 // verbatim (so the stable blocks can be rendered once and shared, not
 // re-rendered per request), and rendering turn n+1 should extend turn n
@@ -138,7 +146,9 @@ func (f *Format) stable(rc *runcontext.RunContext) runcontext.Rendered {
 func (f *Format) messages(rc *runcontext.RunContext, system, query string) []api.Message {
 	msgs := []api.Message{{Role: "system", Content: system}}
 	if s := rc.State.Summary; s != "" {
-		msgs = append(msgs, api.Message{Role: "system", Content: "[summary of earlier turns]\n" + f.special.Escape(strings.TrimSpace(s))})
+		// System content, next to the blocks' ### headers: escaped as
+		// the blocks are, so it cannot add one.
+		msgs = append(msgs, api.Message{Role: "system", Content: "[summary of earlier turns]\n" + f.special.Escape(runcontext.Escape(strings.TrimSpace(s)))})
 	}
 	for _, t := range rc.State.Turns {
 		msgs = append(msgs,

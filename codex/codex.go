@@ -116,6 +116,14 @@ func Load(ctx context.Context, root string, opts Options) (*Codex, error) {
 	if err != nil {
 		return nil, fmt.Errorf("codex: %w", err)
 	}
+	// A named pipe would block the load (and the daemon's codex lock)
+	// until something wrote to it; a device or a socket is no codex.
+	if !info.IsDir() && !info.Mode().IsRegular() {
+		return nil, fmt.Errorf("codex: root %s is %s, not a directory or a regular file", root, fileKind(info.Mode()))
+	}
+	if reason := nameProblem(filepath.Base(abs)); !info.IsDir() && reason != "" {
+		return nil, fmt.Errorf("codex: root %s: %s", quotePath(root), reason)
+	}
 	scanNs := time.Now().UnixNano()
 	c := &Codex{Name: filepath.Base(abs), Root: abs, redact: !opts.NoRedact}
 	w, err := newWalker(ctx, real, opts)
@@ -265,8 +273,11 @@ func loadFile(e entry, opts Options) result {
 	data, err := readCapped(e.abs, opts.MaxFileBytes)
 	if err != nil {
 		r := skip(err.Error())
-		if strings.HasPrefix(err.Error(), "unreadable") {
-			r.stat.Stat = fileStat{} // may be transient (permissions, EIO): read again next time
+		var swapped *notRegularError
+		if strings.HasPrefix(err.Error(), "unreadable") || errors.As(err, &swapped) {
+			// May be transient (permissions, EIO, a file replaced since
+			// the walk): read again next time.
+			r.stat.Stat = fileStat{}
 		}
 		return r
 	}
@@ -298,9 +309,15 @@ func loadFile(e entry, opts Options) result {
 }
 
 // readCapped reads a file of at most limit bytes (0: no limit); its
-// errors are reasons to skip the file.
+// errors are reasons to skip the file. It reads only a regular file: one
+// replaced since the walk by a named pipe, a device or a symbolic link is
+// a *notRegularError, found without waiting.
 func readCapped(path string, limit int64) ([]byte, error) {
-	f, err := os.Open(path)
+	f, err := openRegular(path)
+	var swapped *notRegularError
+	if errors.As(err, &swapped) {
+		return nil, err
+	}
 	if err != nil {
 		return nil, fmt.Errorf("unreadable: %v", errors.Unwrap(err))
 	}
@@ -381,70 +398,6 @@ func (c *Codex) ReadContent(ctx context.Context) error {
 func (c *Codex) Body() string {
 	c.renderOnce.Do(func() { c.body = render(c.Files) })
 	return c.body
-}
-
-// render writes each file between fences longer than any run of the fence
-// character that starts a line of the content, so no file can close its own
-// block or open another. The path is quoted, so no path can either.
-func render(files []File) string {
-	pieces := make([]Piece, len(files))
-	for i, f := range files {
-		pieces[i] = Piece{Path: f.Path, Content: f.Content}
-	}
-	return RenderPieces(pieces)
-}
-
-// Piece is a file, or some of its lines, as the codex block shows it.
-type Piece struct {
-	Path    string
-	Lines   string // "10-42"; "": the whole file
-	Content string
-}
-
-// RenderPieces renders pieces as the whole codex renders files: between
-// fences that the content cannot close, the path quoted, and for part of a
-// file, its lines.
-func RenderPieces(pieces []Piece) string {
-	n := 0
-	for _, p := range pieces {
-		n += len(p.Content) + len(p.Path) + 40
-	}
-	var sb strings.Builder
-	sb.Grow(n)
-	for _, p := range pieces {
-		fence := strings.Repeat("~", max(3, longestLeadingRun(p.Content, '~')+1))
-		sb.WriteString(fence)
-		sb.WriteString(" file ")
-		sb.WriteString(quotePath(p.Path))
-		if p.Lines != "" {
-			sb.WriteString(" lines ")
-			sb.WriteString(p.Lines)
-		}
-		sb.WriteString("\n")
-		sb.WriteString(p.Content)
-		if !strings.HasSuffix(p.Content, "\n") {
-			sb.WriteString("\n")
-		}
-		sb.WriteString(fence)
-		sb.WriteString("\n")
-	}
-	return sb.String()
-}
-
-func longestLeadingRun(s string, c byte) int {
-	// Most files have no line starting with the fence character at all.
-	if !strings.HasPrefix(s, string(c)) && !strings.Contains(s, "\n"+string(c)) {
-		return 0
-	}
-	best := 0
-	for line := range strings.Lines(s) {
-		n := 0
-		for n < len(line) && line[n] == c {
-			n++
-		}
-		best = max(best, n)
-	}
-	return best
 }
 
 // Block is the codex as a RunContext block: the whole tree (CAG) or its map

@@ -3,6 +3,7 @@ package codex
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -67,12 +68,12 @@ func LoadSettings(root string) (s Settings, found bool, err error) {
 		dir = filepath.Dir(root)
 	}
 	path := filepath.Join(dir, SettingsFile)
-	data, err := os.ReadFile(path)
+	data, err := readSettings(path)
 	if errors.Is(err, os.ErrNotExist) {
 		return s, false, nil
 	}
 	if err != nil {
-		return s, false, fmt.Errorf("codex: %w", err)
+		return s, false, fmt.Errorf("codex: %s: %w", path, err)
 	}
 	md, err := toml.Decode(string(data), &s)
 	if err != nil {
@@ -101,6 +102,29 @@ func LoadSettings(root string) (s Settings, found bool, err error) {
 		}
 	}
 	return s, true, nil
+}
+
+// maxSettingsBytes caps what is read of a settings file.
+const maxSettingsBytes = 1 << 20
+
+// readSettings reads a settings file (through a symbolic link, as ever),
+// refusing anything but a regular file: a named pipe there would block
+// every load, and the daemon's codex lock, until something wrote to it.
+func readSettings(path string) ([]byte, error) {
+	real, err := filepath.EvalSymlinks(path)
+	if err != nil {
+		return nil, err
+	}
+	f, err := openRegular(real)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, maxSettingsBytes+1))
+	if err == nil && len(data) > maxSettingsBytes {
+		err = fmt.Errorf("over %d bytes", maxSettingsBytes)
+	}
+	return data, err
 }
 
 // keyLine finds the line where key is assigned, for error messages; 0 if

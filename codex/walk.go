@@ -1,10 +1,11 @@
 package codex
 
 import (
-	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -12,6 +13,8 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/go-git/go-git/v5/plumbing/format/gitignore"
 
@@ -20,6 +23,19 @@ import (
 
 // ignoreFiles are read in every directory, in this order (later wins).
 var ignoreFiles = []string{".gitignore", ".ignore"}
+
+// An ignore file is read up to these caps; rules past them are not applied
+// (and the load says so): a hostile tree cannot make the walk hold an
+// unbounded pattern list, nor match every path against one.
+const (
+	maxIgnoreBytes    = 1 << 20
+	maxIgnorePatterns = 10000
+)
+
+// secretFile says whether a file is a secret (a .env, a private key) that
+// is left out unless the include patterns name it: SecretFile, a variable
+// so a test can swap it.
+var secretFile = SecretFile
 
 // entry is one file the walk found.
 type entry struct {
@@ -59,10 +75,12 @@ func newWalker(ctx context.Context, root string, opts Options) (*walker, error) 
 	return w, nil
 }
 
+// skip reports a path left out, quoted if its name is one that cannot be
+// shown raw (see nameProblem).
 func (w *walker) skip(rel, reason string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.skipped = append(w.skipped, ctxd.Skipped{Path: rel, Reason: reason})
+	w.skipped = append(w.skipped, ctxd.Skipped{Path: safePath(rel), Reason: reason})
 }
 
 // link is a symbolic link to a directory, found by the walk.
@@ -134,7 +152,7 @@ func (w *walker) walk(real, rel string, inherited []gitignore.Pattern) error {
 		w.skip(rel, "directory already included (symbolic link loop or duplicate)")
 		return nil
 	}
-	entries, err := os.ReadDir(real)
+	entries, err := readDir(real)
 	if err != nil {
 		if rel == "" {
 			return fmt.Errorf("codex: read %s: %w", w.root, err)
@@ -143,19 +161,20 @@ func (w *walker) walk(real, rel string, inherited []gitignore.Pattern) error {
 		return nil
 	}
 	domain := splitRel(rel)
-	patterns := slices.Clone(inherited)
-	for _, name := range ignoreFiles {
-		// Only names the listing holds are opened: most directories have
-		// no ignore file, and a reload is mostly system calls.
-		if _, ok := slices.BinarySearchFunc(entries, name, func(e fs.DirEntry, n string) int { return strings.Compare(e.Name(), n) }); !ok {
-			continue
+	// Only names the listing holds are opened: most directories have no
+	// ignore file, and a reload is mostly system calls.
+	listed := func(name string) (fs.FileMode, bool) {
+		i, ok := slices.BinarySearchFunc(entries, name, func(e fs.DirEntry, n string) int { return strings.Compare(e.Name(), n) })
+		if !ok {
+			return 0, false
 		}
-		ps, err := readPatterns(filepath.Join(real, name), domain)
-		if err != nil {
-			w.skip(join(rel, name), fmt.Sprintf("ignore file unreadable: %v", err))
-		}
-		patterns = append(patterns, ps...)
+		return entries[i].Type(), true
 	}
+	own, notes := dirPatterns(real, rel, listed)
+	for _, n := range notes {
+		w.skip(n.Path, n.Reason)
+	}
+	patterns := append(slices.Clone(inherited), own...)
 	matcher := gitignore.NewMatcher(patterns)
 	for _, e := range entries { // ReadDir sorts by name
 		name := e.Name()
@@ -194,6 +213,10 @@ func (w *walker) walk(real, rel string, inherited []gitignore.Pattern) error {
 			w.skip(childRel, "excluded by the codex's exclude patterns")
 			continue
 		}
+		if reason := nameProblem(name); reason != "" {
+			w.skip(childRel, reason)
+			continue
+		}
 		switch {
 		case info.IsDir() && isLink:
 			w.mu.Lock()
@@ -207,11 +230,15 @@ func (w *walker) walk(real, rel string, inherited []gitignore.Pattern) error {
 			if len(w.include) > 0 && !gitignore.NewMatcher(w.include).Match(path, false) {
 				continue // not among the included files
 			}
+			if reason, ok := w.secret(childRel, childReal, isLink); ok {
+				w.skip(childRel, reason)
+				continue
+			}
 			w.mu.Lock()
 			w.files = append(w.files, entry{rel: childRel, abs: childReal, size: info.Size(), stat: statOf(info)})
 			w.mu.Unlock()
 		default:
-			w.skip(childRel, "not a regular file")
+			w.skip(childRel, (&notRegularError{mode: info.Mode()}).Error())
 		}
 	}
 	return nil
@@ -221,26 +248,118 @@ func (w *walker) excluded(path []string, isDir bool) bool {
 	return len(w.exclude) > 0 && gitignore.NewMatcher(w.exclude).Match(path, isDir)
 }
 
-// readPatterns reads one ignore file; a missing file has no patterns.
-func readPatterns(path string, domain []string) ([]gitignore.Pattern, error) {
-	f, err := os.Open(path)
+// secret says whether a file is a secret left out of the codex: by its
+// path, or a link's by its target's too. The include patterns name what
+// the operator wants: a file they match is loaded, secret or not.
+func (w *walker) secret(rel, real string, isLink bool) (string, bool) {
+	if len(w.include) > 0 {
+		return "", false // the walk keeps only files the include patterns match
+	}
+	if reason, ok := secretFile(rel); ok {
+		return reason, true
+	}
+	if isLink {
+		if target, err := filepath.Rel(w.root, real); err == nil {
+			return secretFile(filepath.ToSlash(target))
+		}
+	}
+	return "", false
+}
+
+// dirPatterns reads the ignore files of directory real (relative path rel)
+// that listed says it holds, and returns their patterns and notes on what
+// could not be read or applied (paths relative to the root).
+func dirPatterns(real, rel string, listed func(name string) (fs.FileMode, bool)) ([]gitignore.Pattern, []ctxd.Skipped) {
+	var (
+		patterns []gitignore.Pattern
+		notes    []ctxd.Skipped
+	)
+	domain := splitRel(rel)
+	for _, name := range ignoreFiles {
+		mode, ok := listed(name)
+		if !ok {
+			continue
+		}
+		path := filepath.Join(real, name)
+		switch {
+		case mode&fs.ModeSymlink != 0:
+			// Followed, as ever: the open below refuses what the link
+			// leads to unless it is a regular file.
+			target, err := filepath.EvalSymlinks(path)
+			if err != nil {
+				continue // dangling: no patterns; the walk reports the link
+			}
+			path = target
+		case !mode.IsRegular():
+			continue // the walk reports it as not a regular file
+		}
+		ps, note, err := readPatterns(path, domain)
+		if err != nil {
+			note = fmt.Sprintf("ignore file unreadable: %v", err)
+		}
+		if note != "" {
+			notes = append(notes, ctxd.Skipped{Path: join(rel, name), Reason: note})
+		}
+		patterns = append(patterns, ps...)
+	}
+	return patterns, notes
+}
+
+// readPatterns reads one ignore file, up to maxIgnoreBytes and
+// maxIgnorePatterns; note says what lay past them, not applied. A missing
+// file has no patterns; one that is not a regular file is an error.
+func readPatterns(path string, domain []string) (ps []gitignore.Pattern, note string, err error) {
+	f, err := openRegular(path)
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
+		return nil, "", nil
 	}
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	defer f.Close()
-	var ps []gitignore.Pattern
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		line := strings.TrimRight(sc.Text(), "\r")
+	data, err := io.ReadAll(io.LimitReader(f, maxIgnoreBytes+1))
+	if err != nil {
+		return nil, "", err
+	}
+	if len(data) > maxIgnoreBytes {
+		// A line the cap cuts is not a rule.
+		data = data[:bytes.LastIndexByte(data[:maxIgnoreBytes], '\n')+1]
+		note = fmt.Sprintf("ignore file over %d bytes: only the rules in its first %d bytes are applied", maxIgnoreBytes, maxIgnoreBytes)
+	}
+	for line := range strings.Lines(string(data)) {
+		line = strings.TrimRight(line, "\r\n")
 		if strings.TrimSpace(line) == "" || strings.HasPrefix(line, "#") {
 			continue
 		}
+		if len(ps) == maxIgnorePatterns {
+			return ps, fmt.Sprintf("ignore file over %d patterns: only its first %d patterns are applied", maxIgnorePatterns, maxIgnorePatterns), nil
+		}
 		ps = append(ps, gitignore.ParsePattern(line, domain))
 	}
-	return ps, sc.Err()
+	return ps, note, nil
+}
+
+// nameProblem says why a file name cannot be part of the codex, or "" if
+// it can. Every request carries the codex's paths, and the RunContext
+// refuses control characters in them: one file named with a newline would
+// fail every request. Such names are skipped, and reported quoted.
+func nameProblem(name string) string {
+	if !utf8.ValidString(name) {
+		return "file name is not valid UTF-8 (the path is shown quoted)"
+	}
+	if strings.IndexFunc(name, unicode.IsControl) >= 0 {
+		return "file name has a control character (the path is shown quoted)"
+	}
+	return ""
+}
+
+// safePath is rel as a report shows it: quoted if any of its names has a
+// problem, so no path can break a line of a log or a terminal's output.
+func safePath(rel string) string {
+	if nameProblem(rel) != "" {
+		return strconv.Quote(rel)
+	}
+	return rel
 }
 
 func splitRel(rel string) []string {
@@ -264,3 +383,112 @@ func inside(root, path string) bool {
 
 // quotePath is how a path appears in rendered text.
 func quotePath(p string) string { return strconv.Quote(p) }
+
+// notRegularError: a path the walk found to be a regular file is, when
+// opened, something else.
+type notRegularError struct{ mode fs.FileMode }
+
+func (e *notRegularError) Error() string { return "not a regular file (" + fileKind(e.mode) + ")" }
+
+// fileKind names what a file that is not regular is.
+func fileKind(m fs.FileMode) string {
+	switch {
+	case m&fs.ModeNamedPipe != 0:
+		return "a named pipe"
+	case m&fs.ModeSocket != 0:
+		return "a socket"
+	case m&fs.ModeDevice != 0:
+		return "a device"
+	case m&fs.ModeSymlink != 0:
+		return "a symbolic link"
+	case m.IsDir():
+		return "a directory"
+	}
+	return "an irregular file"
+}
+
+// Ignorer tells a watcher which paths below a codex root a load leaves
+// out: those its ignore files ignore, the exclude patterns exclude, files
+// the include patterns do not name, and version control data. A change
+// there cannot change the codex, and a directory there need not be
+// watched. Ignore files and the root's settings file are never ignored,
+// whatever the patterns say: a change to them changes what loads.
+//
+// It reads each directory's ignore files once, when first asked about a
+// path below it; after an ignore file changes, make a new one. It does not
+// follow symbolic links (the watcher does not watch through them). It is
+// not safe for concurrent use.
+type Ignorer struct {
+	root     string
+	include  []gitignore.Pattern
+	exclude  []gitignore.Pattern
+	patterns map[string][]gitignore.Pattern // by directory ("" the root): the patterns in force in it
+}
+
+// NewIgnorer returns the Ignorer of the directory root with opts' include
+// and exclude patterns.
+func NewIgnorer(root string, opts Options) *Ignorer {
+	w, _ := newWalker(context.Background(), root, opts)
+	return &Ignorer{root: root, include: w.include, exclude: w.exclude, patterns: map[string][]gitignore.Pattern{}}
+}
+
+// Ignored reports whether the path rel (slash-separated, relative to the
+// root) is left out of the codex, as a directory if isDir.
+func (ig *Ignorer) Ignored(rel string, isDir bool) bool {
+	parts := splitRel(rel)
+	if len(parts) == 0 {
+		return false
+	}
+	for i, name := range parts {
+		last := i == len(parts)-1
+		if last && !isDir && (slices.Contains(ignoreFiles, name) || i == 0 && name == SettingsFile) {
+			return false // it shapes the load, whatever the patterns say
+		}
+		if name == ".git" || name == SettingsFile {
+			return true
+		}
+		dir := !last || isDir
+		path := parts[:i+1]
+		if gitignore.NewMatcher(ig.patternsIn(strings.Join(parts[:i], "/"))).Match(path, dir) {
+			return true
+		}
+		if len(ig.exclude) > 0 && gitignore.NewMatcher(ig.exclude).Match(path, dir) {
+			return true
+		}
+	}
+	return !isDir && len(ig.include) > 0 && !gitignore.NewMatcher(ig.include).Match(parts, false)
+}
+
+// patternsIn is the patterns in force in directory rel: its parents' and
+// its own ignore files'.
+func (ig *Ignorer) patternsIn(rel string) []gitignore.Pattern {
+	if ps, ok := ig.patterns[rel]; ok {
+		return ps
+	}
+	var inherited []gitignore.Pattern
+	if rel != "" {
+		parent := ""
+		if i := strings.LastIndexByte(rel, '/'); i >= 0 {
+			parent = rel[:i]
+		}
+		inherited = ig.patternsIn(parent)
+	}
+	real := filepath.Join(ig.root, filepath.FromSlash(rel))
+	own, _ := dirPatterns(real, rel, func(name string) (fs.FileMode, bool) {
+		info, err := os.Lstat(filepath.Join(real, name))
+		if err != nil {
+			return 0, false
+		}
+		return info.Mode(), true
+	})
+	ps := append(slices.Clone(inherited), own...)
+	ig.patterns[rel] = ps
+	return ps
+}
+
+// Rules reports whether a file at rel shapes what a load ignores: an
+// ignore file, or the root's settings file (its include and exclude
+// patterns). After such a file changes, make a new Ignorer.
+func (ig *Ignorer) Rules(rel string) bool {
+	return rel == SettingsFile || slices.Contains(ignoreFiles, rel[strings.LastIndexByte(rel, '/')+1:])
+}

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/fsnotify/fsnotify"
+
+	"github.com/ctxd/ctxd/codex"
 )
 
 // debounce is how long the watcher waits after the last change before it
@@ -40,7 +42,10 @@ func (s *Service) watch(path string) {
 }
 
 // watchTree reloads the codex when files under root change, in debounced
-// batches, until ctx ends.
+// batches, until ctx ends. What the codex leaves out (its ignore files'
+// and exclude patterns' paths, the daemon's own state) is not watched,
+// and changes there are not reacted to: with make run's layout, build
+// outputs and every answer's writes land in the codex's ignored var/.
 func (s *Service) watchTree(ctx context.Context, root string, watching chan<- struct{}) {
 	w, err := fsnotify.NewWatcher()
 	if err != nil {
@@ -49,25 +54,50 @@ func (s *Service) watchTree(ctx context.Context, root string, watching chan<- st
 		return
 	}
 	defer w.Close()
-	dir := root
+	dir, file := root, ""
 	if info, err := os.Stat(root); err == nil && !info.IsDir() {
-		dir = filepath.Dir(root)
+		// A one-file codex: its directory is watched, not the tree below
+		// it, for the file and the settings file beside it.
+		dir, file = filepath.Dir(root), filepath.Base(root)
 	}
 	// The daemon's own state (sessions, caches, saved slots) may lie inside
 	// the codex tree, as with make run's: its writes are not the codex's
 	// changes, and watching them would reload on every answer.
 	own := s.ownDir(dir)
-	addTree := func(dir string) {
-		_ = filepath.WalkDir(dir, func(p string, e fs.DirEntry, err error) error {
+	ig := s.ignorer(dir)
+	// ignored reports whether a change at p cannot change the codex.
+	ignored := func(p string) bool {
+		if own(p) {
+			return true
+		}
+		rel, err := filepath.Rel(dir, p)
+		if err != nil || rel == "." || rel == ".." || strings.HasPrefix(rel, ".."+string(filepath.Separator)) {
+			return false
+		}
+		if file != "" {
+			return rel != file && rel != codex.SettingsFile
+		}
+		rel = filepath.ToSlash(rel)
+		if info, err := os.Stat(p); err == nil {
+			return ig.Ignored(rel, info.IsDir())
+		}
+		// Gone: it was a file or a directory, left out only if either would be.
+		return ig.Ignored(rel, false) && ig.Ignored(rel, true)
+	}
+	addTree := func(top string) {
+		_ = filepath.WalkDir(top, func(p string, e fs.DirEntry, err error) error {
 			if err != nil || !e.IsDir() {
 				return nil
 			}
-			if e.Name() == ".git" || own(p) {
+			if p != dir && ignored(p) {
 				return filepath.SkipDir
 			}
 			if err := w.Add(p); err != nil {
 				s.log.Warn("cannot watch codex directory", "dir", p, "err", err)
 				return filepath.SkipAll
+			}
+			if file != "" {
+				return filepath.SkipDir // the directory alone
 			}
 			return nil
 		})
@@ -76,7 +106,7 @@ func (s *Service) watchTree(ctx context.Context, root string, watching chan<- st
 	close(watching)
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
-	pending := 0
+	pending, rulesChanged := 0, false
 	for {
 		select {
 		case <-ctx.Done():
@@ -85,10 +115,13 @@ func (s *Service) watchTree(ctx context.Context, root string, watching chan<- st
 			if !ok {
 				return
 			}
-			if own(ev.Name) {
+			if ignored(ev.Name) {
 				continue
 			}
-			if ev.Has(fsnotify.Create) {
+			if rel, err := filepath.Rel(dir, ev.Name); err == nil && file == "" && ig.Rules(filepath.ToSlash(rel)) {
+				rulesChanged = true // what is ignored changes with the reload
+			}
+			if ev.Has(fsnotify.Create) && file == "" {
 				if info, err := os.Stat(ev.Name); err == nil && info.IsDir() {
 					addTree(ev.Name)
 				}
@@ -101,6 +134,18 @@ func (s *Service) watchTree(ctx context.Context, root string, watching chan<- st
 			}
 			s.log.Warn("codex watcher", "err", err)
 		case <-timer.C:
+			if rulesChanged {
+				// Directories newly ignored are unwatched, and those no
+				// longer ignored are watched.
+				rulesChanged = false
+				ig = s.ignorer(dir)
+				for _, p := range w.WatchList() {
+					if p != dir && ignored(p) {
+						_ = w.Remove(p)
+					}
+				}
+				addTree(dir)
+			}
 			s.log.Info("codex files changed; reloading", "events", pending)
 			pending = 0
 			if err := s.reload(ctx, root); err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, ErrClosed) {
@@ -108,6 +153,18 @@ func (s *Service) watchTree(ctx context.Context, root string, watching chan<- st
 			}
 		}
 	}
+}
+
+// ignorer is what a load of the tree at dir leaves out, with the daemon's
+// include and exclude patterns and the codex's settings. Settings that do
+// not load leave the daemon's patterns alone: the load reports them.
+func (s *Service) ignorer(dir string) *codex.Ignorer {
+	settings, _, err := codex.LoadSettings(dir)
+	if err != nil {
+		settings = codex.Settings{}
+	}
+	cc := s.cfg.Codex
+	return codex.NewIgnorer(dir, codex.Options{Include: cc.Include, Exclude: cc.Exclude}.Merge(settings.Codex))
 }
 
 // ownDir reports whether a directory is the daemon's state directory or

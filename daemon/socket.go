@@ -23,8 +23,15 @@ var ErrInUse = errors.New("socket in use")
 // clients.
 func Listen(path string) (net.Listener, error) {
 	dir := filepath.Dir(path)
+	_, statErr := os.Stat(dir)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("daemon: socket dir: %w", err)
+	}
+	if errors.Is(statErr, fs.ErrNotExist) {
+		// Its mode, whatever the umask (which Listen changes for a moment).
+		if err := os.Chmod(dir, 0o700); err != nil {
+			return nil, fmt.Errorf("daemon: socket dir: %w", err)
+		}
 	}
 	if err := checkSocketDir(dir); err != nil {
 		return nil, err

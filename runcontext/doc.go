@@ -15,6 +15,16 @@
 // block's content, a volatile one in the query block. Each block still
 // depends only on its own fields and its own artifacts.
 //
+// Content cannot forge structure. Every free text a block holds (persona,
+// instructions, codex body, karma, summary, queries, answers, excerpts,
+// artifacts) is escaped (Escape): a line that a model or a normalizing
+// tokenizer could read as a block header, a turn marker or an excerpt's or
+// a summary's bracket, whatever line break, indentation, invisible or
+// look-alike character it uses, gets a backslash. Codex files are fenced
+// (Fence) so that no line of theirs closes their fence. Package
+// runcontexttest is the lenient reader the tests and fuzz targets hold
+// this to.
+//
 // runcontext knows nothing about backends, sessions or limits: the
 // orchestrator builds RunContexts and the governor keeps them in bounds.
 package runcontext

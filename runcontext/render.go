@@ -121,7 +121,7 @@ func withArtifacts(block, arts string) string {
 // instructions: the artifacts are the daemon's, as the persona is, and
 // they change less often than the client's system message.
 func renderIdentity(id Identity, arts string) string {
-	out := "### IDENTITY " + id.Name + "\n" + escape(id.Persona) + "\n" + arts + "\n"
+	out := "### IDENTITY " + escapeInline(id.Name) + "\n" + escape(id.Persona) + "\n" + arts + "\n"
 	if strings.TrimSpace(id.Instructions) != "" {
 		out += "### INSTRUCTIONS\n" + escape(strings.TrimSpace(id.Instructions)) + "\n\n"
 	}
@@ -140,12 +140,13 @@ func renderCodex(c Codex) string {
 	sb.WriteString("### CODEX ")
 	sb.WriteString(strconv.Quote(c.Name))
 	sb.WriteString(" mode=")
-	sb.WriteString(c.Mode)
+	sb.WriteString(escapeInline(c.Mode))
 	sb.WriteString(" files=")
 	sb.WriteString(strconv.Itoa(len(c.Files)))
 	sb.WriteString("\n")
-	sb.WriteString(c.Body)
-	if !strings.HasSuffix(c.Body, "\n") {
+	body := escape(c.Body)
+	sb.WriteString(body)
+	if !strings.HasSuffix(body, "\n") {
 		sb.WriteString("\n")
 	}
 	sb.WriteString("\n")
@@ -153,14 +154,14 @@ func renderCodex(c Codex) string {
 }
 
 func renderEnvironment(e Environment) string {
-	return "### ENVIRONMENT\nvram_pressure: " + e.VRAM + "\ngpu: " + e.GPU +
-		"\npower: " + e.Power + "\nconnectivity: " + e.Connectivity + "\n\n"
+	return "### ENVIRONMENT\nvram_pressure: " + escapeInline(e.VRAM) + "\ngpu: " + escapeInline(e.GPU) +
+		"\npower: " + escapeInline(e.Power) + "\nconnectivity: " + escapeInline(e.Connectivity) + "\n\n"
 }
 
 // renderSigil renders the sigil's name and scopes. The tools it offers are
 // an artifact (package formatters/toolmanifest), not hard-coded here.
 func renderSigil(s Sigil) string {
-	return "### SIGIL " + s.Name + "\nscopes: " + strings.Join(s.Scopes, " ") + "\n\n"
+	return "### SIGIL " + escapeInline(s.Name) + "\nscopes: " + escapeInline(strings.Join(s.Scopes, " ")) + "\n\n"
 }
 
 // renderKarma renders the karma entries. The karma epoch is not rendered:
@@ -173,10 +174,16 @@ func renderKarma(k Karma) string {
 		sb.WriteString("(none)\n")
 	}
 	for _, e := range k.Entries {
-		sb.WriteString("- [")
-		sb.WriteString(e.ID)
-		sb.WriteString("] ")
-		sb.WriteString(escape(e.Text))
+		// Escaped as a whole line, "- [" included: an id and a text that
+		// hold nothing escaping looks for are written as they are.
+		if mayNeedEscape(e.ID) || mayNeedEscape(e.Text) || hasBidiControl(e.ID) || hasBidiControl(e.Text) {
+			sb.WriteString(escape("- [" + e.ID + "] " + e.Text))
+		} else {
+			sb.WriteString("- [")
+			sb.WriteString(e.ID)
+			sb.WriteString("] ")
+			sb.WriteString(e.Text)
+		}
 		sb.WriteString("\n")
 	}
 	sb.WriteString("\n")
@@ -222,8 +229,8 @@ func renderQuery(text string, excerpts []Excerpt, arts string) string {
 	return sb.String()
 }
 
-// RenderArtifact renders an artifact's text as a block holds it: escaped,
-// on lines of its own.
+// RenderArtifact renders an artifact's text as a block holds it: escaped
+// (Escape), on lines of its own.
 func RenderArtifact(text string) string {
 	text = escape(text)
 	if !strings.HasSuffix(text, "\n") {
@@ -279,7 +286,7 @@ func RenderExcerpt(e Excerpt) string {
 	sb.WriteString(strconv.Quote(e.Path))
 	if e.Lines != "" {
 		sb.WriteString(" lines ")
-		sb.WriteString(e.Lines)
+		sb.WriteString(escapeInline(e.Lines))
 	}
 	sb.WriteString("]\n")
 	sb.WriteString(escape(e.Text))
@@ -290,20 +297,4 @@ func RenderExcerpt(e Excerpt) string {
 // RenderAnswer renders an answer as it follows its query in the state.
 func RenderAnswer(answer string) string {
 	return escape(answer) + "\n"
-}
-
-// escape keeps free text from opening a block or a turn of its own: a line
-// that starts with "###" (or with backslashes then "###") gets one more
-// leading backslash. The mapping is reversible and deterministic.
-func escape(s string) string {
-	if !strings.Contains(s, "###") {
-		return s
-	}
-	lines := strings.SplitAfter(s, "\n")
-	for i, l := range lines {
-		if strings.HasPrefix(strings.TrimLeft(l, `\`), "###") {
-			lines[i] = `\` + l
-		}
-	}
-	return strings.Join(lines, "")
 }

@@ -35,8 +35,8 @@ type RunContext struct {
 //
 // Artifacts of one block render sorted by formatter name, then in the
 // order given. The text is free text, escaped like any other (a line that
-// starts with "###" gets a backslash, special token texts are broken) and
-// placed on lines of its own: a newline is added when it does not end
+// would read as a marker gets a backslash, see Escape; special token texts
+// are broken) and placed on lines of its own: a newline is added when it does not end
 // with one. It is placed as it is otherwise: a formatter writes its own
 // heading.
 type Artifact struct {

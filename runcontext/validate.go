@@ -214,7 +214,7 @@ func (v *validator) name(field, s string, max int) {
 	if len(s) > max {
 		v.fail(field, fmt.Sprintf("is %d bytes, at most %d allowed", len(s), max))
 	}
-	if strings.ContainsAny(s, "\r\n") {
+	if strings.ContainsAny(s, lineBreaks) {
 		v.fail(field, "must be a single line")
 	}
 }
