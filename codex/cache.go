@@ -15,8 +15,11 @@ import (
 // Cache remembers what loading a tree found, so a reload need not find it
 // again. It holds two things, saved together as one file:
 //
-//   - by content hash: what processing a file's content found (its lines,
-//     redactions and, once counted, its tokens for one tokenizer);
+//   - by content hash and redaction rules: what processing a file's
+//     content found (its lines, redactions and, once counted, its tokens
+//     for one tokenizer). Entries found with other rules (an upgrade of
+//     package secrets) are never used, and dropped on saving, so new
+//     rules read every file again;
 //   - the stat index of the last tree loaded: each file's path, size,
 //     modification and change times (nanoseconds), inode and device, and
 //     the hash of the content they described, as git's index does. A file
@@ -34,9 +37,20 @@ type Cache struct {
 	dirty   bool
 }
 
+// cacheKey is a content and how it was read: Rules is the version of
+// the redaction rules it was redacted with, "" if it was not.
 type cacheKey struct {
-	Sum    [32]byte
-	Redact bool
+	Sum   [32]byte
+	Rules string
+}
+
+// keyFor is the key of a content read with or without redaction, by the
+// rules of this build.
+func keyFor(sum [32]byte, redact bool) cacheKey {
+	if redact {
+		return cacheKey{sum, redactRules}
+	}
+	return cacheKey{Sum: sum}
 }
 
 type cacheEntry struct {
@@ -101,7 +115,7 @@ func (c *Cache) get(sum [32]byte, redact bool) (cacheEntry, bool) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	e, ok := c.entries[cacheKey{sum, redact}]
+	e, ok := c.entries[keyFor(sum, redact)]
 	return e, ok
 }
 
@@ -111,7 +125,7 @@ func (c *Cache) put(sum [32]byte, redact bool, e cacheEntry) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.entries[cacheKey{sum, redact}] = e
+	c.entries[keyFor(sum, redact)] = e
 	c.dirty = true
 }
 
@@ -124,7 +138,7 @@ func (c *Cache) setTokens(sum [32]byte, redact bool, tokens int) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	k := cacheKey{sum, redact}
+	k := keyFor(sum, redact)
 	e, ok := c.entries[k]
 	if !ok {
 		return
@@ -198,10 +212,15 @@ func (c *Cache) Save() error {
 	return nil
 }
 
-// prune drops content entries no file of the stat index references. With
-// no stat index (nothing loaded yet) nothing is dropped. The caller holds
-// c.mu.
+// prune drops content entries redacted with other rules than this
+// build's, and those no file of the stat index references (with no stat
+// index, nothing loaded yet, none of these). The caller holds c.mu.
 func (c *Cache) prune() {
+	for k := range c.entries {
+		if k.Rules != "" && k.Rules != redactRules {
+			delete(c.entries, k)
+		}
+	}
 	if c.index.Files == nil {
 		return
 	}

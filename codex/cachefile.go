@@ -1,9 +1,11 @@
 package codex
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"slices"
+	"strings"
 
 	"github.com/ctxd/ctxd"
 )
@@ -11,13 +13,17 @@ import (
 // The cache file is a flat binary record (a stat index of ten thousand
 // files decodes in a few milliseconds; gob took ten times as long):
 //
-//	magic, tokenizer, entries (sum, redact, lines, tokens, counted,
-//	redactions (rule, line)…), stat index (root, options, scan time,
-//	files (path, size, mtime, ctime, inode, device, sum, skip reason)…)
+//	magic, tokenizer, entries (sum, redaction rules, lines, tokens,
+//	counted, redactions (rule, line)…), stat index (root, options, scan
+//	time, files (path, size, mtime, ctime, inode, device, sum, skip
+//	reason)…)
 //
 // integers as varints, strings and lists length-prefixed. Any other
-// content is not a cache of this version: it is started over.
-const cacheMagic = "ctxd-codex-cache-3 rules-" + rulesVersion + "\n"
+// content is not a cache of this version: it is started over. The
+// redaction rules' version is in each entry's key, not in the magic: an
+// upgrade of the rules reads the files again but keeps the stat index and
+// the token counts of files read without redaction.
+const cacheMagic = "ctxd-codex-cache-4\n"
 
 var errCacheFormat = errors.New("codex: cache: not a cache of this version")
 
@@ -33,7 +39,7 @@ func (cf *cacheFile) encode() []byte {
 	for _, k := range keys {
 		e := cf.Entries[k]
 		b = append(b, k.Sum[:]...)
-		b = appendBool(b, k.Redact)
+		b = appendString(b, k.Rules)
 		b = binary.AppendUvarint(b, uint64(e.Lines))
 		b = binary.AppendVarint(b, int64(e.Tokens))
 		b = appendBool(b, e.Counted)
@@ -68,18 +74,10 @@ func (cf *cacheFile) encode() []byte {
 }
 
 func compareKeys(a, b cacheKey) int {
-	for i := range a.Sum {
-		if a.Sum[i] != b.Sum[i] {
-			return int(a.Sum[i]) - int(b.Sum[i])
-		}
+	if c := bytes.Compare(a.Sum[:], b.Sum[:]); c != 0 {
+		return c
 	}
-	switch {
-	case a.Redact == b.Redact:
-		return 0
-	case a.Redact:
-		return 1
-	}
-	return -1
+	return strings.Compare(a.Rules, b.Rules)
 }
 
 func (cf *cacheFile) decode(data []byte) error {
@@ -98,7 +96,7 @@ func (cf *cacheFile) decode(data []byte) error {
 		}
 		var k cacheKey
 		copy(k.Sum[:], d.bytes(32))
-		k.Redact = d.bool()
+		k.Rules = d.string()
 		e := cacheEntry{Lines: int(d.uvarint()), Tokens: int(d.varint()), Counted: d.bool()}
 		for range d.uvarint() {
 			if d.err != nil {
