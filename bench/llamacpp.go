@@ -2,6 +2,8 @@ package bench
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
 	"log/slog"
 	"os"
@@ -88,6 +90,13 @@ func startLlamaStack(ctx context.Context, cfg Config, modelPath, codexDir, state
 	dc.Limits.AnswerReserve, dc.Limits.MaxDepth = cfg.AnswerToks, 0
 	dc.Codex.Path, dc.Codex.Watch = codexDir, false
 	dc.Codex.LoadRoots = []string{"/"} // the harness loads its own trees
+	// The harness also talks to the server itself (the raw comparison):
+	// it chooses the key the managed server requires.
+	key := make([]byte, 16)
+	if _, err := rand.Read(key); err != nil {
+		return nil, err
+	}
+	dc.Backend.APIKey = hex.EncodeToString(key)
 	if cfg.CAGRatio > 0 {
 		dc.Codex.CAGRatio = cfg.CAGRatio
 	}
@@ -100,7 +109,7 @@ func startLlamaStack(ctx context.Context, cfg Config, modelPath, codexDir, state
 		st.stop()
 		return nil, err
 	}
-	raw, err := llamacpp.New(status.Backend.URL, llamacpp.Options{})
+	raw, err := llamacpp.New(status.Backend.URL, llamacpp.Options{APIKey: dc.Backend.APIKey})
 	if err != nil {
 		st.stop()
 		return nil, err

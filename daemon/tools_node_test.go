@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/ctxd/ctxd"
+	"github.com/ctxd/ctxd/client"
 	"github.com/ctxd/ctxd/config"
 	"github.com/ctxd/ctxd/governor"
 	"github.com/ctxd/ctxd/internal/fake"
@@ -83,7 +84,7 @@ func TestOpenAIClientToolCalls(t *testing.T) {
 		},
 		config: func(c *config.Config) {
 			c.Daemon.TCPListen = "127.0.0.1:0"
-			c.Sigils["agent"] = config.Sigil{Scopes: []string{"ask", "tool:grep"}, TokenSHA256: hash}
+			c.Sigils["agent"] = config.Sigil{Scopes: []string{"ask", "tool:grep", "sessions:read"}, TokenSHA256: hash}
 		},
 	})
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
@@ -118,7 +119,7 @@ func TestOpenAIClientToolCalls(t *testing.T) {
 	if out.After.FinishReason != "stop" || !strings.Contains(out.After.Content, "daemon/listen.go") || out.After.Ctxd.Turn != 3 || out.After.Ctxd.PrefixNote != "" {
 		t.Errorf("after the tool's result: %+v", out.After)
 	}
-	if s, err := f.client.Sessions(t.Context()); err != nil || len(s) != 1 {
-		t.Errorf("one conversation, one session: %+v %v", s, err)
+	if s, err := client.New(f.cfg.Daemon.Socket, client.WithToken(tok)).Sessions(t.Context()); err != nil || len(s) != 1 {
+		t.Errorf("one conversation, one session (agent's): %+v %v", s, err)
 	}
 }

@@ -12,12 +12,12 @@ import (
 
 // Scopes ctxd knows about. A sigil may hold only these (and tool:NAME).
 const (
-	ScopeAsk         = "ask"          // may send queries
-	ScopeSearchCodex = "search_codex" // may be offered the codex search tool, and read codex files
-	ScopeTools       = "tools"        // may offer the model any of its client's tools
-	ScopeToolPrefix  = "tool:"        // tool:NAME: may offer the model the client's tool NAME
-	ScopeKarmaRead   = "karma:read"   // may list and read its own traces
-	ScopeKarmaWrite  = "karma:write"  // may verify, reject, pin and supersede its own traces
+	ScopeAsk         = "ask"            // may send queries
+	ScopeSearchCodex = "search_codex"   // may be offered the codex search tool, and read codex files
+	ScopeTools       = "tools"          // may offer the model any of its client's tools
+	ScopeToolPrefix  = "tool:"          // tool:NAME: may offer the model the client's tool NAME
+	ScopeKarmaRead   = "karma:read"     // may list and read its own traces
+	ScopeKarmaWrite  = "karma:write"    // may verify, reject, pin and supersede its own traces
 	ScopeSessRead    = "sessions:read"  // may list and read its own sessions and their last prompts
 	ScopeSessWrite   = "sessions:write" // may delete its own sessions
 	ScopeCodexLoad   = "codex:load"     // may load a codex (from the operator's allowed roots)
