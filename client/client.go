@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/ctxd/ctxd"
+	"github.com/ctxd/ctxd/sockowner"
 )
 
 // Client is a ctxd API client.
@@ -81,7 +82,8 @@ func New(socket string, opts ...Option) *Client {
 
 // checkServer refuses a socket served by a process of an untrusted uid.
 func (c *Client) checkServer(conn net.Conn) error {
-	uid, pid, ok := peerUID(conn)
+	cred, ok := sockowner.Peer(conn)
+	uid, pid := cred.UID, cred.PID
 	if !ok || uid == os.Getuid() || slices.Contains(c.uids, uid) {
 		return nil // no peer credentials on this system: nothing to check against
 	}

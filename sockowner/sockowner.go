@@ -45,3 +45,8 @@ func holder(uid int, pids []int) string {
 	}
 	return s
 }
+
+// Cred is a process's credentials as a Unix socket reports them.
+type Cred struct {
+	PID, UID, GID int
+}

@@ -95,23 +95,13 @@ func (o Owner) CheckConn(c net.Conn) error {
 		// user it has.
 		return o.CheckListener("tcp", server.String())
 	case *net.UnixConn:
-		raw, err := c.SyscallConn()
+		cred, err := peerCred(c)
 		if err != nil {
-			return fmt.Errorf("sockowner: %w", err)
-		}
-		var cred *syscall.Ucred
-		var credErr error
-		if err := raw.Control(func(fd uintptr) {
-			cred, credErr = syscall.GetsockoptUcred(int(fd), syscall.SOL_SOCKET, syscall.SO_PEERCRED)
-		}); err != nil {
-			return fmt.Errorf("sockowner: %w", err)
-		}
-		if credErr != nil {
-			return fmt.Errorf("sockowner: peer credentials: %w", credErr)
+			return err
 		}
 		addr := c.RemoteAddr().String()
-		if g, err := pgrp(int(cred.Pid)); int(cred.Uid) != o.UID || err != nil || g != o.PGID {
-			return fmt.Errorf("sockowner: %s: %w: %s, not %v", addr, ErrNotOwned, holder(int(cred.Uid), []int{int(cred.Pid)}), o)
+		if g, err := pgrp(cred.PID); cred.UID != o.UID || err != nil || g != o.PGID {
+			return fmt.Errorf("sockowner: %s: %w: %s, not %v", addr, ErrNotOwned, holder(cred.UID, []int{cred.PID}), o)
 		}
 		return nil
 	}
@@ -330,4 +320,43 @@ func listeners(socks []socket, target netip.AddrPort) []socket {
 
 func same(a, b netip.AddrPort) bool {
 	return a.Port() == b.Port() && a.Addr().Unmap() == b.Addr().Unmap()
+}
+
+// peerCred reads a Unix socket connection's peer credentials.
+func peerCred(c *net.UnixConn) (Cred, error) {
+	raw, err := c.SyscallConn()
+	if err != nil {
+		return Cred{}, fmt.Errorf("sockowner: %w", err)
+	}
+	var cred *syscall.Ucred
+	var credErr error
+	if err := raw.Control(func(fd uintptr) {
+		cred, credErr = syscall.GetsockoptUcred(int(fd), syscall.SOL_SOCKET, syscall.SO_PEERCRED)
+	}); err != nil {
+		return Cred{}, fmt.Errorf("sockowner: %w", err)
+	}
+	if credErr != nil {
+		return Cred{}, fmt.Errorf("sockowner: peer credentials: %w", credErr)
+	}
+	return Cred{PID: int(cred.Pid), UID: int(cred.Uid), GID: int(cred.Gid)}, nil
+}
+
+// Peer is the credentials of the process at the other end of a Unix
+// socket connection (SO_PEERCRED: as the kernel recorded them when it
+// connected, or listened); false for any other connection. A connection
+// that wraps another (an Unwrap() net.Conn method) is unwrapped.
+func Peer(c net.Conn) (Cred, bool) {
+	for {
+		w, ok := c.(interface{ Unwrap() net.Conn })
+		if !ok {
+			break
+		}
+		c = w.Unwrap()
+	}
+	uc, ok := c.(*net.UnixConn)
+	if !ok {
+		return Cred{}, false
+	}
+	cred, err := peerCred(uc)
+	return cred, err == nil
 }
