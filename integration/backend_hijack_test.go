@@ -22,6 +22,7 @@ import (
 
 	"github.com/ctxd/ctxd"
 	"github.com/ctxd/ctxd/internal/llamaservertest"
+	"github.com/ctxd/ctxd/internal/logtest"
 	"github.com/ctxd/ctxd/internal/ollamatest"
 	"github.com/ctxd/ctxd/llamacpp"
 	"github.com/ctxd/ctxd/ollama"
@@ -52,7 +53,7 @@ func TestManagedBackendHijackRefused(t *testing.T) {
 			if kind == "llamacpp" {
 				needLlamaServer(t)
 			}
-			log := &hijackLog{}
+			log := logtest.New()
 			restarted := make(chan struct{}, 10)
 			srv := startManaged(t, kind, log, func() { restarted <- struct{}{} })
 
@@ -69,7 +70,7 @@ func TestManagedBackendHijackRefused(t *testing.T) {
 			}
 			deadline := time.After(2 * time.Minute)
 			for {
-				if msg, ok := log.find("held by another process"); ok {
+				if msg, ok := log.Find("held by another process"); ok {
 					t.Log(msg)
 					if want := fmt.Sprintf("pid %d of uid %d", imp.cmd.Process.Pid, impostorUID); !strings.Contains(msg, want) {
 						t.Errorf("the refusal does not name the impostor (%q)", want)
@@ -181,7 +182,7 @@ type managed struct {
 	ask      func(context.Context) error // a request through ctxd's managed client
 }
 
-func startManaged(t *testing.T, kind string, log *hijackLog, onRestart func()) managed {
+func startManaged(t *testing.T, kind string, log *logtest.Recorder, onRestart func()) managed {
 	t.Helper()
 	dir := t.TempDir()
 	env := []string{"PATH=" + os.Getenv("PATH")}
@@ -327,38 +328,4 @@ func TestImpostorHelper(t *testing.T) {
 		w.Header().Set("Content-Type", "application/json")
 		io.WriteString(w, `{"status":"ok","version":"impostor"}`)
 	}))
-}
-
-// hijackLog keeps what the supervisor logs, with its errors.
-type hijackLog struct {
-	mu   sync.Mutex
-	msgs []string
-}
-
-func (h *hijackLog) Enabled(context.Context, slog.Level) bool { return true }
-func (h *hijackLog) WithAttrs([]slog.Attr) slog.Handler       { return h }
-func (h *hijackLog) WithGroup(string) slog.Handler            { return h }
-func (h *hijackLog) Handle(_ context.Context, r slog.Record) error {
-	s := r.Message
-	r.Attrs(func(a slog.Attr) bool {
-		if a.Key == "err" {
-			s += ": " + a.Value.String()
-		}
-		return true
-	})
-	h.mu.Lock()
-	h.msgs = append(h.msgs, s)
-	h.mu.Unlock()
-	return nil
-}
-
-func (h *hijackLog) find(s string) (string, bool) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	for _, m := range h.msgs {
-		if strings.Contains(m, s) {
-			return m, true
-		}
-	}
-	return "", false
 }

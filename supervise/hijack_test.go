@@ -17,6 +17,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/ctxd/ctxd/internal/logtest"
 )
 
 // serveEnv makes the test binary a helper server: it listens on the
@@ -122,45 +124,6 @@ func impostor(t *testing.T, addr string) (stop func()) {
 	return stop
 }
 
-// records keeps the messages and errors the supervisor logs.
-type records struct {
-	mu   sync.Mutex
-	msgs []string
-	seen chan struct{} // gets a value for each record
-}
-
-func newRecords() *records { return &records{seen: make(chan struct{}, 1000)} }
-
-func (r *records) Enabled(context.Context, slog.Level) bool { return true }
-func (r *records) WithAttrs([]slog.Attr) slog.Handler       { return r }
-func (r *records) WithGroup(string) slog.Handler            { return r }
-func (r *records) Handle(_ context.Context, rec slog.Record) error {
-	s := rec.Message
-	rec.Attrs(func(a slog.Attr) bool {
-		if a.Key == "err" {
-			s += ": " + a.Value.String()
-		}
-		return true
-	})
-	r.mu.Lock()
-	r.msgs = append(r.msgs, s)
-	r.mu.Unlock()
-	r.seen <- struct{}{}
-	return nil
-}
-
-// find returns the first record containing s.
-func (r *records) find(s string) (string, bool) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for _, m := range r.msgs {
-		if strings.Contains(m, s) {
-			return m, true
-		}
-	}
-	return "", false
-}
-
 // TestStartRefusesAnImpostor: another process took the port before the
 // server could bind it (the free-port pick races); it answers the
 // readiness check, but it is not the process started, so Start fails
@@ -200,7 +163,7 @@ func TestRestartRefusesAnImpostor(t *testing.T) {
 	)
 	impostorUp := make(chan struct{})
 	restarted := make(chan struct{}, 10)
-	log := newRecords()
+	log := logtest.New()
 	p, err := Start(t.Context(), Config{
 		Name: "helper",
 		Command: func() *exec.Cmd {
@@ -240,13 +203,13 @@ func TestRestartRefusesAnImpostor(t *testing.T) {
 		select {
 		case <-restarted:
 			t.Fatalf("the supervisor took the process listening on %s for the restarted server", addr)
-		case <-log.seen:
-			_, refused = log.find("held by another process")
+		case <-log.Seen():
+			_, refused = log.Find("held by another process")
 		case <-deadline:
-			t.Fatalf("no restart refused within 60s; log: %q", log.msgs)
+			t.Fatalf("no restart refused within 60s; log: %q", log.Messages())
 		}
 	}
-	msg, _ := log.find("held by another process")
+	msg, _ := log.Find("held by another process")
 	t.Log(msg)
 	if p.Restarts() != 0 {
 		t.Errorf("restarts %d with the impostor on the port", p.Restarts())
@@ -262,7 +225,7 @@ func TestRestartRefusesAnImpostor(t *testing.T) {
 	select {
 	case <-restarted:
 	case <-deadline:
-		t.Fatalf("not restarted once the port was free; log: %q", log.msgs)
+		t.Fatalf("not restarted once the port was free; log: %q", log.Messages())
 	}
 	client.CloseIdleConnections()
 	if got, err := get(t.Context(), client, addr); err != nil || got != "child" {
