@@ -13,7 +13,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -24,6 +23,7 @@ import (
 	"github.com/ctxd/ctxd/internal/llamaservertest"
 	"github.com/ctxd/ctxd/internal/logtest"
 	"github.com/ctxd/ctxd/internal/ollamatest"
+	"github.com/ctxd/ctxd/internal/otheruid"
 	"github.com/ctxd/ctxd/llamacpp"
 	"github.com/ctxd/ctxd/ollama"
 	"github.com/ctxd/ctxd/sockowner"
@@ -33,8 +33,8 @@ import (
 // its value is the address whose port it takes.
 const impostorEnv = "CTXD_TEST_IMPOSTOR"
 
-// impostorUID is the other user the impostor runs as (nobody).
-const impostorUID = 65534
+// impostorUID is the other user the impostor runs as.
+const impostorUID = otheruid.UID
 
 // TestManagedBackendHijackRefused: another local user waits for the
 // managed server's port; the server crashes, the other user's process
@@ -46,8 +46,8 @@ const impostorUID = 65534
 // It needs root, to run the impostor as another user with setpriv.
 func TestManagedBackendHijackRefused(t *testing.T) {
 	needOllama(t)
-	setpriv := needSecondUser(t)
-	exe := impostorBinary(t)
+	otheruid.Skip(t)
+	exe := otheruid.Binary(t)
 	for _, kind := range []string{"ollama", "llamacpp"} {
 		t.Run(kind, func(t *testing.T) {
 			if kind == "llamacpp" {
@@ -57,7 +57,7 @@ func TestManagedBackendHijackRefused(t *testing.T) {
 			restarted := make(chan struct{}, 10)
 			srv := startManaged(t, kind, log, func() { restarted <- struct{}{} })
 
-			imp := startImpostor(t, setpriv, exe, srv.addr)
+			imp := startImpostor(t, exe, srv.addr)
 			if err := syscall.Kill(srv.pid(), syscall.SIGKILL); err != nil {
 				t.Fatal(err)
 			}
@@ -127,51 +127,6 @@ func TestManagedBackendHijackRefused(t *testing.T) {
 			}
 		})
 	}
-}
-
-// needSecondUser skips unless the test runs as root with setpriv, and
-// returns setpriv's path.
-func needSecondUser(t *testing.T) string {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("running a process as a second user needs root")
-	}
-	p, err := exec.LookPath("setpriv")
-	if err != nil {
-		t.Skip("setpriv (util-linux) not found: cannot run a process as a second user")
-	}
-	return p
-}
-
-// impostorBinary is a copy of the test binary that the other user can run
-// (the go tool's build directory is root's alone).
-func impostorBinary(t *testing.T) string {
-	t.Helper()
-	dir, err := os.MkdirTemp("", "ctxd-impostor-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	if err := os.Chmod(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	src, err := os.Open(os.Args[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer src.Close()
-	exe := filepath.Join(dir, "impostor")
-	dst, err := os.OpenFile(exe, os.O_CREATE|os.O_WRONLY, 0o755)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := io.Copy(dst, src); err != nil {
-		t.Fatal(err)
-	}
-	if err := dst.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return exe
 }
 
 // managed is a supervised server under test, of either kind.
@@ -250,10 +205,9 @@ func (i *impostor) requests() []impostorRequest {
 
 // startImpostor runs the impostor as the other user: it tries to bind
 // addr's port until it can (the server holds it until it crashes).
-func startImpostor(t *testing.T, setpriv, exe, addr string) *impostor {
+func startImpostor(t *testing.T, exe, addr string) *impostor {
 	t.Helper()
-	uid := strconv.Itoa(impostorUID)
-	cmd := exec.Command(setpriv, "--reuid="+uid, "--regid="+uid, "--clear-groups", "--", exe, "-test.run=^TestImpostorHelper$")
+	cmd := otheruid.Command(exe, "TestImpostorHelper")
 	cmd.Env = []string{impostorEnv + "=" + addr}
 	cmd.Stderr = testWriter{t}
 	stdin, err := cmd.StdinPipe()

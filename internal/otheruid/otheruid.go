@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -44,25 +45,40 @@ func Dir(tb testing.TB) string {
 	return dir
 }
 
+// Binary is a copy of the running test binary that UID may run (the go
+// tool's build directory is root's alone), in a directory of Dir.
+func Binary(tb testing.TB) string {
+	tb.Helper()
+	self, err := os.Executable()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	data, err := os.ReadFile(self)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	bin := filepath.Join(Dir(tb), "helper.test")
+	if err := os.WriteFile(bin, data, 0o755); err != nil {
+		tb.Fatal(err)
+	}
+	return bin
+}
+
+// Command runs the test binary bin (from Binary) as UID, running only the
+// test named run.
+func Command(bin, run string) *exec.Cmd {
+	uid := strconv.Itoa(UID)
+	return exec.Command("setpriv", "--reuid="+uid, "--regid="+uid, "--clear-groups", "--", bin, "-test.run=^"+run+"$", "-test.count=1")
+}
+
 // Start runs the test binary again as UID, running only the test named
 // run with env set (KEY=VALUE), and waits until the helper prints ready
 // on stdout. The helper is killed at the end of the test.
 func Start(tb testing.TB, run, ready string, env ...string) *exec.Cmd {
 	tb.Helper()
-	dir := Dir(tb)
-	self, err := os.Executable()
-	if err != nil {
-		tb.Fatal(err)
-	}
-	bin := filepath.Join(dir, "helper.test")
-	data, err := os.ReadFile(self)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	if err := os.WriteFile(bin, data, 0o755); err != nil {
-		tb.Fatal(err)
-	}
-	cmd := exec.Command("setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", bin, "-test.run=^"+run+"$", "-test.count=1")
+	bin := Binary(tb)
+	dir := filepath.Dir(bin)
+	cmd := Command(bin, run)
 	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + dir, "TMPDIR=" + dir}, env...)
 	cmd.Dir = dir
 	cmd.Stderr = os.Stderr
