@@ -275,6 +275,26 @@ func compileAllowlist(a tomlAllowlist) (al allowlist, ok bool, err error) {
 
 // maxWidth is the length in bytes of re's longest match; -1: no limit.
 func maxWidth(re *syntax.Regexp) int {
+	return most(re, func(re *syntax.Regexp) int {
+		switch re.Op {
+		case syntax.OpLiteral:
+			return len(string(re.Rune))
+		case syntax.OpCharClass:
+			if len(re.Rune) > 0 && re.Rune[len(re.Rune)-1] >= 0x80 {
+				return utf8.UTFMax
+			}
+			return 1
+		case syntax.OpAnyChar, syntax.OpAnyCharNotNL:
+			return utf8.UTFMax
+		}
+		return 0
+	})
+}
+
+// most is the most that one match of re can hold of what leaf measures
+// in an atom (a literal, a character class, any character); -1 when a
+// match can hold any amount (an unbounded repeat of something measured).
+func most(re *syntax.Regexp, leaf func(*syntax.Regexp) int) int {
 	add := func(a, b int) int {
 		if a < 0 || b < 0 {
 			return -1
@@ -282,38 +302,32 @@ func maxWidth(re *syntax.Regexp) int {
 		return a + b
 	}
 	switch re.Op {
-	case syntax.OpLiteral:
-		return len(string(re.Rune))
-	case syntax.OpCharClass:
-		if len(re.Rune) > 0 && re.Rune[len(re.Rune)-1] >= 0x80 {
-			return utf8.UTFMax
-		}
-		return 1
-	case syntax.OpAnyChar, syntax.OpAnyCharNotNL:
-		return utf8.UTFMax
 	case syntax.OpCapture, syntax.OpQuest:
-		return maxWidth(re.Sub[0])
+		return most(re.Sub[0], leaf)
 	case syntax.OpStar, syntax.OpPlus:
-		if maxWidth(re.Sub[0]) == 0 {
-			return 0
+		if most(re.Sub[0], leaf) != 0 {
+			return -1
 		}
-		return -1
+		return 0
 	case syntax.OpRepeat:
-		n := maxWidth(re.Sub[0])
-		if n < 0 || re.Max < 0 {
+		n := most(re.Sub[0], leaf)
+		switch {
+		case n == 0:
+			return 0
+		case n < 0 || re.Max < 0:
 			return -1
 		}
 		return n * re.Max
 	case syntax.OpConcat:
 		n := 0
 		for _, s := range re.Sub {
-			n = add(n, maxWidth(s))
+			n = add(n, most(s, leaf))
 		}
 		return n
 	case syntax.OpAlternate:
 		n := 0
 		for _, s := range re.Sub {
-			m := maxWidth(s)
+			m := most(s, leaf)
 			if m < 0 {
 				return -1
 			}
@@ -321,7 +335,7 @@ func maxWidth(re *syntax.Regexp) int {
 		}
 		return n
 	}
-	return 0
+	return leaf(re) // atoms; empty-width assertions, empty match and no match measure 0
 }
 
 // lineBreaks is how many line breaks a match of expr can span: -1 for any
@@ -335,64 +349,21 @@ func lineBreaks(expr string) (int, error) {
 }
 
 func newlines(re *syntax.Regexp) int {
-	add := func(a, b int) int {
-		if a < 0 || b < 0 {
-			return -1
-		}
-		return a + b
-	}
-	switch re.Op {
-	case syntax.OpLiteral:
-		n := 0
-		for _, r := range re.Rune {
-			if r == '\n' {
-				n++
+	return most(re, func(re *syntax.Regexp) int {
+		switch re.Op {
+		case syntax.OpLiteral:
+			return strings.Count(string(re.Rune), "\n")
+		case syntax.OpCharClass:
+			for i := 0; i+1 < len(re.Rune); i += 2 {
+				if re.Rune[i] <= '\n' && '\n' <= re.Rune[i+1] {
+					return 1
+				}
 			}
-		}
-		return n
-	case syntax.OpCharClass:
-		for i := 0; i+1 < len(re.Rune); i += 2 {
-			if re.Rune[i] <= '\n' && '\n' <= re.Rune[i+1] {
-				return 1
-			}
+		case syntax.OpAnyChar:
+			return 1
 		}
 		return 0
-	case syntax.OpAnyChar:
-		return 1
-	case syntax.OpCapture, syntax.OpQuest:
-		return newlines(re.Sub[0])
-	case syntax.OpStar, syntax.OpPlus:
-		if newlines(re.Sub[0]) != 0 {
-			return -1
-		}
-		return 0
-	case syntax.OpRepeat:
-		n := newlines(re.Sub[0])
-		switch {
-		case n == 0:
-			return 0
-		case n < 0 || re.Max < 0:
-			return -1
-		}
-		return n * re.Max
-	case syntax.OpConcat:
-		n := 0
-		for _, s := range re.Sub {
-			n = add(n, newlines(s))
-		}
-		return n
-	case syntax.OpAlternate:
-		n := 0
-		for _, s := range re.Sub {
-			m := newlines(s)
-			if m < 0 {
-				return -1
-			}
-			n = max(n, m)
-		}
-		return n
-	}
-	return 0 // empty-width assertions, empty match, no match
+	})
 }
 
 // rulesHash identifies the embedded configuration and ctxd's own rules.
