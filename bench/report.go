@@ -93,9 +93,9 @@ func replaceBetween(text, begin, end, content string) (string, bool) {
 	return text[:i] + begin + "\n" + content + end + text[j+len(end):], true
 }
 
-// Write saves results.json and scaling.png in dir, replaces the harness's
-// section of the Markdown file doc (created if missing) and, if readme is
-// not empty, the figures between the README markers.
+// Write saves results.json and the plots (WritePlots) in dir, replaces the
+// harness's section of the Markdown file doc (created if missing) and, if
+// readme is not empty, the figures between the README markers.
 func (r *Report) Write(dir, doc, readme string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
@@ -107,14 +107,10 @@ func (r *Report) Write(dir, doc, readme string) error {
 	if err := os.WriteFile(filepath.Join(dir, "results.json"), append(js, '\n'), 0o644); err != nil {
 		return err
 	}
-	if err := writePlot(filepath.Join(dir, "scaling.png"), r.Scaling); err != nil {
+	if _, err := r.WritePlots(dir); err != nil {
 		return err
 	}
-	rel, err := filepath.Rel(filepath.Dir(doc), dir)
-	if err != nil {
-		rel = dir
-	}
-	section := r.Markdown(filepath.ToSlash(rel))
+	section := r.Markdown(relDir(doc, dir))
 	old, err := os.ReadFile(doc)
 	if err != nil && !os.IsNotExist(err) {
 		return err
@@ -137,7 +133,7 @@ func (r *Report) Write(dir, doc, readme string) error {
 	if err != nil {
 		return err
 	}
-	text, ok := replaceBetween(string(old), readmeBegin, readmeEnd, r.ReadmeFigures())
+	text, ok := replaceBetween(string(old), readmeBegin, readmeEnd, r.ReadmeFigures(relDir(readme, dir)))
 	if !ok {
 		return fmt.Errorf("bench: %s has no %s ... %s markers for the figures", readme, readmeBegin, readmeEnd)
 	}
@@ -145,6 +141,15 @@ func (r *Report) Write(dir, doc, readme string) error {
 		text, _ = replaceBetween(text, readmeLlamaBegin, readmeLlamaEnd, r.ReadmeLlamaFigures())
 	}
 	return os.WriteFile(readme, []byte(text), 0o644)
+}
+
+// relDir is dir as a link from the Markdown file doc.
+func relDir(doc, dir string) string {
+	rel, err := filepath.Rel(filepath.Dir(doc), dir)
+	if err != nil {
+		rel = dir
+	}
+	return filepath.ToSlash(rel)
 }
 
 // ReadmeLlamaFigures is the README's paragraph on llama-server against
@@ -166,8 +171,10 @@ func (r *Report) ReadmeLlamaFigures() string {
 		thousands(rs.StableTokens), rs.RestoredMs, rs.ColdMs/1000, rs.Ratio)
 }
 
-// ReadmeFigures is the README's paragraph of measured figures.
-func (r *Report) ReadmeFigures() string {
+// ReadmeFigures is the README's paragraph of measured figures, and links
+// to the plots in the directory plots (relative to the README; none if
+// empty).
+func (r *Report) ReadmeFigures(plots string) string {
 	var b strings.Builder
 	mt, m := r.MultiTurn, r.Machine
 	fmt.Fprintf(&b, "Measured on a %d-core CPU machine with `make bench` (see [docs/benchmarks.md](docs/benchmarks.md)): over a %d-turn session with a %.0fM-parameter model and a %s-token first prompt, the first answer starts after %.0f s (cold) and the later ones through ctxd after %.2f s (median): %.0f× faster than the cold first turn, and %.0f× faster than the same session sent in a typical agent's order.",
@@ -179,7 +186,19 @@ func (r *Report) ReadmeFigures() string {
 			a.Agents, a.Slots, a.Turns, thousands(int(a.All.CachedP50)), a.All.EvalP50, a.All.WaitP50/1000, a.All.TTFTP50/1000)
 	}
 	b.WriteString("\n")
+	if plots != "" {
+		fmt.Fprintf(&b, "\nPlots: [time to first token per turn of that session, three ways](%s/%s); [cold and warm time to first token by codex size](%s/%s).\n",
+			plots, TurnsPlot, plots, ScalingPlot)
+	}
 	return b.String()
+}
+
+// abs is |x|.
+func abs(x int) int {
+	if x < 0 {
+		return -x
+	}
+	return x
 }
 
 // thousands writes n with a comma every three digits.
@@ -218,6 +237,7 @@ func (r *Report) Markdown(dir string) string {
 		mt.ColdP50, len(mt.ColdMs), list(mt.ColdMs)+" ms")
 	fmt.Fprintf(&b, "ctxd cold median / ctxd warm median: **%.0f×** (target ≥ 50×). Naive median / ctxd median: **%.0f×** (target ≥ 50×).\n\n",
 		mt.ColdOverWarm, mt.NaiveOverCtxd)
+	fmt.Fprintf(&b, "![time to first token per turn: ctxd, naive order, query alone](%s/%s)\n\n", dir, TurnsPlot)
 
 	o := r.Overhead
 	fmt.Fprintf(&b, "### Sidecar overhead\n\nMeasured %s. %d pairs: the same %d-token prompt through ctxd (a new session with the same question, so ctxd renders the same prompt each time), then byte for byte straight to Ollama; both find it in the backend's slot (median backend prompt evaluation %.1f ms through ctxd, %.1f ms direct). Time to first token through ctxd minus direct, pair by pair: p50 **%.2f ms**, p95 %.2f ms (target ≤ 2 ms p50). Medians of the two sides: %.1f ms through ctxd, %.1f ms direct.\n\n",
@@ -238,7 +258,7 @@ func (r *Report) Markdown(dir string) string {
 		fmt.Fprintf(&b, "| %.0f%% (%d tokens) | %s | %d | %.0f (%s) | %.0f (%s) |\n", s.Pct, s.StableTokens, s.Mode, s.PromptTokens,
 			s.ColdTTFTMs, list(s.ColdMs), s.WarmTTFTMs, list(s.WarmMs))
 	}
-	fmt.Fprintf(&b, "\n![cold and warm TTFT by codex size](%s/scaling.png)\n\n", dir)
+	fmt.Fprintf(&b, "\n![cold and warm TTFT by codex size](%s/%s)\n\n", dir, ScalingPlot)
 	r.agentsMarkdown(&b)
 	r.llamaMarkdown(&b)
 	r.ragMarkdown(&b)

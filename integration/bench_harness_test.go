@@ -94,7 +94,7 @@ func TestBenchHarnessSmoke(t *testing.T) {
 	if strings.Contains(string(text), "old figures") || !strings.Contains(string(text), "With 3 agents sharing one daemon") || !strings.HasSuffix(string(text), "More.\n") {
 		t.Errorf("README:\n%s", text)
 	}
-	for _, f := range []string{"results.json", "scaling.png"} {
+	for _, f := range []string{"results.json", bench.ScalingPlot, bench.TurnsPlot} {
 		if info, err := os.Stat(filepath.Join(dir, "bench", f)); err != nil || info.Size() == 0 {
 			t.Errorf("%s: %v", f, err)
 		}

@@ -22,7 +22,7 @@ func cmdBench(args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&cfg.OllamaBin, "ollama", "bin/ollama", "the ollama binary to run")
 	fs.StringVar(&cfg.OllamaLabel, "ollama-version", "", "Ollama version to report when the binary reports 0.0.0")
 	fs.StringVar(&cfg.ModelPath, "model", "var/models/ctxd-bench.gguf", "bench model (written if missing or stale)")
-	out := fs.String("out", "docs/bench", "directory for results.json and scaling.png")
+	out := fs.String("out", "docs/bench", "directory for results.json and the plots ("+bench.ScalingPlot+", "+bench.TurnsPlot+")")
 	doc := fs.String("doc", "docs/benchmarks.md", "Markdown file whose harness section is rewritten")
 	readme := fs.String("readme", "", "README whose figures (between the bench:readme markers) are rewritten")
 	phases := fs.String("phases", "", "comma-separated phases to run ("+strings.Join(bench.AllPhases, ", ")+"); the others keep the results in DIR/results.json")
@@ -36,7 +36,23 @@ func cmdBench(args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&cfg.RAGTree, "rag-tree", cfg.RAGTree, "tree of the rag phase")
 	fs.StringVar(&cfg.RAGPackage, "rag-package", cfg.RAGPackage, "directory of the rag tree its questions are about")
 	from := fs.String("from", "", "rewrite the outputs from an earlier results.json instead of running")
+	replot := fs.Bool("replot", false, "only redraw the plots in DIR from DIR/results.json (or --from), without running")
 	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *replot {
+		src := *from
+		if src == "" {
+			src = filepath.Join(*out, "results.json")
+		}
+		r, err := bench.ReadReport(src)
+		if err != nil {
+			return fmt.Errorf("bench --replot: %w", err)
+		}
+		paths, err := r.WritePlots(*out)
+		for _, p := range paths {
+			fmt.Fprintln(stdout, p)
+		}
 		return err
 	}
 	if *from != "" {
