@@ -162,6 +162,10 @@ func (c *Client) Generate(ctx context.Context, req ctxd.GenerateRequest, onToken
 	if cbErr != nil {
 		return gen, cbErr
 	}
+	if err != nil && !first && ctx.Err() == nil && (errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET)) {
+		return gen, &ctxd.Error{Kind: ctxd.KindBackend, Err: err, Message: fmt.Sprintf(
+			"ollama: generate: the server at %s broke off the answer after %d bytes of it (%v): it crashed or was stopped; the partial answer is not recorded", c.base, sb.Len(), err)}
+	}
 	if err != nil {
 		return gen, c.wrap("generate", err)
 	}
@@ -217,7 +221,7 @@ func (c *Client) generate(ctx context.Context, req *api.GenerateRequest, fn func
 			Error string `json:"error,omitempty"`
 		}
 		if err := json.Unmarshal(sc.Bytes(), &line); err != nil {
-			return false, fmt.Errorf("unmarshal %q: %w", sc.Text(), err)
+			return false, fmt.Errorf("the server at %s did not answer as Ollama does (Content-Type %q, body %.200q): %w", c.base, resp.Header.Get("Content-Type"), sc.Text(), err)
 		}
 		if line.Error != "" {
 			return false, errors.New(line.Error)

@@ -105,7 +105,7 @@ func (s *Store) RecordTrace(ctx context.Context, t ctxd.Trace) (int64, error) {
 	}
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
-		return 0, fmt.Errorf("sqlite: record trace: %w", err)
+		return 0, fmt.Errorf("sqlite: record trace: %w", s.fault(err))
 	}
 	defer tx.Rollback()
 	var id int64
@@ -113,14 +113,14 @@ func (s *Store) RecordTrace(ctx context.Context, t ctxd.Trace) (int64, error) {
 		INSERT INTO traces (session, sigil, query, answer, model, fingerprint, codex, created_unix_nano)
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?) RETURNING id`,
 		t.Session, t.Sigil, t.Query, t.Answer, t.Model, t.Fingerprint, t.Codex, t.CreatedAt.UnixNano()).Scan(&id); err != nil {
-		return 0, fmt.Errorf("sqlite: record trace: %w", err)
+		return 0, fmt.Errorf("sqlite: record trace: %w", s.fault(err))
 	}
 	if _, err := tx.ExecContext(ctx,
 		"INSERT INTO trace_text (rowid, query, answer, note) VALUES (?, ?, ?, '')", -id, t.Query, t.Answer); err != nil {
-		return 0, fmt.Errorf("sqlite: record trace: %w", err)
+		return 0, fmt.Errorf("sqlite: record trace: %w", s.fault(err))
 	}
 	if err := tx.Commit(); err != nil {
-		return 0, fmt.Errorf("sqlite: record trace: %w", err)
+		return 0, fmt.Errorf("sqlite: record trace: %w", s.fault(err))
 	}
 	return id, nil
 }
@@ -135,7 +135,7 @@ func (s *Store) KarmaEvent(ctx context.Context, ev ctxd.KarmaEvent) (ctxd.Trace,
 	ev.At = fromNano(ev.At.UnixNano())
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
-		return ctxd.Trace{}, fmt.Errorf("sqlite: karma event: %w", err)
+		return ctxd.Trace{}, fmt.Errorf("sqlite: karma event: %w", s.fault(err))
 	}
 	defer tx.Rollback()
 	t, err := traceTx(ctx, tx, ev.Trace)
@@ -161,7 +161,7 @@ func (s *Store) KarmaEvent(ctx context.Context, ev ctxd.KarmaEvent) (ctxd.Trace,
 		INSERT INTO karma_events (trace, action, sigil, note, other, at_unix_nano)
 		VALUES (?, ?, ?, ?, ?, ?) RETURNING id`,
 		ev.Trace, ev.Action, ev.Sigil, ev.Note, ev.Other, ev.At.UnixNano()).Scan(&eid); err != nil {
-		return ctxd.Trace{}, fmt.Errorf("sqlite: karma event: %w", err)
+		return ctxd.Trace{}, fmt.Errorf("sqlite: karma event: %w", s.fault(err))
 	}
 	if err := writeDerived(ctx, tx, nt); err != nil {
 		return ctxd.Trace{}, err
@@ -174,14 +174,14 @@ func (s *Store) KarmaEvent(ctx context.Context, ev ctxd.KarmaEvent) (ctxd.Trace,
 	if judges(ev.Action) {
 		if _, err := tx.ExecContext(ctx,
 			"INSERT INTO trace_text (rowid, query, answer, note) VALUES (?, ?, ?, ?)", eid, t.Query, t.Answer, ev.Note); err != nil {
-			return ctxd.Trace{}, fmt.Errorf("sqlite: karma event: %w", err)
+			return ctxd.Trace{}, fmt.Errorf("sqlite: karma event: %w", s.fault(err))
 		}
 		if _, err := tx.ExecContext(ctx, "UPDATE traces SET text_doc = ? WHERE id = ?", eid, t.ID); err != nil {
-			return ctxd.Trace{}, fmt.Errorf("sqlite: karma event: %w", err)
+			return ctxd.Trace{}, fmt.Errorf("sqlite: karma event: %w", s.fault(err))
 		}
 	}
 	if err := tx.Commit(); err != nil {
-		return ctxd.Trace{}, fmt.Errorf("sqlite: karma event: %w", err)
+		return ctxd.Trace{}, fmt.Errorf("sqlite: karma event: %w", s.fault(err))
 	}
 	return nt, nil
 }
@@ -205,7 +205,7 @@ func writeDerived(ctx context.Context, tx *sql.Tx, t ctxd.Trace) error {
 func (s *Store) Trace(ctx context.Context, id int64) (ctxd.Trace, []ctxd.KarmaEvent, error) {
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
-		return ctxd.Trace{}, nil, fmt.Errorf("sqlite: trace %d: %w", id, err)
+		return ctxd.Trace{}, nil, fmt.Errorf("sqlite: trace %d: %w", id, s.fault(err))
 	}
 	defer tx.Rollback()
 	t, err := traceTx(ctx, tx, id)
@@ -243,7 +243,7 @@ func (s *Store) Traces(ctx context.Context, f ctxd.TraceFilter) ([]ctxd.Trace, e
 	}
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
-		return nil, fmt.Errorf("sqlite: traces: %w", err)
+		return nil, fmt.Errorf("sqlite: traces: %w", s.fault(err))
 	}
 	defer tx.Rollback()
 	if f.At.IsZero() {
@@ -408,9 +408,10 @@ func textMatch(text string) string {
 // Eligible is every trace of sigil that may enter the karma block now
 // (karma.Eligible), by id.
 func (s *Store) Eligible(ctx context.Context, sigil string) ([]ctxd.Trace, error) {
-	return queryTraces(ctx, s.db, "SELECT "+traceColumns+` FROM traces
+	ts, err := queryTraces(ctx, s.db, "SELECT "+traceColumns+` FROM traces
 		WHERE sigil = ? AND superseded_by = 0 AND status != 'rejected' AND (status = 'verified' OR pinned = 1)
 		ORDER BY id`, sigil)
+	return ts, s.fault(err)
 }
 
 // KarmaSnapshot is the session's latest snapshot (of the highest epoch).
@@ -435,17 +436,17 @@ func (s *Store) SaveKarmaSnapshot(ctx context.Context, snap ctxd.KarmaSnapshot) 
 	}
 	entries, err := json.Marshal(snap.Entries)
 	if err != nil {
-		return fmt.Errorf("sqlite: karma snapshot: %w", err)
+		return fmt.Errorf("sqlite: karma snapshot: %w", s.fault(err))
 	}
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
-		return fmt.Errorf("sqlite: karma snapshot: %w", err)
+		return fmt.Errorf("sqlite: karma snapshot: %w", s.fault(err))
 	}
 	defer tx.Rollback()
 	var latest int
 	if err := tx.QueryRowContext(ctx,
 		"SELECT COALESCE(MAX(karma_epoch), 0) FROM karma_snapshots WHERE session = ?", snap.Session).Scan(&latest); err != nil {
-		return fmt.Errorf("sqlite: karma snapshot: %w", err)
+		return fmt.Errorf("sqlite: karma snapshot: %w", s.fault(err))
 	}
 	if snap.KarmaEpoch <= latest {
 		return ctxd.Errorf(ctxd.KindConflict, "karma snapshot of session %q: epoch %d is not after the saved epoch %d", snap.Session, snap.KarmaEpoch, latest)
@@ -454,10 +455,10 @@ func (s *Store) SaveKarmaSnapshot(ctx context.Context, snap ctxd.KarmaSnapshot) 
 		INSERT INTO karma_snapshots (session, karma_epoch, sigil, session_epoch, reason, entries, at_unix_nano)
 		VALUES (?, ?, ?, ?, ?, ?, ?)`,
 		snap.Session, snap.KarmaEpoch, snap.Sigil, snap.SessionEpoch, snap.Reason, string(entries), snap.At.UnixNano()); err != nil {
-		return fmt.Errorf("sqlite: karma snapshot: %w", err)
+		return fmt.Errorf("sqlite: karma snapshot: %w", s.fault(err))
 	}
 	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("sqlite: karma snapshot: %w", err)
+		return fmt.Errorf("sqlite: karma snapshot: %w", s.fault(err))
 	}
 	return nil
 }
@@ -466,7 +467,7 @@ func (s *Store) snapshots(ctx context.Context, tail string, args ...any) ([]ctxd
 	rows, err := s.db.QueryContext(ctx,
 		"SELECT session, karma_epoch, sigil, session_epoch, reason, entries, at_unix_nano FROM karma_snapshots "+tail, args...)
 	if err != nil {
-		return nil, fmt.Errorf("sqlite: karma snapshots: %w", err)
+		return nil, fmt.Errorf("sqlite: karma snapshots: %w", s.fault(err))
 	}
 	defer rows.Close()
 	var out []ctxd.KarmaSnapshot
@@ -475,10 +476,10 @@ func (s *Store) snapshots(ctx context.Context, tail string, args ...any) ([]ctxd
 		var entries string
 		var at int64
 		if err := rows.Scan(&snap.Session, &snap.KarmaEpoch, &snap.Sigil, &snap.SessionEpoch, &snap.Reason, &entries, &at); err != nil {
-			return nil, fmt.Errorf("sqlite: karma snapshots: %w", err)
+			return nil, fmt.Errorf("sqlite: karma snapshots: %w", s.fault(err))
 		}
 		if err := json.Unmarshal([]byte(entries), &snap.Entries); err != nil {
-			return nil, fmt.Errorf("sqlite: karma snapshot %d of session %q: %w", snap.KarmaEpoch, snap.Session, err)
+			return nil, fmt.Errorf("sqlite: karma snapshot %d of session %q: %w", snap.KarmaEpoch, snap.Session, s.fault(err))
 		}
 		snap.At = fromNano(at)
 		out = append(out, snap)

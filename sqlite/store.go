@@ -50,7 +50,8 @@ var migrations = []string{
 // Store is the session store and the karma store. It is safe for
 // concurrent use.
 type Store struct {
-	db *sql.DB
+	db   *sql.DB
+	path string // the database file, named in errors
 }
 
 var (
@@ -82,7 +83,9 @@ func Open(ctx context.Context, path string) (*Store, error) {
 		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
 	}
 	db.SetMaxOpenConns(1) // one writer; SQLite serializes anyway
-	s := &Store{db: db}
+	// The files are closed when the store idles (fault.go says why).
+	db.SetConnMaxIdleTime(idleClose)
+	s := &Store{db: db, path: path}
 	if err := s.migrate(ctx); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("sqlite: %s: %w", path, err)
@@ -130,12 +133,12 @@ func (s *Store) Session(ctx context.Context, id string) (ctxd.Session, error) {
 		return sess, nil
 	}
 	if err != nil {
-		return sess, fmt.Errorf("sqlite: session %q: %w", id, err)
+		return sess, fmt.Errorf("sqlite: session %q: %w", id, s.fault(err))
 	}
 	rows, err := s.db.QueryContext(ctx,
 		"SELECT seq, query, excerpts, answer, verbatim FROM turns WHERE session_id = ? AND epoch = ? ORDER BY seq", id, sess.Epoch)
 	if err != nil {
-		return sess, fmt.Errorf("sqlite: session %q turns: %w", id, err)
+		return sess, fmt.Errorf("sqlite: session %q turns: %w", id, s.fault(err))
 	}
 	defer rows.Close()
 	for rows.Next() {
@@ -143,10 +146,10 @@ func (s *Store) Session(ctx context.Context, id string) (ctxd.Session, error) {
 		var excerpts string
 		var seq int64
 		if err := rows.Scan(&seq, &t.Query, &excerpts, &t.Answer, &t.Verbatim); err != nil {
-			return sess, fmt.Errorf("sqlite: session %q turn: %w", id, err)
+			return sess, fmt.Errorf("sqlite: session %q turn: %w", id, s.fault(err))
 		}
 		if err := json.Unmarshal([]byte(excerpts), &t.Excerpts); err != nil {
-			return sess, fmt.Errorf("sqlite: session %q turn excerpts: %w", id, err)
+			return sess, fmt.Errorf("sqlite: session %q turn excerpts: %w", id, s.fault(err))
 		}
 		if seq <= bare {
 			t.Excerpts = nil
@@ -155,10 +158,10 @@ func (s *Store) Session(ctx context.Context, id string) (ctxd.Session, error) {
 		sess.Seqs = append(sess.Seqs, seq)
 	}
 	if err := rows.Err(); err != nil {
-		return sess, fmt.Errorf("sqlite: session %q turns: %w", id, err)
+		return sess, fmt.Errorf("sqlite: session %q turns: %w", id, s.fault(err))
 	}
 	if err := s.db.QueryRowContext(ctx, "SELECT COUNT(*) FROM turns WHERE session_id = ?", id).Scan(&sess.Count); err != nil {
-		return sess, fmt.Errorf("sqlite: session %q: %w", id, err)
+		return sess, fmt.Errorf("sqlite: session %q: %w", id, s.fault(err))
 	}
 	return sess, nil
 }
@@ -169,25 +172,25 @@ func (s *Store) Session(ctx context.Context, id string) (ctxd.Session, error) {
 func (s *Store) NewEpoch(ctx context.Context, id string, keep []int64, summary string, now time.Time) (int, error) {
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
-		return 0, fmt.Errorf("sqlite: new epoch: %w", err)
+		return 0, fmt.Errorf("sqlite: new epoch: %w", s.fault(err))
 	}
 	defer tx.Rollback()
 	if _, err := tx.ExecContext(ctx,
 		"INSERT INTO sessions (id, created_unix) VALUES (?, ?) ON CONFLICT (id) DO NOTHING", id, now.Unix()); err != nil {
-		return 0, fmt.Errorf("sqlite: new epoch: %w", err)
+		return 0, fmt.Errorf("sqlite: new epoch: %w", s.fault(err))
 	}
 	var epoch int
 	if err := tx.QueryRowContext(ctx,
 		"UPDATE sessions SET epoch = epoch + 1, summary = ? WHERE id = ? RETURNING epoch", summary, id).Scan(&epoch); err != nil {
-		return 0, fmt.Errorf("sqlite: new epoch: %w", err)
+		return 0, fmt.Errorf("sqlite: new epoch: %w", s.fault(err))
 	}
 	for _, seq := range keep {
 		if _, err := tx.ExecContext(ctx, "UPDATE turns SET epoch = ? WHERE session_id = ? AND seq = ?", epoch, id, seq); err != nil {
-			return 0, fmt.Errorf("sqlite: new epoch: %w", err)
+			return 0, fmt.Errorf("sqlite: new epoch: %w", s.fault(err))
 		}
 	}
 	if err := tx.Commit(); err != nil {
-		return 0, fmt.Errorf("sqlite: new epoch: %w", err)
+		return 0, fmt.Errorf("sqlite: new epoch: %w", s.fault(err))
 	}
 	return epoch, nil
 }
@@ -197,25 +200,25 @@ func (s *Store) NewEpoch(ctx context.Context, id string, keep []int64, summary s
 func (s *Store) DropExcerpts(ctx context.Context, id string, now time.Time) (int, error) {
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
-		return 0, fmt.Errorf("sqlite: drop excerpts: %w", err)
+		return 0, fmt.Errorf("sqlite: drop excerpts: %w", s.fault(err))
 	}
 	defer tx.Rollback()
 	if _, err := tx.ExecContext(ctx,
 		"INSERT INTO sessions (id, created_unix) VALUES (?, ?) ON CONFLICT (id) DO NOTHING", id, now.Unix()); err != nil {
-		return 0, fmt.Errorf("sqlite: drop excerpts: %w", err)
+		return 0, fmt.Errorf("sqlite: drop excerpts: %w", s.fault(err))
 	}
 	var epoch int
 	if err := tx.QueryRowContext(ctx, `
 		UPDATE sessions SET epoch = epoch + 1,
 			bare_through = (SELECT COALESCE(MAX(seq), 0) FROM turns WHERE session_id = ?)
 		WHERE id = ? RETURNING epoch`, id, id).Scan(&epoch); err != nil {
-		return 0, fmt.Errorf("sqlite: drop excerpts: %w", err)
+		return 0, fmt.Errorf("sqlite: drop excerpts: %w", s.fault(err))
 	}
 	if _, err := tx.ExecContext(ctx, "UPDATE turns SET epoch = ? WHERE session_id = ? AND epoch = ?", epoch, id, epoch-1); err != nil {
-		return 0, fmt.Errorf("sqlite: drop excerpts: %w", err)
+		return 0, fmt.Errorf("sqlite: drop excerpts: %w", s.fault(err))
 	}
 	if err := tx.Commit(); err != nil {
-		return 0, fmt.Errorf("sqlite: drop excerpts: %w", err)
+		return 0, fmt.Errorf("sqlite: drop excerpts: %w", s.fault(err))
 	}
 	return epoch, nil
 }
@@ -226,17 +229,17 @@ func (s *Store) DropExcerpts(ctx context.Context, id string, now time.Time) (int
 func (s *Store) ReplaceTurns(ctx context.Context, id string, turns []ctxd.Turn, now time.Time) (int, []int64, error) {
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
-		return 0, nil, fmt.Errorf("sqlite: replace turns: %w", err)
+		return 0, nil, fmt.Errorf("sqlite: replace turns: %w", s.fault(err))
 	}
 	defer tx.Rollback()
 	if _, err := tx.ExecContext(ctx,
 		"INSERT INTO sessions (id, created_unix) VALUES (?, ?) ON CONFLICT (id) DO NOTHING", id, now.Unix()); err != nil {
-		return 0, nil, fmt.Errorf("sqlite: replace turns: %w", err)
+		return 0, nil, fmt.Errorf("sqlite: replace turns: %w", s.fault(err))
 	}
 	var epoch int
 	if err := tx.QueryRowContext(ctx,
 		"UPDATE sessions SET epoch = epoch + 1, summary = '' WHERE id = ? RETURNING epoch", id).Scan(&epoch); err != nil {
-		return 0, nil, fmt.Errorf("sqlite: replace turns: %w", err)
+		return 0, nil, fmt.Errorf("sqlite: replace turns: %w", s.fault(err))
 	}
 	seqs := make([]int64, 0, len(turns))
 	for _, t := range turns {
@@ -250,12 +253,12 @@ func (s *Store) ReplaceTurns(ctx context.Context, id string, turns []ctxd.Turn, 
 			SELECT ?, COALESCE(MAX(seq), 0) + 1, ?, ?, ?, ?, ?, '{"from_client":true}', ?
 			FROM turns WHERE session_id = ? RETURNING seq`,
 			id, epoch, t.Query, string(excerpts), t.Answer, t.Verbatim, now.Unix(), id).Scan(&seq); err != nil {
-			return 0, nil, fmt.Errorf("sqlite: replace turns: %w", err)
+			return 0, nil, fmt.Errorf("sqlite: replace turns: %w", s.fault(err))
 		}
 		seqs = append(seqs, seq)
 	}
 	if err := tx.Commit(); err != nil {
-		return 0, nil, fmt.Errorf("sqlite: replace turns: %w", err)
+		return 0, nil, fmt.Errorf("sqlite: replace turns: %w", s.fault(err))
 	}
 	return epoch, seqs, nil
 }
@@ -265,7 +268,7 @@ func (s *Store) ReplaceTurns(ctx context.Context, id string, turns []ctxd.Turn, 
 func (s *Store) AppendTurn(ctx context.Context, id string, t ctxd.Turn, summary []byte, now time.Time) (int64, error) {
 	excerpts, err := json.Marshal(t.Excerpts)
 	if err != nil {
-		return 0, fmt.Errorf("sqlite: append turn: %w", err)
+		return 0, fmt.Errorf("sqlite: append turn: %w", s.fault(err))
 	}
 	if t.Excerpts == nil {
 		excerpts = []byte("[]")
@@ -275,12 +278,12 @@ func (s *Store) AppendTurn(ctx context.Context, id string, t ctxd.Turn, summary 
 	}
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
-		return 0, fmt.Errorf("sqlite: append turn: %w", err)
+		return 0, fmt.Errorf("sqlite: append turn: %w", s.fault(err))
 	}
 	defer tx.Rollback()
 	if _, err := tx.ExecContext(ctx,
 		"INSERT INTO sessions (id, created_unix) VALUES (?, ?) ON CONFLICT (id) DO NOTHING", id, now.Unix()); err != nil {
-		return 0, fmt.Errorf("sqlite: append turn: %w", err)
+		return 0, fmt.Errorf("sqlite: append turn: %w", s.fault(err))
 	}
 	var seq int64
 	if err := tx.QueryRowContext(ctx, `
@@ -288,10 +291,10 @@ func (s *Store) AppendTurn(ctx context.Context, id string, t ctxd.Turn, summary 
 		SELECT ?, COALESCE(MAX(seq), 0) + 1, (SELECT epoch FROM sessions WHERE id = ?), ?, ?, ?, ?, ?, ?
 		FROM turns WHERE session_id = ? RETURNING seq`,
 		id, id, t.Query, string(excerpts), t.Answer, t.Verbatim, string(summary), now.Unix(), id).Scan(&seq); err != nil {
-		return 0, fmt.Errorf("sqlite: append turn: %w", err)
+		return 0, fmt.Errorf("sqlite: append turn: %w", s.fault(err))
 	}
 	if err := tx.Commit(); err != nil {
-		return 0, fmt.Errorf("sqlite: append turn: %w", err)
+		return 0, fmt.Errorf("sqlite: append turn: %w", s.fault(err))
 	}
 	return seq, nil
 }
@@ -301,7 +304,7 @@ func (s *Store) AppendTurn(ctx context.Context, id string, t ctxd.Turn, summary 
 // the karma record is never deleted.
 func (s *Store) DeleteSession(ctx context.Context, id string) error {
 	if _, err := s.db.ExecContext(ctx, "DELETE FROM sessions WHERE id = ?", id); err != nil {
-		return fmt.Errorf("sqlite: delete session %q: %w", id, err)
+		return fmt.Errorf("sqlite: delete session %q: %w", id, s.fault(err))
 	}
 	return nil
 }
@@ -312,14 +315,14 @@ func (s *Store) Sessions(ctx context.Context) ([]ctxd.SessionInfo, error) {
 		SELECT s.id, s.epoch, s.sigil, COUNT(t.seq) FROM sessions s
 		LEFT JOIN turns t ON t.session_id = s.id GROUP BY s.id ORDER BY s.id`)
 	if err != nil {
-		return nil, fmt.Errorf("sqlite: sessions: %w", err)
+		return nil, fmt.Errorf("sqlite: sessions: %w", s.fault(err))
 	}
 	defer rows.Close()
 	var out []ctxd.SessionInfo
 	for rows.Next() {
 		var si ctxd.SessionInfo
 		if err := rows.Scan(&si.ID, &si.Epoch, &si.Sigil, &si.Turns); err != nil {
-			return nil, fmt.Errorf("sqlite: sessions: %w", err)
+			return nil, fmt.Errorf("sqlite: sessions: %w", s.fault(err))
 		}
 		out = append(out, si)
 	}
@@ -338,7 +341,7 @@ func (s *Store) ClaimSession(ctx context.Context, id, sigil, legacy string, now 
 			ELSE sigil END
 		RETURNING sigil`, id, now.Unix(), sigil, sigil, legacy).Scan(&owner)
 	if err != nil {
-		return "", fmt.Errorf("sqlite: claim session %q: %w", id, err)
+		return "", fmt.Errorf("sqlite: claim session %q: %w", id, s.fault(err))
 	}
 	return owner, nil
 }
