@@ -13,7 +13,7 @@ OLLAMA_PIN := $(BIN)/ollama-$(OLLAMA_VERSION)
 # big enough that a cold prompt takes visible time on a laptop CPU.
 DEMO_MODEL := var/models/ctxd-demo.gguf
 
-.PHONY: all build ollama run run-llamacpp test bench vet fmt clean FORCE
+.PHONY: all build ollama run run-llamacpp test systemd-analyze install bench reliability fuzz vet fmt clean FORCE
 all: build
 
 build: $(CTXD)
@@ -57,18 +57,21 @@ NODE_CLIENTS := integration/node/node_modules/.package-lock.json examples/openai
 	cd $* && npm ci --no-audit --no-fund
 
 # The whole suite, the integration tests on the real Ollama and (where it
-# is found) the real llama-server included; then the backend-facing tests
-# again on the newer Ollama the adapter supports (llama-server's ran once).
+# is found) the real llama-server included, and systemd's own check of the
+# units (systemd-analyze, installed by scripts/ensure-systemd.sh); then the
+# backend-facing tests again on the newer Ollama the adapter supports
+# (llama-server's ran once).
 COMPAT_VERSION := v0.17.4
-test: ollama $(BIN)/ollama-$(COMPAT_VERSION) $(NODE_CLIENTS)
-	CTXD_REQUIRE_OLLAMA=1 CTXD_REQUIRE_NODE=1 CTXD_OLLAMA_BIN=$(abspath $(OLLAMA)) $(GO) test -count=1 -timeout 30m ./...
+test: ollama $(BIN)/ollama-$(COMPAT_VERSION) $(NODE_CLIENTS) systemd-analyze
+	CTXD_REQUIRE_OLLAMA=1 CTXD_REQUIRE_NODE=1 CTXD_REQUIRE_SYSTEMD=1 CTXD_OLLAMA_BIN=$(abspath $(OLLAMA)) $(GO) test -count=1 -timeout 30m ./...
 	CTXD_REQUIRE_OLLAMA=1 CTXD_LLAMA_SERVER=off CTXD_OLLAMA_BIN=$(abspath $(BIN)/ollama-$(COMPAT_VERSION)) $(GO) test -count=1 -timeout 30m ./ollama/ ./integration/
 
 
 # Benchmarks on the real backend: the harness (multi-turn three ways,
 # sidecar overhead, compose latency, scaling, many agents) rewrites its
 # section of docs/benchmarks.md, the figures in README.md and
-# docs/bench/{results.json,scaling.png}; then the Go benchmarks (compose
+# docs/bench/{results.json,scaling.png,turns.png} (`ctxd bench --replot`
+# redraws the plots alone from results.json); then the Go benchmarks (compose
 # allocations, cold/warm TTFT, depth policies). BENCH_FLAGS="--phases agents"
 # measures some phases and keeps the others.
 bench: build ollama
@@ -76,6 +79,48 @@ bench: build ollama
 		--out docs/bench --doc docs/benchmarks.md --readme README.md $(BENCH_FLAGS)
 	$(GO) test -run '^$$' -bench Compose -benchmem ./runcontext/
 	CTXD_REQUIRE_OLLAMA=1 CTXD_OLLAMA_BIN=$(abspath $(OLLAMA)) $(GO) test -count=1 -run '^$$' -bench . -benchtime 1x -timeout 60m ./integration/
+
+# The reliability figures on the real Ollama: crash safety, load and the
+# connection flood each rewrite their section of docs/reliability.md (about
+# half an hour on two cores; not in CI, which runs the small versions).
+# RELIABILITY_FLAGS="-baseline REV" measures the flood on REV's daemon too.
+reliability: ollama
+	CTXD_REQUIRE_OLLAMA=1 CTXD_OLLAMA_BIN=$(abspath $(OLLAMA)) $(GO) test -count=1 -v -timeout 90m \
+		-run 'TestCrash|TestLoad|TestConnections' ./reliability/ -args -full -write $(abspath docs/reliability.md) $(RELIABILITY_FLAGS)
+
+# Every Go fuzz target for FUZZTIME (default 30s) each, one at a time;
+# writes its table into docs/reliability.md (scripts/fuzz.sh). Not in CI:
+# CI runs only the seed corpora (testdata/fuzz), as ordinary tests.
+fuzz:
+	./scripts/fuzz.sh
+
+systemd-analyze:
+	./scripts/ensure-systemd.sh
+
+# ctxd as a systemd user service, so that README "Running under systemd"
+# works as written: the binary to BINDIR; the pinned Ollama it manages and
+# the demo model to LIBDIR and DATADIR (off PATH); a config that runs them
+# to CONFIG, unless one is there (never overwritten); and the units, which
+# the installed ctxd writes for that config into UNITDIR. Rerun it (or
+# `ctxd systemd-units --config CONFIG UNITDIR`) after moving state_dir: the
+# service may write only there.
+PREFIX   ?= $(HOME)/.local
+BINDIR   ?= $(PREFIX)/bin
+LIBDIR   ?= $(PREFIX)/lib/ctxd
+DATADIR  ?= $(PREFIX)/share/ctxd
+CONFIG   ?= $(or $(XDG_CONFIG_HOME),$(HOME)/.config)/ctxd/ctxd.toml
+UNITDIR  ?= $(or $(XDG_CONFIG_HOME),$(HOME)/.config)/systemd/user
+STATEDIR ?= $(or $(XDG_STATE_HOME),$(HOME)/.local/state)/ctxd
+install: build $(OLLAMA_PIN) $(DEMO_MODEL)
+	install -d "$(BINDIR)" "$(LIBDIR)" "$(DATADIR)" "$(dir $(CONFIG))"
+	install -m 0755 $(CTXD) "$(BINDIR)/ctxd"
+	install -m 0755 $(OLLAMA_PIN) "$(LIBDIR)/ollama"
+	install -m 0644 $(DEMO_MODEL) "$(DATADIR)/ctxd-demo.gguf"
+	@if [ -e "$(CONFIG)" ]; then echo "kept $(CONFIG)"; else \
+		sed -e 's|@LIBDIR@|$(LIBDIR)|g' -e 's|@DATADIR@|$(DATADIR)|g' -e 's|@STATEDIR@|$(STATEDIR)|g' \
+			systemd/ctxd.toml.in > "$(CONFIG).tmp" && chmod 0600 "$(CONFIG).tmp" && mv "$(CONFIG).tmp" "$(CONFIG)" && \
+		echo "wrote $(CONFIG)"; fi
+	"$(BINDIR)/ctxd" systemd-units --config "$(CONFIG)" "$(UNITDIR)"
 
 vet:
 	$(GO) vet ./...

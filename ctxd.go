@@ -31,7 +31,7 @@ type AskRequest struct {
 	// follows it: if it does not end with the session's turns (the client
 	// edited, dropped or regenerated one), the session starts a new epoch
 	// holding the client's turns; the old ones stay in the record.
-	History []Turn `json:"history,omitempty"`
+	History []Turn `json:"history,omitzero"` // omitzero: an empty list is sent, nil is not
 	// Tools are the client's tools (an OpenAI or Ollama client's function
 	// definitions). Those the sigil's scopes allow (tool:NAME, or tools
 	// for all) are offered to the model in the sigil block; the others are
@@ -104,6 +104,10 @@ type Event struct {
 // reused, what it did, how long the request waited, and what the governor
 // measured.
 type Summary struct {
+	// RequestID names the request in the daemon's log (and in the
+	// response's X-Request-Id header): the client's id when it sent a
+	// valid one, else the daemon's.
+	RequestID    string `json:"request_id,omitempty"`
 	Session      string `json:"session"`
 	Turn         int    `json:"turn"`
 	Mode         string `json:"mode"`
@@ -117,15 +121,19 @@ type Summary struct {
 	EvaluatedTokens     int     `json:"evaluated_tokens"` // prompt tokens the backend must evaluate
 	ReusePercent        float64 `json:"reuse_percent"`
 	AnswerTokens        int     `json:"answer_tokens"`
-	TTFTMillis          float64 `json:"ttft_ms"` // from sending to the backend to its first token
-	PromptEvalMs        float64 `json:"backend_prompt_eval_ms"`
-	BackendPromptN      int     `json:"backend_prompt_eval_count"`
-	TotalMillis         float64 `json:"total_ms"`
-	QueueWaitMs         float64 `json:"queue_wait_ms"` // waiting for the session's earlier request and for a slot
-	QueueAhead          int     `json:"queue_ahead"`   // requests ahead of this one when it joined the slot queue
-	Slot                int     `json:"slot"`          // the backend slot that served it
-	DoneReason          string  `json:"done_reason"`
-	DoneNote            string  `json:"done_note,omitempty"` // why an answer is incomplete
+	// TTFTMillis is the time to first token as the client sees it: from
+	// the request's arrival at ctxd to the answer's first token. Timing
+	// splits it into its parts.
+	TTFTMillis     float64 `json:"ttft_ms"`
+	Timing         Timing  `json:"timing"`
+	PromptEvalMs   float64 `json:"backend_prompt_eval_ms"`
+	BackendPromptN int     `json:"backend_prompt_eval_count"`
+	TotalMillis    float64 `json:"total_ms"`
+	QueueWaitMs    float64 `json:"queue_wait_ms"` // waiting for the session's earlier request and for a slot
+	QueueAhead     int     `json:"queue_ahead"`   // requests ahead of this one when it joined the slot queue
+	Slot           int     `json:"slot"`          // the backend slot that served it
+	DoneReason     string  `json:"done_reason"`
+	DoneNote       string  `json:"done_note,omitempty"` // why an answer is incomplete
 	// ToolCalls are the calls the answer makes to tools offered to it;
 	// the answer's text is then their canonical rendering.
 	ToolCalls []ToolCall `json:"tool_calls,omitempty"`
@@ -146,6 +154,28 @@ type Summary struct {
 	Trace    int64    `json:"trace,omitempty"`
 	Governor []Action `json:"governor,omitempty"` // what the governor did to make it fit
 	Budget   Budget   `json:"budget"`
+}
+
+// Timing splits a request's time to first token into its parts; they add
+// up to the summary's ttft_ms.
+type Timing struct {
+	// QueueWaitMs waited for the session's earlier request, then for a
+	// backend slot.
+	QueueWaitMs float64 `json:"queue_wait_ms"`
+	// GovernorMs built and measured the prompt and made it fit: rendering,
+	// token counting, retrieval, karma, compaction and condensation.
+	GovernorMs float64 `json:"governor_ms"`
+	// CondenseMs is the part of GovernorMs spent condensing old turns (a
+	// generation of the governor's own on the backend).
+	CondenseMs float64 `json:"condense_ms,omitempty"`
+	// RestoreMs restored a saved slot (llama-server's warm restarts).
+	RestoreMs float64 `json:"restore_ms,omitempty"`
+	// BackendTTFTMs is from sending the prompt to the backend to its
+	// first token: prompt evaluation, mostly.
+	BackendTTFTMs float64 `json:"backend_ttft_ms"`
+	// OtherMs is the rest: taking the session, following a client's
+	// history, checks.
+	OtherMs float64 `json:"other_ms"`
 }
 
 // PrefixBreak says where a prompt stopped extending the session's previous

@@ -37,7 +37,7 @@ type WSMessage struct {
 	Pin       bool   `json:"pin,omitempty"`
 	Sigil     string `json:"sigil,omitempty"`
 	System    string `json:"system,omitempty"`
-	History   []Turn `json:"history,omitempty"`
+	History   []Turn `json:"history,omitzero"` // an empty list is sent: the session follows it
 	MaxTokens int    `json:"max_tokens,omitempty"`
 
 	// Feedback (client): judge trace Trace of the connection's sigil with

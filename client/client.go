@@ -419,3 +419,37 @@ func (c *Client) SessionKarma(ctx context.Context, id string) ([]ctxd.KarmaSnaps
 	err := c.GetJSON(ctx, "/v1/sessions/"+url.PathEscape(id)+"/karma", &out)
 	return out.Snapshots, err
 }
+
+// Reload has the daemon read its configuration again (POST /v1/reload;
+// the admin scope) and decodes the outcome into v (daemon.ReloadStatus).
+// A refused configuration is an *APIError whose message says why; the
+// daemon's old configuration stays in force.
+func (c *Client) Reload(ctx context.Context, v any) error {
+	resp, err := c.do(ctx, http.MethodPost, "/v1/reload", nil)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	return json.NewDecoder(resp.Body).Decode(v)
+}
+
+// LogLevel returns the daemon's log level; with level set, it changes it
+// first (PUT /v1/log/level; the admin scope).
+func (c *Client) LogLevel(ctx context.Context, level string) (string, error) {
+	method, body := http.MethodGet, any(nil)
+	if level != "" {
+		method, body = http.MethodPut, map[string]string{"level": level}
+	}
+	resp, err := c.do(ctx, method, "/v1/log/level", body)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	var b struct {
+		Level string `json:"level"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&b); err != nil {
+		return "", fmt.Errorf("ctxd: log level: %w", err)
+	}
+	return b.Level, nil
+}

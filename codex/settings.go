@@ -93,7 +93,7 @@ func LoadSettings(root string) (s Settings, found bool, err error) {
 			return s, true, fmt.Errorf("codex: %s:%d: %s = %d must not be negative", path, keyLine(string(data), name), key, v)
 		}
 	}
-	if r := s.Codex.CAGRatio; r < 0 || r > 1 {
+	if r := s.Codex.CAGRatio; !(r >= 0 && r <= 1) { // written so that NaN fails
 		return s, true, fmt.Errorf("codex: %s:%d: codex.cag_ratio = %v must be between 0 and 1", path, keyLine(string(data), "cag_ratio"), r)
 	}
 	for _, p := range append(slices.Clone(s.Codex.Include), s.Codex.Exclude...) {

@@ -60,7 +60,8 @@ type Service struct {
 	ctx    context.Context // ends at Close: watchers and their reloads stop
 	cancel context.CancelFunc
 
-	current atomic.Pointer[loaded] // nil until a load succeeded
+	current atomic.Pointer[loaded]          // nil until a load succeeded
+	limits  atomic.Pointer[governor.Limits] // the window loads plan against (SetLimits swaps it)
 
 	loadMu sync.Mutex // serializes loads; guards cache, index, closed
 	cache  *codex.Cache
@@ -92,8 +93,21 @@ func New(cfg Config) *Service {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	s := &Service{cfg: cfg, log: cfg.Logger.With("component", "codex")}
+	s.limits.Store(&cfg.Limits)
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	return s
+}
+
+// SetLimits makes l the window later loads plan against, and plans the
+// current codex again under it (a reloaded configuration): the codex
+// switches between CAG and RAG if the new limits say so.
+func (s *Service) SetLimits(ctx context.Context, l governor.Limits) error {
+	s.limits.Store(&l)
+	cur := s.current.Load()
+	if cur == nil {
+		return nil
+	}
+	return s.reload(ctx, cur.path)
 }
 
 // ErrClosed is returned by Load after Close.
@@ -284,7 +298,7 @@ func (s *Service) loadLocked(ctx context.Context, path string, progress func(ctx
 // counted exactly, through the shared counter, so the first request that
 // renders them finds their tokens counted.
 func (s *Service) plan(ctx context.Context, c *codex.Codex, ratio float64) (runcontext.Codex, ctxd.CodexPlan, error) {
-	limits := s.cfg.Limits
+	limits := *s.limits.Load()
 	if len(c.Files) == 0 {
 		return runcontext.Codex{Mode: runcontext.ModeNone}, ctxd.CodexPlan{Mode: runcontext.ModeNone, Reason: "the codex has no usable files"}, nil
 	}
@@ -348,7 +362,7 @@ func (s *Service) bound() codex.Bound {
 // ragBlock is the map of a codex too large to load whole. It may take a
 // tenth of the prompt budget (at a conservative two characters a token).
 func (s *Service) ragBlock(c *codex.Codex) runcontext.Codex {
-	b := c.BlockWithMap(runcontext.ModeRAG, s.cfg.Limits.PromptBudget()/10*2)
+	b := c.BlockWithMap(runcontext.ModeRAG, s.limits.Load().PromptBudget()/10*2)
 	b.Prerender(s.cfg.Specials)
 	return b
 }

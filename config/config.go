@@ -3,6 +3,7 @@ package config
 import (
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"os"
 	"path/filepath"
@@ -72,11 +73,18 @@ type Karma struct {
 
 // Daemon is the daemon process itself.
 type Daemon struct {
-	Socket       string `toml:"socket"`         // Unix socket path
-	StateDir     string `toml:"state_dir"`      // database, managed backend files
-	LogLevel     string `toml:"log_level"`      // debug, info, warn, error
-	MaxBodyBytes int64  `toml:"max_body_bytes"` // request body cap
-	DefaultSigil string `toml:"default_sigil"`  // sigil of requests that name none
+	Socket   string `toml:"socket"`    // Unix socket path
+	StateDir string `toml:"state_dir"` // database, managed backend files
+	LogLevel string `toml:"log_level"` // debug, info, warn, error
+	// LogFormat is the log's form: "json", "text", or "auto" (JSON when
+	// stderr is systemd's journal, text otherwise).
+	LogFormat string `toml:"log_format"`
+	// MetricsListen is an optional loopback TCP address (host:port) that
+	// serves GET /metrics only, without a token, for a Prometheus scraper;
+	// off when "". /metrics is on the socket (and tcp_listen) regardless.
+	MetricsListen string `toml:"metrics_listen"`
+	MaxBodyBytes  int64  `toml:"max_body_bytes"` // request body cap
+	DefaultSigil  string `toml:"default_sigil"`  // sigil of requests that name none
 	// ShutdownGrace is how long running requests may finish after a stop
 	// signal before they are stopped (with an error event saying so).
 	ShutdownGrace Duration `toml:"shutdown_grace"`
@@ -240,7 +248,7 @@ func Default(env Env) Config {
 	}
 	return Config{
 		Daemon: Daemon{
-			Socket: DefaultSocket(env), StateDir: state, LogLevel: "info",
+			Socket: DefaultSocket(env), StateDir: state, LogLevel: "info", LogFormat: "auto",
 			MaxBodyBytes: 1 << 20, DefaultSigil: "default", ShutdownGrace: Duration{10 * time.Second},
 			WriteTimeout:   Duration{30 * time.Second},
 			MaxConnections: 1024, BodyTimeout: Duration{30 * time.Second}, IdleTimeout: Duration{2 * time.Minute},
@@ -410,6 +418,21 @@ func (c Config) Validate() error {
 			bad("sigils."+name+".token_sha256", "is also in revoked_sha256: make a new token with `ctxd sigil token %s`", name)
 		}
 	}
+	if !slices.Contains([]string{"auto", "json", "text"}, c.Daemon.LogFormat) {
+		bad("daemon.log_format", "%q is not one of auto, json, text", c.Daemon.LogFormat)
+	}
+	if a := c.Daemon.MetricsListen; a != "" {
+		host, _, err := net.SplitHostPort(a)
+		ip := net.ParseIP(host)
+		switch {
+		case err != nil:
+			bad("daemon.metrics_listen", "%q is not host:port: %v", a, err)
+		case host != "localhost" && (ip == nil || !ip.IsLoopback()):
+			bad("daemon.metrics_listen", "%q is not a loopback address: the metrics listener has no tokens, so it serves this machine only", a)
+		case a == c.Daemon.TCPListen:
+			bad("daemon.metrics_listen", "%q is also daemon.tcp_listen; give each its own port", a)
+		}
+	}
 	if a := c.Daemon.TCPListen; a != "" {
 		host, _, err := net.SplitHostPort(a)
 		ip := net.ParseIP(host)
@@ -473,8 +496,8 @@ func (c Config) Validate() error {
 	} else if b.CacheRAMMB > 0 && (b.Kind != "llamacpp" || b.Mode != "managed") {
 		bad("backend.cache_ram_mb", "is for a managed llama-server only (backend.kind = \"llamacpp\", backend.mode = \"managed\")")
 	}
-	if b.Temperature < 0 {
-		bad("backend.temperature", "%v must not be negative", b.Temperature)
+	if !(b.Temperature >= 0 && b.Temperature <= math.MaxFloat64) { // written so that NaN and Inf fail
+		bad("backend.temperature", "%v must be a finite number, 0 or more", b.Temperature)
 	}
 	if strings.TrimSpace(c.Identity.Persona) == "" {
 		bad("identity.persona", "must not be empty")
@@ -488,7 +511,7 @@ func (c Config) Validate() error {
 	if err := codex.ValidatePatterns(c.Codex.Include); err != nil {
 		bad("codex.include", "%v", err)
 	}
-	if c.Codex.CAGRatio <= 0 || c.Codex.CAGRatio > 1 {
+	if !(c.Codex.CAGRatio > 0 && c.Codex.CAGRatio <= 1) { // written so that NaN fails
 		bad("codex.cag_ratio", "%v must be in (0, 1]", c.Codex.CAGRatio)
 	}
 	for _, root := range c.Codex.LoadRoots {

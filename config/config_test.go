@@ -148,6 +148,9 @@ func TestValidateNamesField(t *testing.T) {
 		"backend.cache_ram_mb":        func(c *Config) { c.Backend.CacheRAMMB = 512 }, // Ollama has no such cache
 		"backend.cache_ram_mb ":       func(c *Config) { c.Backend.Kind, c.Backend.CacheRAMMB = "llamacpp", -1 },
 		"sigils.default.token_sha256": func(c *Config) { c.Sigils["default"] = Sigil{Scopes: []string{"ask"}, TokenSHA256: "xyz"} },
+		"daemon.log_format":           func(c *Config) { c.Daemon.LogFormat = "xml" },
+		"daemon.metrics_listen":       func(c *Config) { c.Daemon.MetricsListen = "0.0.0.0:9464" },
+		"daemon.metrics_listen ":      func(c *Config) { c.Daemon.MetricsListen = "9464" },
 		"daemon.tcp_listen":           func(c *Config) { c.Daemon.TCPListen = "127.0.0.1:11435" }, // no sigil has a token
 		"daemon.tcp_listen ": func(c *Config) {
 			c.Daemon.TCPListen = "0.0.0.0:11435"

@@ -27,6 +27,7 @@ var allowed = map[string]string{
 	"/v1/codex/files": "GET", "/v1/codex/files/{path...}": "GET", "/v1/sigil": "GET",
 	"/v1/ws": "GET", "/v1/mcp": "GET, POST, DELETE",
 	"/v1/karma": "GET", "/v1/karma/{id}": "GET", "/v1/karma/{id}/{action}": "POST", "/v1/sessions/{id}/karma": "GET",
+	"/metrics": "GET", "/v1/log/level": "GET, PUT", "/v1/reload": "POST",
 }
 
 // routes is every route of both listeners: the native API under /v1/ and
@@ -57,6 +58,10 @@ func (d *Daemon) routes(tokens bool, mcp *mcpHTTP) http.Handler {
 	mux.HandleFunc("POST /v1/karma/{id}/{action}", d.handleKarmaJudge)
 	mux.HandleFunc("GET /v1/sessions/{id}/karma", d.handleSessionKarma)
 	mux.HandleFunc("GET /v1/ws", d.handleWS)
+	mux.Handle("GET /metrics", d.metrics.Handler())
+	mux.HandleFunc("GET /v1/log/level", d.handleLogLevel)
+	mux.HandleFunc("PUT /v1/log/level", d.handleLogLevel)
+	mux.HandleFunc("POST /v1/reload", d.handleReload)
 	if mcp.api == nil { // the first listener's routes serve the in-process requests of both
 		mcp.api = func() http.Handler { return api }
 	}
@@ -72,10 +77,11 @@ func (d *Daemon) routes(tokens bool, mcp *mcpHTTP) http.Handler {
 		})
 	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, ctxd.Errorf(ctxd.KindUnknownRoute, "no route %s %s; ctxd's own routes are under /v1/ (health, status, schema, ask, sessions, codex, sigil, karma, ws, mcp), the OpenAI door's are /v1/chat/completions, /v1/completions and /v1/models, the Ollama door's under /api/", r.Method, r.URL.Path))
+		writeError(w, ctxd.Errorf(ctxd.KindUnknownRoute, "no route %s %s; ctxd's own routes are under /v1/ (health, status, schema, ask, sessions, codex, sigil, karma, ws, mcp, log/level, reload) and /metrics, the OpenAI door's are /v1/chat/completions, /v1/completions and /v1/models, the Ollama door's under /api/", r.Method, r.URL.Path))
 	})
-	api = d.track(d.recoverer(mux))                          // in-process requests are counted and drained like the others
-	return d.track(d.authenticate(d.recoverer(mux), tokens)) // the recoverer logs paths: it sees none with a token
+	h := patterns(mux)
+	api = d.track(d.recoverer(h))                                        // in-process requests are counted and drained like the others
+	return d.instrument(d.track(d.authenticate(d.recoverer(h), tokens))) // the recoverer logs paths: it sees none with a token
 }
 
 // track counts the requests being served, so a shutdown can wait for
@@ -107,7 +113,7 @@ func (d *Daemon) recoverer(next http.Handler) http.Handler {
 				if v == http.ErrAbortHandler {
 					panic(v)
 				}
-				d.log.Error("handler panic", "method", r.Method, "path", r.URL.Path, "panic", v)
+				d.log.ErrorContext(r.Context(), "handler panic", "method", r.Method, "path", r.URL.Path, "panic", v)
 				err := ctxd.Errorf(ctxd.KindInternal, "internal error; see the daemon log")
 				if !tw.wrote {
 					writeErrorFor(w, r, err) // in the door's shape on a door's path
@@ -198,6 +204,11 @@ type Status struct {
 	Karma     bool              `json:"karma"` // answers are recorded as traces
 	Sessions  int               `json:"sessions"`
 	Listeners Listeners         `json:"listeners"`
+	LogLevel  string            `json:"log_level"`
+	// Config is the file the configuration was read from ("" for the
+	// built-in defaults); Reload how the last reload went (nil: none yet).
+	Config string        `json:"config,omitempty"`
+	Reload *ReloadStatus `json:"reload,omitempty"`
 }
 
 // SigilStatus is one configured sigil as status shows it: never a token
@@ -225,7 +236,7 @@ func (d *Daemon) handleStatus(w http.ResponseWriter, r *http.Request) {
 	st := Status{Version: d.version, Backend: BackendInfo{Mode: d.cfg.Backend.Mode, Model: d.cfg.Backend.Model}}
 	if e := d.ready.Load(); e != nil {
 		m := e.model
-		st.Ready, st.Backend, st.Limits = true, m.Info, e.limits
+		st.Ready, st.Backend, st.Limits = true, m.Info, e.orch.Limits()
 		if m.Restarts != nil {
 			st.Backend.Restarts = m.Restarts()
 		}
@@ -256,14 +267,17 @@ func (d *Daemon) handleStatus(w http.ResponseWriter, r *http.Request) {
 	}
 	st.Karma = d.karma != nil
 	st.Sigils = []SigilStatus{}
-	for _, name := range slices.Sorted(maps.Keys(d.cfg.Sigils)) {
-		s := d.cfg.Sigils[name]
+	defs := d.sigils.Defs()
+	for _, name := range slices.Sorted(maps.Keys(defs)) {
+		s := defs[name]
 		st.Sigils = append(st.Sigils, SigilStatus{Name: name, Description: s.Description, Scopes: s.Scopes,
 			Token: s.TokenSHA256 != "", Revoked: s.Revoked, UIDs: s.UIDs, GIDs: s.GIDs})
 	}
 	if list, err := d.store.Sessions(r.Context()); err == nil {
 		st.Sessions = len(list)
 	}
+	st.LogLevel = strings.ToLower(d.LogLevel().String())
+	st.Config, st.Reload = d.opts.ConfigPath, d.lastReload.Load()
 	writeJSON(w, http.StatusOK, st)
 }
 
@@ -429,8 +443,14 @@ func (d *Daemon) decodeJSON(w http.ResponseWriter, r *http.Request, v any, examp
 			return ctxd.Errorf(ctxd.KindInvalid, "malformed JSON body: %v", err)
 		}
 	}
-	if dec.More() {
-		return ctxd.Errorf(ctxd.KindInvalid, "malformed JSON body: more than one JSON value")
+	// Only white space may follow the value (dec.More is false before a
+	// stray '}' or ']', so it cannot tell).
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return ctxd.Errorf(ctxd.KindTooLarge, "request body is over the cap of %d bytes (daemon.max_body_bytes)", mbe.Limit)
+		}
+		return ctxd.Errorf(ctxd.KindInvalid, "malformed JSON body: something follows the JSON value: send one")
 	}
 	return nil
 }
@@ -461,14 +481,15 @@ func (d *Daemon) handleAsk(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		switch k := ctxd.KindOf(err); k {
 		case ctxd.KindInternal, ctxd.KindNotRecorded:
-			d.log.Error("ask failed", "session", req.Session, "kind", k, "err", err)
+			d.log.ErrorContext(r.Context(), "ask failed", "session", req.Session, "kind", k, "err", err)
 		case ctxd.KindBackend, ctxd.KindUnavailable:
-			d.log.Warn("ask failed", "session", req.Session, "kind", k, "err", err)
+			d.log.WarnContext(r.Context(), "ask failed", "session", req.Session, "kind", k, "err", err)
 		}
 		if !s.started {
 			writeError(w, err)
 			return
 		}
+		noteOutcome(r.Context(), err)
 		_ = s.send(errorEvent(err))
 		return
 	}

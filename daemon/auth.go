@@ -76,7 +76,7 @@ func (d *Daemon) authenticate(next http.Handler, required bool) http.Handler {
 			if errors.Is(err, sigils.ErrRevoked) {
 				why = "revoked"
 			}
-			d.log.Warn("request refused: token", "why", why, "path", r.URL.Path) // never the token
+			d.log.WarnContext(r.Context(), "request refused: token", "why", why, "path", r.URL.Path) // never the token
 			writeErrorFor(w, r, ctxd.Errorf(ctxd.KindUnauthorized, "Authorization: %v", err))
 			return
 		}
@@ -151,7 +151,7 @@ func (d *Daemon) sigilFor(r *http.Request, named string) (string, error) {
 	}
 	if p, ok := peer(r); ok {
 		if err := d.sigils.CheckPeer(name, p); err != nil {
-			d.log.Warn("request refused: socket peer not allowed", "sigil", name, "uid", p.UID, "gid", p.GID, "pid", p.PID)
+			d.log.WarnContext(r.Context(), "request refused: socket peer not allowed", "sigil", name, "uid", p.UID, "gid", p.GID, "pid", p.PID)
 			return "", ctxd.Errorf(ctxd.KindForbidden, "%v", err)
 		}
 	}

@@ -26,7 +26,9 @@ import (
 	"github.com/ctxd/ctxd/governor"
 	"github.com/ctxd/ctxd/hostenv"
 	"github.com/ctxd/ctxd/karma"
+	"github.com/ctxd/ctxd/metrics"
 	"github.com/ctxd/ctxd/orchestrator"
+	"github.com/ctxd/ctxd/reqid"
 	"github.com/ctxd/ctxd/runcontext"
 	"github.com/ctxd/ctxd/scheduler"
 	"github.com/ctxd/ctxd/sigils"
@@ -52,6 +54,17 @@ type Options struct {
 	// with; nil: formatters/standard's. A program embedding the daemon
 	// registers its own extensions here.
 	Formatters *formatters.Registry
+	// LogLevel is the level Logger logs at: the log-level API, SIGUSR1
+	// (through SetLogLevel) and a reload change it. nil: a level of the
+	// daemon's own, which then changes nothing Logger does.
+	LogLevel *slog.LevelVar
+	// ConfigPath names the file the configuration came from, for status
+	// and the log ("": the built-in defaults).
+	ConfigPath string
+	// Reread reads the configuration again for Reload, as it was read at
+	// start (file, environment, command-line overrides); nil: reloads are
+	// refused.
+	Reread func() (config.Config, error)
 }
 
 // Model is a backend brought up for one model load: what requests run on.
@@ -92,7 +105,12 @@ type Daemon struct {
 	// formatters inject artifacts into the blocks: the shipped ones, and
 	// any an embedding program registered (Options.Formatters).
 	formatters *formatters.Registry
-	codexLim   governor.Limits // the codex's own limits (.ctxd.toml); they only tighten
+	level      *slog.LevelVar
+	metrics    *metrics.Metrics
+
+	live       atomic.Pointer[live]         // what a reload may change
+	reloadMu   sync.Mutex                   // one reload at a time
+	lastReload atomic.Pointer[ReloadStatus] // nil until the first reload
 
 	// Set in Run before anything is served; read-only afterwards.
 	store  ctxd.Store
@@ -100,12 +118,13 @@ type Daemon struct {
 	sensor ctxd.Sensor
 	probe  *hostenv.Probe // the hardware probe: memory for the window plan, and the sensor unless one was given
 
-	tcpAddr  atomic.Pointer[string] // the TCP listener's address, once it listens
-	ready    atomic.Pointer[engine] // nil until the backend is ready
-	initErr  atomic.Pointer[string] // why it is not ready yet
-	drainMu  sync.Mutex             // guards draining; handled.Add happens under it
-	draining bool                   // shutting down: new requests are refused
-	handled  sync.WaitGroup         // requests being served
+	tcpAddr     atomic.Pointer[string] // the TCP listener's address, once it listens
+	metricsAddr atomic.Pointer[string] // the metrics listener's address, once it listens
+	ready       atomic.Pointer[engine] // nil until the backend is ready
+	initErr     atomic.Pointer[string] // why it is not ready yet
+	drainMu     sync.Mutex             // guards draining; handled.Add happens under it
+	draining    bool                   // shutting down: new requests are refused
+	handled     sync.WaitGroup         // requests being served
 }
 
 // engine is everything that exists once the backend is ready.
@@ -124,23 +143,29 @@ func New(cfg config.Config, opts Options) (*Daemon, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	defs := make(map[string]sigils.Def, len(cfg.Sigils))
-	for name, s := range cfg.Sigils {
-		defs[name] = sigils.Def{Description: s.Description, Scopes: s.Scopes, TokenSHA256: s.TokenSHA256,
-			RevokedSHA256: s.RevokedSHA256, UIDs: s.UIDs, GIDs: s.GIDs, Revoked: s.Revoked}
-	}
-	reg, err := sigils.New(defs, cfg.Daemon.DefaultSigil)
+	reg, err := newSigils(cfg)
 	if err != nil {
 		return nil, err
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
+	// Every line logged with a request's context names the request.
+	opts.Logger = slog.New(reqid.Handler(opts.Logger.Handler()))
+	if opts.LogLevel == nil {
+		opts.LogLevel = new(slog.LevelVar)
+		var l slog.Level
+		_ = l.UnmarshalText([]byte(cfg.Daemon.LogLevel)) // validated
+		opts.LogLevel.Set(l)
+	}
 	fm := opts.Formatters
 	if fm == nil {
 		fm = standard.Default(standard.Options{Logger: opts.Logger})
 	}
-	return &Daemon{cfg: cfg, log: opts.Logger, version: opts.Version, opts: opts, sigils: reg, formatters: fm}, nil
+	d := &Daemon{cfg: cfg, log: opts.Logger, version: opts.Version, opts: opts, sigils: reg, formatters: fm, level: opts.LogLevel}
+	d.live.Store(&live{cfg: cfg})
+	d.metrics = metrics.New(d.metricsSnapshot)
+	return d, nil
 }
 
 // errShuttingDown is the cause with which requests still running at the
@@ -207,9 +232,12 @@ func (d *Daemon) Run(ctx context.Context, ln net.Listener, ready func()) error {
 	}
 	sock := newServer(false)
 	sock.ConnContext = withPeer // the socket peer's uid and gid, checked against the sigil's
+	// A socket whose file is removed is made again (relisten.go).
+	ln = d.keepSocket(ln)
+	defer ln.Close()
 	srvs := []*http.Server{sock}
 	serveErr := make(chan error, 2)
-	go func() { serveErr <- sock.Serve(capConnections(ln, d.cfg.Daemon.MaxConnections)) }()
+	go func() { serveErr <- serveCapped(sock, ln, d.cfg.Daemon.MaxConnections) }()
 	d.log.Info("listening", "socket", ln.Addr().String())
 	if addr := d.cfg.Daemon.TCPListen; addr != "" {
 		tln, err := net.Listen("tcp", addr)
@@ -221,8 +249,19 @@ func (d *Daemon) Run(ctx context.Context, ln net.Listener, ready func()) error {
 		d.tcpAddr.Store(&addr)
 		tcp := newServer(true)
 		srvs = append(srvs, tcp)
-		go func() { serveErr <- tcp.Serve(capConnections(tln, d.cfg.Daemon.MaxConnections)) }()
+		go func() { serveErr <- serveCapped(tcp, tln, d.cfg.Daemon.MaxConnections) }()
 		d.log.Info("listening", "tcp", tln.Addr().String(), "tokens", "required")
+	}
+
+	if addr := d.cfg.Daemon.MetricsListen; addr != "" {
+		stopMetrics, err := d.serveMetrics(addr)
+		if err != nil {
+			for _, srv := range srvs {
+				srv.Close()
+			}
+			return err
+		}
+		defer stopMetrics() // after the drain: a scrape during it still answers
 	}
 
 	initCtx, stopInit := context.WithCancel(ctx)
@@ -333,15 +372,16 @@ func (d *Daemon) checkCodex() error {
 	if _, err := os.Stat(d.cfg.Codex.Path); err != nil {
 		return fmt.Errorf("daemon: codex.path: %w", err)
 	}
-	settings, found, err := codex.LoadSettings(d.cfg.Codex.Path)
+	_, found, err := codex.LoadSettings(d.cfg.Codex.Path)
+	if err != nil || !found {
+		return err
+	}
+	lim, err := codexLimits(d.cfg.Codex.Path)
 	if err != nil {
 		return err
 	}
-	if found {
-		l := settings.Limits
-		d.codexLim = governor.Limits{MaxChars: l.MaxChars, AnswerReserve: l.AnswerReserve, MaxDepth: l.MaxDepth, CompactTo: l.CompactTo}
-		d.log.Info("codex settings", "file", codex.SettingsFile, "limits", fmt.Sprintf("%+v", d.codexLim))
-	}
+	d.live.Store(&live{cfg: d.live.Load().cfg, codexLim: lim})
+	d.log.Info("codex settings", "file", codex.SettingsFile, "limits", fmt.Sprintf("%+v", lim))
 	return nil
 }
 
@@ -461,10 +501,8 @@ func (d *Daemon) start(ctx context.Context) (err error) {
 			e.model.Close()
 		}
 	}()
-	e.limits = governor.Limits{
-		MaxChars: d.cfg.Limits.MaxChars, NumCtx: e.model.Window.NumCtx, AnswerReserve: d.cfg.Limits.AnswerReserve,
-		MaxDepth: d.cfg.Limits.MaxDepth, CompactTo: d.cfg.Limits.CompactTo,
-	}.Tighten(d.codexLim)
+	lv := d.live.Load()
+	e.limits = lv.limits(e.model.Window.NumCtx)
 	if err := e.limits.Validate(); err != nil {
 		return ctxd.Errorf(ctxd.KindInvalid, "daemon: %w", err)
 	}
@@ -489,6 +527,7 @@ func (d *Daemon) start(ctx context.Context) (err error) {
 		Karma: orchestrator.KarmaConfig{Store: d.karma, Model: e.model.Info.Model, Options: karma.Options{
 			TopK: d.cfg.Karma.TopK, MaxChars: d.cfg.Karma.MaxChars, MaxEntryChars: d.cfg.Karma.MaxEntryChars, HalfLife: d.cfg.Karma.HalfLife.Duration}},
 		LowPowerReserve: d.cfg.Limits.LowPowerAnswerReserve,
+		Observe:         func(_ context.Context, sum *ctxd.Summary) { d.metrics.Answer(sum) },
 		Formatters:      d.formatters,
 		CodexFile: func(path string) (string, error) {
 			f, err := e.codex.File(path)
@@ -520,6 +559,13 @@ func (d *Daemon) start(ctx context.Context) (err error) {
 	}
 	e.since = time.Now()
 	d.ready.Store(&e)
+	if now := d.live.Load(); now != lv { // a reload while it started: its limits hold
+		d.reloadMu.Lock()
+		if l := d.live.Load().limits(e.model.Window.NumCtx); l.Validate() == nil && e.orch.SetLimits(l) == nil {
+			_ = e.codex.SetLimits(ctx, l)
+		}
+		d.reloadMu.Unlock()
+	}
 	info := e.model.Info
 	d.log.Info("ready", "backend", info.URL, "version", info.Version, "model", info.Model, "num_ctx", info.NumCtx, "slots", e.sched.Slots())
 	return nil
@@ -543,6 +589,14 @@ func (d *Daemon) stableBlocks(f runcontext.Format, c runcontext.Codex) (runconte
 		}
 	}
 	return f.Render(rc)
+}
+
+// MetricsAddr is the metrics listener's address ("" when there is none).
+func (d *Daemon) MetricsAddr() string {
+	if a := d.metricsAddr.Load(); a != nil {
+		return *a
+	}
+	return ""
 }
 
 // TCPAddr is the TCP listener's address ("" when there is none yet).

@@ -49,6 +49,8 @@ type fixtureOptions struct {
 	noWait bool                 // do not wait until ready
 	// formatters replaces the shipped formatters
 	formatters *formatters.Registry
+	reread     func() (config.Config, error) // Options.Reread
+	logLevel   *slog.LevelVar                // Options.LogLevel
 }
 
 // shortDir is a directory for a socket: t.TempDir paths can be longer than
@@ -118,7 +120,8 @@ func newFixture(t *testing.T, o fixtureOptions) *fixture {
 			}, nil
 		}
 	}
-	opts := Options{Open: open, Sensor: f.sensor, Version: "test", Logger: testLogger(t), Formatters: o.formatters}
+	opts := Options{Open: open, Sensor: f.sensor, Version: "test", Logger: testLogger(t), Formatters: o.formatters,
+		Reread: o.reread, LogLevel: o.logLevel}
 	if !o.sqlite {
 		f.store = fake.NewStore()
 		opts.Store = f.store
@@ -210,7 +213,7 @@ func TestEveryRoute(t *testing.T) {
 		{"missing session", "POST", "/v1/ask", "application/json", `{"query": "hi"}`, 400, "session"},
 		{"bad session format", "POST", "/v1/ask", "application/json", `{"session": "../../etc", "query": "hi"}`, 400, "session"},
 		{"unknown field", "POST", "/v1/ask", "application/json", `{"session": "s", "query": "hi", "temperature": 2}`, 400, "temperature"},
-		{"two values", "POST", "/v1/ask", "application/json", `{"session": "s", "query": "hi"} {}`, 400, "more than one"},
+		{"two values", "POST", "/v1/ask", "application/json", `{"session": "s", "query": "hi"} {}`, 400, "follows the JSON value"},
 		{"empty body", "POST", "/v1/ask", "application/json", ``, 400, "empty body"},
 		{"wrong content type", "POST", "/v1/ask", "text/plain", `{"session": "s", "query": "hi"}`, 415, "application/json"},
 		{"oversized body", "POST", "/v1/ask", "application/json", big, 413, "max_body_bytes"},

@@ -2,36 +2,145 @@ package daemon
 
 import (
 	"net"
+	"net/http"
 	"sync"
+	"time"
 )
 
-// capListener holds at most n connections at once: past that, Accept
-// waits until one closes, so a flood of connections waits in the kernel's
-// backlog instead of exhausting the daemon's descriptors. Its connections
-// unwrap to the listener's own (peerOf reads the socket's credentials).
+// capListener holds at most n connections at once, so a flood of
+// connections cannot exhaust the daemon's descriptors. At the cap, a new
+// connection waits until one closes; if the listener is served by
+// serveCapped, which tells it each connection's state, it makes room at
+// once by closing the connection that has waited longest without a
+// request in progress: kept alive between requests (idle), or connected
+// and not yet sending one for newConnGrace. So a thousand clients that
+// connect and sit cannot keep out one that asks; only connections with a
+// request in progress (a body being read, an answer streaming, a
+// WebSocket) hold their places, and daemon.body_timeout bounds how long
+// a body may take. Its connections unwrap to the listener's own (peerOf
+// reads the socket's credentials).
 type capListener struct {
 	net.Listener
-	sem  chan struct{}
-	done chan struct{}
-	once sync.Once
+	sem   chan struct{} // one token per connection held
+	done  chan struct{}
+	once  sync.Once
+	evict bool // connection states are reported (serveCapped): idle ones may be closed at the cap
+
+	mu    sync.Mutex            // guards conns and each capConn's state and since
+	conns map[*capConn]struct{} // the open connections
 }
 
-func capConnections(l net.Listener, n int) net.Listener {
-	return &capListener{Listener: l, sem: make(chan struct{}, n), done: make(chan struct{})}
+// newConnGrace is how long a new connection may stay silent before it
+// may be closed to make room: its request is usually on its way.
+const newConnGrace = time.Second
+
+func capConnections(l net.Listener, n int) *capListener {
+	return &capListener{Listener: l, sem: make(chan struct{}, n), done: make(chan struct{}), conns: map[*capConn]struct{}{}}
 }
 
-func (l *capListener) Accept() (net.Conn, error) {
-	select {
-	case l.sem <- struct{}{}:
-	case <-l.done:
-		return nil, net.ErrClosed
+// serveCapped serves srv on l, holding at most n connections, and closes
+// idle connections first when a new one arrives at the cap (srv's
+// ConnState reports each connection's state to the listener).
+func serveCapped(srv *http.Server, l net.Listener, n int) error {
+	cl := capConnections(l, n)
+	cl.evict = true
+	next := srv.ConnState
+	srv.ConnState = func(c net.Conn, s http.ConnState) {
+		cl.connState(c, s)
+		if next != nil {
+			next(c, s)
+		}
 	}
+	return srv.Serve(cl)
+}
+
+// Accept takes the next connection, then a place for it: at the cap it
+// closes the idlest connection, if there is one, or waits for one to
+// close (or, states reported, to become idle).
+func (l *capListener) Accept() (net.Conn, error) {
 	c, err := l.Listener.Accept()
 	if err != nil {
-		<-l.sem
 		return nil, err
 	}
-	return &capConn{Conn: c, release: func() { <-l.sem }}, nil
+	if !l.place() {
+		c.Close()
+		return nil, net.ErrClosed
+	}
+	cc := &capConn{Conn: c, l: l, state: http.StateNew, since: time.Now()}
+	l.mu.Lock()
+	l.conns[cc] = struct{}{}
+	l.mu.Unlock()
+	return cc, nil
+}
+
+// place takes a place for a new connection, making one if it can; false
+// if the listener closed first.
+func (l *capListener) place() bool {
+	var retry <-chan time.Time // states reported: look again for one gone idle
+	for {
+		select {
+		case l.sem <- struct{}{}:
+			return true
+		default:
+		}
+		if v := l.idlest(time.Now()); v != nil {
+			v.Close() // gives its place back
+			continue
+		}
+		if l.evict {
+			retry = time.After(newConnGrace / 4)
+		}
+		select {
+		case l.sem <- struct{}{}:
+			return true
+		case <-l.done:
+			return false
+		case <-retry:
+		}
+	}
+}
+
+// idlest is the open connection that has waited longest without a
+// request in progress: idle ones before new ones, which must have been
+// silent for newConnGrace; nil if there is none or states are not
+// reported.
+func (l *capListener) idlest(now time.Time) *capConn {
+	if !l.evict {
+		return nil
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var best *capConn
+	rank := func(c *capConn) int { // lower goes first; 0: never
+		switch {
+		case c.state == http.StateIdle:
+			return 1
+		case c.state == http.StateNew && now.Sub(c.since) >= newConnGrace:
+			return 2
+		}
+		return 0
+	}
+	for c := range l.conns {
+		r := rank(c)
+		if r == 0 {
+			continue
+		}
+		if best == nil || r < rank(best) || r == rank(best) && c.since.Before(best.since) {
+			best = c
+		}
+	}
+	return best
+}
+
+// connState records a connection's state as the server reports it.
+func (l *capListener) connState(c net.Conn, s http.ConnState) {
+	cc, ok := c.(*capConn)
+	if !ok {
+		return
+	}
+	l.mu.Lock()
+	cc.state, cc.since = s, time.Now()
+	l.mu.Unlock()
 }
 
 func (l *capListener) Close() error {
@@ -42,13 +151,20 @@ func (l *capListener) Close() error {
 // capConn frees its place when closed.
 type capConn struct {
 	net.Conn
-	once    sync.Once
-	release func()
+	l     *capListener
+	once  sync.Once
+	state http.ConnState // as the server last reported it; guarded by l.mu
+	since time.Time      // when it entered state; guarded by l.mu
 }
 
 func (c *capConn) Close() error {
 	err := c.Conn.Close()
-	c.once.Do(c.release)
+	c.once.Do(func() {
+		c.l.mu.Lock()
+		delete(c.l.conns, c)
+		c.l.mu.Unlock()
+		<-c.l.sem
+	})
 	return err
 }
 

@@ -20,7 +20,8 @@ var ErrInUse = errors.New("socket in use")
 // socket's directory must be this user's and writable by no one else:
 // in a directory another user created (say /tmp/ctxd-UID, made first by
 // someone else), they could swap the socket and answer this user's
-// clients.
+// clients. While the daemon serves on it, it re-creates the socket (and
+// its directory) if they are removed.
 func Listen(path string) (net.Listener, error) {
 	dir := filepath.Dir(path)
 	_, statErr := os.Stat(dir)
@@ -67,7 +68,15 @@ func Listen(path string) (net.Listener, error) {
 		ln.Close()
 		return nil, fmt.Errorf("daemon: chmod socket: %w", err)
 	}
-	return ln, nil
+	return &ownSocket{UnixListener: ln.(*net.UnixListener), path: path}, nil
+}
+
+// ownSocket is a socket Listen made: the daemon re-creates it if its file
+// is removed while it serves (see keepSocket). A socket passed in (by
+// systemd's socket activation) is its creator's to re-create.
+type ownSocket struct {
+	*net.UnixListener
+	path string
 }
 
 // ErrSocketDir is a socket directory someone else could tamper with.

@@ -16,6 +16,7 @@ import (
 
 	"github.com/ctxd/ctxd"
 	"github.com/ctxd/ctxd/codexsvc"
+	"github.com/ctxd/ctxd/reqid"
 	"github.com/ctxd/ctxd/runcontext"
 )
 
@@ -202,7 +203,7 @@ func (d *Daemon) handleWS(w http.ResponseWriter, r *http.Request) {
 	defer e.hub.unsubscribe(sub)
 	ws, err := websocket.Accept(w, r, nil) // same-origin only, for browsers
 	if err != nil {
-		d.log.Info("websocket upgrade refused", "err", err)
+		d.log.InfoContext(r.Context(), "websocket upgrade refused", "err", err)
 		return // Accept answered
 	}
 	ws.SetReadLimit(d.cfg.Daemon.MaxBodyBytes)
@@ -484,6 +485,13 @@ func (c *wsConn) run(ctx context.Context, cancel context.CancelCauseFunc, id str
 // answer runs the ask through the orchestrator, streaming its tokens, and
 // returns its last message.
 func (c *wsConn) answer(ctx context.Context, id string, req ctxd.AskRequest) (last ctxd.WSMessage, notice *ctxd.WSMessage) {
+	// Each ask is a request of its own in the log and the summary: the
+	// connection's id and the ask's.
+	rid := reqid.From(ctx) + "." + id
+	if !reqid.Valid(rid) {
+		rid = reqid.New()
+	}
+	ctx = reqid.With(ctx, rid)
 	defer func() {
 		if v := recover(); v != nil {
 			c.log.Error("websocket ask panic", "session", req.Session, "panic", v)

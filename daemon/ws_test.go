@@ -408,6 +408,8 @@ func TestWSBadMessages(t *testing.T) {
 	}
 	if last, _ := p.final("ok"); last.Type != ctxd.WSSummary || last.Summary.Turn != 1 {
 		t.Errorf("the ask after the bad messages: %+v", last)
+	} else if rid := last.Summary.RequestID; len(rid) < 4 || !strings.HasSuffix(rid, ".ok") {
+		t.Errorf("a WebSocket ask's request id %q is not the connection's and the ask's", rid)
 	}
 }
 

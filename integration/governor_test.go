@@ -95,6 +95,14 @@ func TestOverflowIsCondensedNeverCut(t *testing.T) {
 				if sum.Epoch < 1 || sum.PrefixBreak == nil || sum.PrefixBreak.Block != "state" {
 					t.Errorf("condensation not visible: epoch %d break %+v", sum.Epoch, sum.PrefixBreak)
 				}
+				// The condensation ran on the backend before this answer: its
+				// time is the client's, counted in ttft_ms and named.
+				tm := sum.Timing
+				t.Logf("turn %d: ttft %.0f ms = queue %.0f + governor %.0f (condensing %.0f) + backend %.0f + other %.0f",
+					sum.Turn, sum.TTFTMillis, tm.QueueWaitMs, tm.GovernorMs, tm.CondenseMs, tm.BackendTTFTMs, tm.OtherMs)
+				if tm.CondenseMs <= 0 || tm.GovernorMs < tm.CondenseMs || sum.TTFTMillis < tm.GovernorMs+tm.BackendTTFTMs {
+					t.Errorf("the condensation's time is not in the time to first token: ttft %.1f ms, timing %+v", sum.TTFTMillis, tm)
+				}
 				break
 			}
 		}

@@ -32,7 +32,7 @@ func BenchmarkSidecarOverhead(b *testing.B) {
 				b.Fatal(err)
 			}
 			if i > 0 && ttft > 0 {
-				xs = append(xs, float64(ttft.Microseconds())/1000-sum.TTFTMillis)
+				xs = append(xs, float64(ttft.Microseconds())/1000-sum.Timing.BackendTTFTMs)
 			}
 		}
 	}

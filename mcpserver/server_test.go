@@ -40,7 +40,7 @@ var codexFiles = map[string]string{
 	"dir with space/a": "spaced\n",
 }
 
-func newFakeDaemon(t *testing.T) *fakeDaemon {
+func newFakeDaemon(t testing.TB) *fakeDaemon {
 	t.Helper()
 	dir, err := os.MkdirTemp("", "mcp-")
 	if err != nil {
@@ -202,7 +202,7 @@ func (f *fakeDaemon) routes() http.Handler {
 
 // connect builds a server whose client presents token ("" for none) and
 // connects an MCP client to it in memory.
-func connect(t *testing.T, f *fakeDaemon, token string) (*Server, *mcp.ClientSession) {
+func connect(t testing.TB, f *fakeDaemon, token string) (*Server, *mcp.ClientSession) {
 	t.Helper()
 	var opts []client.Option
 	if token != "" {
@@ -215,7 +215,7 @@ func connect(t *testing.T, f *fakeDaemon, token string) (*Server, *mcp.ClientSes
 	return s, connectTo(t, s)
 }
 
-func connectTo(t *testing.T, s *Server) *mcp.ClientSession {
+func connectTo(t testing.TB, s *Server) *mcp.ClientSession {
 	t.Helper()
 	st, ct := mcp.NewInMemoryTransports()
 	ss, err := s.Connect(t.Context(), st)

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/ctxd/ctxd"
 	"github.com/ctxd/ctxd/formatters"
@@ -33,6 +34,8 @@ type prepared struct {
 	// new karma epoch began with this request (stored once prepared).
 	karma       ctxd.KarmaSnapshot
 	karmaChosen bool
+	// condensing is the time spent condensing old turns.
+	condensing time.Duration
 }
 
 // prepare loads the session, builds and validates the RunContext, and has
@@ -120,7 +123,7 @@ func (o *Orchestrator) prepare(ctx context.Context, req ctxd.AskRequest, sigil r
 	if err != nil {
 		return p, err
 	}
-	budget, err := o.cfg.Limits.Check(m.Measure)
+	budget, err := o.Limits().Check(m.Measure)
 	var le *governor.LimitError
 	// Fresh excerpts come before stale ones: the history's excerpts go (a
 	// new epoch) before any of this question's is left out.
@@ -137,7 +140,7 @@ func (o *Orchestrator) prepare(ctx context.Context, req ctxd.AskRequest, sigil r
 		if m, err = o.measure(rc, tails); err != nil {
 			return p, err
 		}
-		budget, err = o.cfg.Limits.Check(m.Measure)
+		budget, err = o.Limits().Check(m.Measure)
 	}
 	// Excerpts are the cheapest thing to give up: the lowest-ranked go first.
 	dropExcerpts := func() error {
@@ -148,7 +151,7 @@ func (o *Orchestrator) prepare(ctx context.Context, req ctxd.AskRequest, sigil r
 			if m, merr = o.measure(rc, tails); merr != nil {
 				return merr
 			}
-			if budget, err = o.cfg.Limits.Check(m.Measure); err == nil || len(rc.Query.Excerpts) == 0 {
+			if budget, err = o.Limits().Check(m.Measure); err == nil || len(rc.Query.Excerpts) == 0 {
 				actions = append(actions, ctxd.Action{Kind: ctxd.ActionExcerpts,
 					Reason: fmt.Sprintf("%d lowest-ranked codex excerpts left out to fit the window", dropped), Epoch: sess.Epoch})
 			}
@@ -172,7 +175,7 @@ func (o *Orchestrator) prepare(ctx context.Context, req ctxd.AskRequest, sigil r
 			if m, merr = o.measure(rc, tails); merr != nil {
 				return merr
 			}
-			budget, err = o.cfg.Limits.Check(m.Measure)
+			budget, err = o.Limits().Check(m.Measure)
 		}
 		return nil
 	}
@@ -180,7 +183,9 @@ func (o *Orchestrator) prepare(ctx context.Context, req ctxd.AskRequest, sigil r
 		return p, kerr
 	}
 	if errors.As(err, &le) {
+		condenseStart := o.cfg.Now()
 		acts, cerr := o.condense(ctx, req.Session, &sess, rc)
+		p.condensing = o.cfg.Now().Sub(condenseStart)
 		actions = append(actions, acts...)
 		if cerr != nil {
 			return p, cerr
@@ -195,7 +200,7 @@ func (o *Orchestrator) prepare(ctx context.Context, req ctxd.AskRequest, sigil r
 			if m, err = o.measure(rc, tails); err != nil {
 				return p, err
 			}
-			budget, err = o.cfg.Limits.Check(m.Measure)
+			budget, err = o.Limits().Check(m.Measure)
 			if merr := dropExcerpts(); merr != nil {
 				return p, merr
 			}
@@ -228,7 +233,7 @@ func (o *Orchestrator) prepare(ctx context.Context, req ctxd.AskRequest, sigil r
 		}
 	}
 	return prepared{sess: sess, rc: rc, rendered: m.Rendered, tokens: m.tokens, budget: budget, actions: actions, workingSet: ws,
-		toolsRefused: p.toolsRefused, karma: p.karma, karmaChosen: p.karmaChosen}, nil
+		toolsRefused: p.toolsRefused, karma: p.karma, karmaChosen: p.karmaChosen, condensing: p.condensing}, nil
 }
 
 // inject adds the formatters' artifacts to rc. A formatter that fails adds
@@ -314,7 +319,7 @@ func (o *Orchestrator) dropStale(ctx context.Context, id string, sess *ctxd.Sess
 	}
 	act := ctxd.Action{Kind: ctxd.ActionStale, Epoch: epoch, TokensDropped: max(0, before-after),
 		Reason: fmt.Sprintf("the request did not fit; the history's %d codex excerpts of earlier questions were left out of it (a new epoch) before any of this question's", n)}
-	o.log.Info("stale excerpts left out", "session", id, "epoch", epoch, "excerpts", n, "tokens", act.TokensDropped)
+	o.log.InfoContext(ctx, "stale excerpts left out", "session", id, "epoch", epoch, "excerpts", n, "tokens", act.TokensDropped)
 	return act, nil
 }
 
@@ -344,7 +349,7 @@ func (o *Orchestrator) measure(rc *runcontext.RunContext, session string) (measu
 // compact applies the message depth: once the history passes max_depth it
 // is cut to the low mark in one step and a new epoch begins.
 func (o *Orchestrator) compact(ctx context.Context, id string, sess *ctxd.Session, rc *runcontext.RunContext) (ctxd.Action, bool, error) {
-	c := o.cfg.Limits.Compact(sess.Turns)
+	c := o.Limits().Compact(sess.Turns)
 	if !c.Compacted() {
 		return ctxd.Action{}, false, nil
 	}
@@ -363,10 +368,10 @@ func (o *Orchestrator) compact(ctx context.Context, id string, sess *ctxd.Sessio
 	rc.State = runcontext.State{Epoch: sess.Epoch, Summary: sess.Summary, Turns: sess.Turns}
 	act := ctxd.Action{
 		Kind:         ctxd.ActionCompact,
-		Reason:       fmt.Sprintf("history of %d turns passed max_depth %d; cut to %d in one step", before, o.cfg.Limits.MaxDepth, len(c.Keep)),
+		Reason:       fmt.Sprintf("history of %d turns passed max_depth %d; cut to %d in one step", before, o.Limits().MaxDepth, len(c.Keep)),
 		TurnsDropped: len(c.Dropped), TokensDropped: dropped, Epoch: sess.Epoch,
 	}
-	o.log.Info("compacted history", "session", id, "epoch", act.Epoch, "turns_dropped", act.TurnsDropped, "tokens_dropped", act.TokensDropped, "reason", act.Reason)
+	o.log.InfoContext(ctx, "compacted history", "session", id, "epoch", act.Epoch, "turns_dropped", act.TurnsDropped, "tokens_dropped", act.TokensDropped, "reason", act.Reason)
 	return act, true, nil
 }
 
@@ -423,7 +428,7 @@ func (o *Orchestrator) condense(ctx context.Context, id string, sess *ctxd.Sessi
 		if m, err = o.measure(&crc, ""); err != nil {
 			return nil, err
 		}
-		if _, err := o.cfg.Limits.Check(m.Measure); err == nil {
+		if _, err := o.Limits().Check(m.Measure); err == nil {
 			if skip > 0 {
 				actions = append(actions, ctxd.Action{
 					Kind:         ctxd.ActionPrune,
@@ -455,7 +460,7 @@ func (o *Orchestrator) condense(ctx context.Context, id string, sess *ctxd.Sessi
 		Reason:       fmt.Sprintf("the request did not fit; %d prunable turns were summarized by the backend (%d tokens)", len(prunable), gen.EvalCount),
 		TurnsDropped: len(prunable) - skip, TokensDropped: dropped, Epoch: sess.Epoch,
 	}
-	o.log.Info("condensed history", "session", id, "epoch", act.Epoch, "turns", act.TurnsDropped, "state_tokens_before", dropped)
+	o.log.InfoContext(ctx, "condensed history", "session", id, "epoch", act.Epoch, "turns", act.TurnsDropped, "state_tokens_before", dropped)
 	return append(actions, act), nil
 }
 
@@ -476,7 +481,7 @@ func (o *Orchestrator) generateAside(ctx context.Context, session string, m meas
 		return ctxd.Generation{}, err
 	}
 	defer lease.Release()
-	gen, _, err := o.generate(ctx, lease, m.Rendered.Prompt(), m.tokens.IDs, o.cfg.Limits.AnswerReserve, func(string) error { return nil })
+	gen, _, err := o.generate(ctx, lease, m.Rendered.Prompt(), m.tokens.IDs, o.Limits().AnswerReserve, func(string) error { return nil })
 	if err != nil {
 		return gen, fmt.Errorf("orchestrator: condense history: %w", err)
 	}

@@ -38,7 +38,7 @@ func (o *Orchestrator) follow(ctx context.Context, id string, history []ctxd.Tur
 		return false, ctxd.Errorf(ctxd.KindInternal, "orchestrator: session %q: take the client's history: %w", id, err)
 	}
 	o.cacheSession(ctxd.Session{ID: id, Epoch: epoch, Turns: turns, Seqs: seqs, Count: sess.Count + len(turns)})
-	o.log.Info("session follows its client's history", "session", id, "client_turns", len(history), "held_turns", len(sess.Turns), "epoch", epoch)
+	o.log.InfoContext(ctx, "session follows its client's history", "session", id, "client_turns", len(history), "held_turns", len(sess.Turns), "epoch", epoch)
 	return true, nil
 }
 

@@ -72,7 +72,7 @@ func (o *Orchestrator) chooseKarma(ctx context.Context, req ctxd.AskRequest, sig
 	opts.Now, opts.Codex = o.cfg.Now(), codexFP
 	entries, skipped := karma.Select(eligible, opts)
 	for _, s := range skipped {
-		o.log.Info("karma trace left out", "session", req.Session, "trace", s.Trace, "reason", s.Reason)
+		o.log.InfoContext(ctx, "karma trace left out", "session", req.Session, "trace", s.Trace, "reason", s.Reason)
 	}
 	snap := ctxd.KarmaSnapshot{Session: req.Session, Sigil: sigil.Name, KarmaEpoch: prev.KarmaEpoch + 1,
 		SessionEpoch: epoch, Reason: reason, Entries: entries, At: opts.Now}

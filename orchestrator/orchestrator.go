@@ -16,6 +16,7 @@ import (
 	"github.com/ctxd/ctxd/formatters"
 	"github.com/ctxd/ctxd/formatters/standard"
 	"github.com/ctxd/ctxd/governor"
+	"github.com/ctxd/ctxd/reqid"
 	"github.com/ctxd/ctxd/runcontext"
 	"github.com/ctxd/ctxd/scheduler"
 	"github.com/ctxd/ctxd/sigils"
@@ -42,8 +43,11 @@ type Config struct {
 	// LowPowerReserve caps every answer at this many tokens while the
 	// environment's power band is low_battery or low_power; 0: no cap.
 	LowPowerReserve int
-	Now             func() time.Time
-	Logger          *slog.Logger
+	// Observe is told of every answer's summary (the daemon's metrics);
+	// nil: nobody. It must not block.
+	Observe func(ctx context.Context, sum *ctxd.Summary)
+	Now     func() time.Time
+	Logger  *slog.Logger
 }
 
 // Orchestrator serves requests. It is safe for concurrent use: requests of
@@ -59,8 +63,9 @@ type Orchestrator struct {
 	warm    *warmer // nil without warm restarts
 	log     *slog.Logger
 
-	codex atomic.Pointer[codexState]
-	last  atomic.Pointer[ctxd.Summary] // the last answered request, for status
+	codex  atomic.Pointer[codexState]
+	last   atomic.Pointer[ctxd.Summary]    // the last answered request, for status
+	limits atomic.Pointer[governor.Limits] // the governor's limits now (SetLimits swaps them)
 
 	mu       sync.Mutex                    // guards the maps below; held only to read or write them
 	prompts  map[string]previous           // the previous request of each session since start
@@ -120,6 +125,7 @@ func New(cfg Config, backend ctxd.Backend, count *tokencount.Counter, store ctxd
 	if cfg.Warm != nil && cfg.Warm.Store != nil {
 		o.warm = newWarmer(*cfg.Warm, o.log)
 	}
+	o.limits.Store(&cfg.Limits)
 	o.SetCodex(runcontext.Codex{Mode: runcontext.ModeNone}, ctxd.CodexPlan{Mode: runcontext.ModeNone, Reason: "no codex configured"}, nil)
 	return o, nil
 }
@@ -133,6 +139,23 @@ func (o *Orchestrator) SetCodex(block runcontext.Codex, plan ctxd.CodexPlan, r c
 		block.Prerender(o.cfg.Format.Specials())
 	}
 	o.codex.Store(&codexState{block: block, plan: plan, retriever: r, fingerprint: codexFingerprint(block)})
+}
+
+// Limits are the governor's limits now.
+func (o *Orchestrator) Limits() governor.Limits { return *o.limits.Load() }
+
+// SetLimits makes l the governor's limits for requests that begin
+// preparing after it (a reloaded configuration). The window (NumCtx) is
+// the model's and cannot change here.
+func (o *Orchestrator) SetLimits(l governor.Limits) error {
+	if l.NumCtx != o.Limits().NumCtx {
+		return fmt.Errorf("orchestrator: the window is %d tokens and cannot change to %d without reloading the model", o.Limits().NumCtx, l.NumCtx)
+	}
+	if err := l.Validate(); err != nil {
+		return fmt.Errorf("orchestrator: %w", err)
+	}
+	o.limits.Store(&l)
+	return nil
 }
 
 // LastSummary is the summary of the last answered request, or nil.
@@ -219,7 +242,9 @@ func (o *Orchestrator) Ask(ctx context.Context, req ctxd.AskRequest, onToken fun
 		}
 	}
 	codex := o.codex.Load()
+	prepStart := o.cfg.Now()
 	p, err := o.prepare(ctx, req, sigil, codex)
+	prepDone := o.cfg.Now()
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, o.stopped(ctx, req.Session, "while the governor made it fit", false, err)
@@ -239,13 +264,16 @@ func (o *Orchestrator) Ask(ctx context.Context, req ctxd.AskRequest, onToken fun
 		return nil, o.stopped(ctx, req.Session, "while it waited for a backend slot; nothing was sent to the backend", false, err)
 	}
 	defer lease.Release()
+	restoreStart := o.cfg.Now()
 	if lease.Restore && o.warm.restore(ctx, lease, fp, prefix) {
 		lease.Cached = len(prefix)
 	}
+	restored := o.cfg.Now().Sub(restoreStart)
 
 	rc, rendered, tokens := p.rc, p.rendered, p.tokens.IDs
 	sum := &ctxd.Summary{
-		Session: req.Session, Turn: p.sess.Count + 1, Mode: rc.Codex.Mode, Format: o.cfg.Format.Name(), Codex: codex.plan, Excerpts: len(rc.Query.Excerpts), WorkingSet: p.workingSet,
+		RequestID: reqid.From(ctx),
+		Session:   req.Session, Turn: p.sess.Count + 1, Mode: rc.Codex.Mode, Format: o.cfg.Format.Name(), Codex: codex.plan, Excerpts: len(rc.Query.Excerpts), WorkingSet: p.workingSet,
 		PromptTokens: len(tokens), CachedTokens: lease.Cached, Budget: p.budget, Epoch: rc.State.Epoch, Governor: p.actions,
 		QueueWaitMs: ms(sessionWait + lease.Waited), QueueAhead: lease.Ahead, Slot: lease.Slot,
 		Karma: karmaInfo(p.karma, p.karmaChosen),
@@ -272,7 +300,7 @@ func (o *Orchestrator) Ask(ctx context.Context, req ctxd.AskRequest, onToken fun
 		sum.PrefixBreak.Reason = fmt.Sprintf("karma epoch %d began: %s", p.karma.KarmaEpoch, p.karma.Reason)
 	}
 	if sum.PrefixBreak != nil {
-		o.log.Info("prefix break", "session", req.Session, "block", sum.PrefixBreak.Block, "reason", sum.PrefixBreak.Reason)
+		o.log.InfoContext(ctx, "prefix break", "session", req.Session, "block", sum.PrefixBreak.Block, "reason", sum.PrefixBreak.Reason)
 	}
 
 	answerCap := o.answerCap(req.MaxTokens)
@@ -281,7 +309,16 @@ func (o *Orchestrator) Ask(ctx context.Context, req ctxd.AskRequest, onToken fun
 		sum.Governor = append(sum.Governor, ctxd.Action{Kind: ctxd.ActionLowPower, Epoch: rc.State.Epoch,
 			Reason: fmt.Sprintf("power is %s: the answer is capped at %d tokens (limits.low_power_answer_reserve)", rc.Environment.Power, low)})
 	}
-	gen, streamed, err := o.generate(ctx, lease, rendered.Prompt(), tokens, answerCap, onToken)
+	var first time.Time // the answer's first token left for the client
+	gen, streamed, err := o.generate(ctx, lease, rendered.Prompt(), tokens, answerCap, func(s string) error {
+		if first.IsZero() {
+			first = o.cfg.Now()
+		}
+		return onToken(s)
+	})
+	if first.IsZero() { // an empty answer: its end is its first token
+		first = o.cfg.Now()
+	}
 	if err == nil && fp != "" {
 		o.warm.save(ctx, lease, fp, len(prefix))
 	}
@@ -295,7 +332,7 @@ func (o *Orchestrator) Ask(ctx context.Context, req ctxd.AskRequest, onToken fun
 	if gen.PromptEvalCount > 0 && gen.PromptEvalCount != len(tokens) {
 		// Ollama counts every prompt token, cached or not: a difference
 		// means ctxd's count is off.
-		o.log.Warn("token count differs from the backend's", "ctxd", len(tokens), "backend", gen.PromptEvalCount)
+		o.log.WarnContext(ctx, "token count differs from the backend's", "ctxd", len(tokens), "backend", gen.PromptEvalCount)
 		o.count.WholePrompts()
 	}
 
@@ -314,18 +351,22 @@ func (o *Orchestrator) Ask(ctx context.Context, req ctxd.AskRequest, onToken fun
 		if gen.Note != "" {
 			sum.DoneNote += " (" + gen.Note + ")"
 		}
-		o.log.Warn("answer incomplete: the backend ended the stream without its final message", "session", req.Session, "answer_tokens", sum.AnswerTokens)
+		o.log.WarnContext(ctx, "answer incomplete: the backend ended the stream without its final message", "session", req.Session, "answer_tokens", sum.AnswerTokens)
 	}
 	if gen.BackendCached >= 0 {
 		n := gen.BackendCached
 		sum.BackendCachedTokens = &n
 		sum.ReuseNote = reuseNote(sum.CachedTokens, n, len(tokens))
 		if sum.ReuseNote != "" && n < sum.CachedTokens {
-			o.log.Warn("the backend reused less than expected", "session", req.Session, "slot", sum.Slot,
+			o.log.WarnContext(ctx, "the backend reused less than expected", "session", req.Session, "slot", sum.Slot,
 				"expected", sum.CachedTokens, "measured", n, "note", sum.ReuseNote)
 		}
 	}
-	sum.TTFTMillis = ms(gen.TTFT)
+	sum.TTFTMillis = ms(first.Sub(arrived))
+	sum.Timing = ctxd.Timing{QueueWaitMs: sum.QueueWaitMs, GovernorMs: ms(prepDone.Sub(prepStart)), CondenseMs: ms(p.condensing),
+		RestoreMs: ms(restored), BackendTTFTMs: ms(gen.TTFT)}
+	t := sum.Timing
+	sum.Timing.OtherMs = max(0, sum.TTFTMillis-t.QueueWaitMs-t.GovernorMs-t.RestoreMs-t.BackendTTFTMs)
 	sum.PromptEvalMs = ms(gen.PromptEvalDuration)
 	sum.BackendPromptN = gen.PromptEvalCount
 	sum.DoneReason = gen.DoneReason
@@ -347,8 +388,12 @@ func (o *Orchestrator) Ask(ctx context.Context, req ctxd.AskRequest, onToken fun
 		o.mu.Unlock()
 	}
 	o.last.Store(sum)
-	o.log.Info("answered", "session", req.Session, "turn", sum.Turn, "slot", sum.Slot, "prompt_tokens", sum.PromptTokens,
-		"cached_tokens", sum.CachedTokens, "queue_wait_ms", sum.QueueWaitMs, "ttft_ms", sum.TTFTMillis, "done", sum.DoneReason)
+	if o.cfg.Observe != nil {
+		o.cfg.Observe(ctx, sum)
+	}
+	o.log.InfoContext(ctx, "answered", "session", req.Session, "turn", sum.Turn, "slot", sum.Slot, "prompt_tokens", sum.PromptTokens,
+		"cached_tokens", sum.CachedTokens, "ttft_ms", sum.TTFTMillis, "queue_wait_ms", sum.QueueWaitMs,
+		"governor_ms", sum.Timing.GovernorMs, "backend_ttft_ms", sum.Timing.BackendTTFTMs, "done", sum.DoneReason)
 	return sum, nil
 }
 
@@ -391,10 +436,10 @@ func lowPower(band string) bool { return band == "low_battery" || band == "low_p
 // answerCap is the length an answer may reach: the client's cap where it
 // is under the answer reserve, else the reserve.
 func (o *Orchestrator) answerCap(asked int) int {
-	if asked > 0 && asked < o.cfg.Limits.AnswerReserve {
+	if asked > 0 && asked < o.Limits().AnswerReserve {
 		return asked
 	}
-	return o.cfg.Limits.AnswerReserve
+	return o.Limits().AnswerReserve
 }
 
 // generate sends a prompt to the lease's slot, for an answer of at most
@@ -494,7 +539,7 @@ func (o *Orchestrator) stopped(ctx context.Context, session, when string, stream
 	if streamed {
 		what = "the partial answer was not recorded"
 	}
-	o.log.Info("request stopped", "session", session, "when", when, "cause", cause)
+	o.log.InfoContext(ctx, "request stopped", "session", session, "when", when, "cause", cause)
 	return &ctxd.Error{Kind: kind, Err: cause,
 		Message: fmt.Sprintf("session %q: request stopped %s (%v); %s", session, when, cause, what)}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"sync"
 	"testing"
@@ -12,6 +13,7 @@ import (
 	"github.com/ctxd/ctxd"
 	"github.com/ctxd/ctxd/governor"
 	"github.com/ctxd/ctxd/internal/fake"
+	"github.com/ctxd/ctxd/reqid"
 	"github.com/ctxd/ctxd/runcontext"
 	"github.com/ctxd/ctxd/scheduler"
 	"github.com/ctxd/ctxd/sigils"
@@ -108,6 +110,21 @@ func TestTurnsReuseThePrefix(t *testing.T) {
 	sum = h.ask(t, "s1", "after a band change")
 	if sum.PrefixBreak == nil || sum.PrefixBreak.Block != "environment" {
 		t.Errorf("environment change: break %+v", sum.PrefixBreak)
+	}
+}
+
+func TestSummaryCarriesTheRequestID(t *testing.T) {
+	t.Parallel()
+	h := newTest(t, governor.Limits{NumCtx: 8192, AnswerReserve: 64}, 1)
+	sum, err := h.o.Ask(reqid.With(t.Context(), "req-7"), ctxd.AskRequest{Session: "r", Query: "hello"}, noop)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sum.RequestID != "req-7" {
+		t.Errorf("summary's request id %q, want req-7", sum.RequestID)
+	}
+	if sum.TTFTMillis < sum.Timing.BackendTTFTMs {
+		t.Errorf("ttft %.3f ms from arrival is less than the backend's %.3f ms", sum.TTFTMillis, sum.Timing.BackendTTFTMs)
 	}
 }
 
@@ -397,6 +414,15 @@ func TestCondenseWhenTheWindowIsExceeded(t *testing.T) {
 	}
 	if sum.PromptTokens > 2850-64 {
 		t.Errorf("condensed prompt %d tokens still over the budget", sum.PromptTokens)
+	}
+	// The condensation is part of the governor's time, which is part of
+	// the time to first token; the parts add up to it.
+	tm := sum.Timing
+	if tm.CondenseMs <= 0 || tm.GovernorMs < tm.CondenseMs {
+		t.Errorf("condensation not counted in the governor's time: %+v", tm)
+	}
+	if parts := tm.QueueWaitMs + tm.GovernorMs + tm.RestoreMs + tm.BackendTTFTMs + tm.OtherMs; math.Abs(parts-sum.TTFTMillis) > 0.01 || sum.TTFTMillis < tm.GovernorMs {
+		t.Errorf("ttft %.3f ms is not the sum of its parts %+v (%.3f)", sum.TTFTMillis, tm, parts)
 	}
 	prompts := h.backend.Prompts()
 	last, condensePrompt := prompts[len(prompts)-1], prompts[len(prompts)-2]

@@ -3,9 +3,11 @@ package sigils
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"regexp"
 	"slices"
 	"strings"
+	"sync/atomic"
 
 	"github.com/ctxd/ctxd/runcontext"
 )
@@ -21,14 +23,15 @@ const (
 	ScopeSessRead    = "sessions:read"  // may list and read its own sessions and their last prompts
 	ScopeSessWrite   = "sessions:write" // may delete its own sessions
 	ScopeCodexLoad   = "codex:load"     // may load a codex (from the operator's allowed roots)
+	ScopeAdmin       = "admin"          // may change the log level and reload the configuration
 )
 
 // Known is every scope a sigil may hold, tool:NAME aside.
-var Known = []string{ScopeAsk, ScopeCodexLoad, ScopeKarmaRead, ScopeKarmaWrite, ScopeSearchCodex, ScopeSessRead, ScopeSessWrite, ScopeTools}
+var Known = []string{ScopeAdmin, ScopeAsk, ScopeCodexLoad, ScopeKarmaRead, ScopeKarmaWrite, ScopeSearchCodex, ScopeSessRead, ScopeSessWrite, ScopeTools}
 
 // All is every scope but the tool scopes: what the default sigil of a
 // configuration without sigils holds (a local single-user setup).
-var All = []string{ScopeAsk, ScopeCodexLoad, ScopeKarmaRead, ScopeKarmaWrite, ScopeSearchCodex, ScopeSessRead, ScopeSessWrite}
+var All = []string{ScopeAdmin, ScopeAsk, ScopeCodexLoad, ScopeKarmaRead, ScopeKarmaWrite, ScopeSearchCodex, ScopeSessRead, ScopeSessWrite}
 
 // Errors callers branch on.
 var (
@@ -73,14 +76,28 @@ type entry struct {
 	revoked     bool
 }
 
-// Registry holds the configured sigils. It is read-only after New and
-// safe for concurrent use.
+// Registry holds the configured sigils. It is safe for concurrent use;
+// Replace swaps in a reloaded configuration at once.
 type Registry struct {
+	t atomic.Pointer[table]
+}
+
+// table is one configuration of sigils, read-only once built.
+type table struct {
 	byName  map[string]entry
+	defs    map[string]Def
 	def     string
 	tokens  map[string][]byte // sigil name to the SHA-256 of its token
 	revoked map[string][]byte // "name\x00hex" of each revoked token to its raw hash
 }
+
+// Replace makes r hold from's sigils: every request checked after it
+// returns sees them, and none sees a mix of the two.
+func (r *Registry) Replace(from *Registry) { r.t.Store(from.t.Load()) }
+
+// Defs is the configuration of every sigil, by name (callers must not
+// change it).
+func (r *Registry) Defs() map[string]Def { return r.t.Load().defs }
 
 // NewRegistry is New for sigils that have only scopes.
 func NewRegistry(scopes map[string][]string, def string) (*Registry, error) {
@@ -94,7 +111,7 @@ func NewRegistry(scopes map[string][]string, def string) (*Registry, error) {
 // New validates the configured sigils and the default sigil used when a
 // request names none.
 func New(defs map[string]Def, def string) (*Registry, error) {
-	r := &Registry{byName: map[string]entry{}, def: def, tokens: map[string][]byte{}, revoked: map[string][]byte{}}
+	r := &table{byName: map[string]entry{}, defs: maps.Clone(defs), def: def, tokens: map[string][]byte{}, revoked: map[string][]byte{}}
 	for name, d := range defs {
 		if !nameRE.MatchString(name) {
 			return nil, fmt.Errorf("sigils: name %q must match %s", name, nameRE)
@@ -135,7 +152,9 @@ func New(defs map[string]Def, def string) (*Registry, error) {
 	if _, ok := r.byName[def]; !ok {
 		return nil, fmt.Errorf("sigils: default sigil %q is not configured", def)
 	}
-	return r, nil
+	reg := &Registry{}
+	reg.t.Store(r)
+	return reg, nil
 }
 
 // CheckScope is nil for a scope ctxd knows: one of Known, or tool:NAME.
@@ -154,7 +173,9 @@ func CheckScope(sc string) error {
 
 // Resolve returns the sigil named, or the default for "". A revoked sigil
 // is an error wrapping ErrRevoked; an unknown one wraps ErrUnknown.
-func (r *Registry) Resolve(name string) (runcontext.Sigil, error) {
+func (r *Registry) Resolve(name string) (runcontext.Sigil, error) { return r.t.Load().resolve(name) }
+
+func (r *table) resolve(name string) (runcontext.Sigil, error) {
 	if name == "" {
 		name = r.def
 	}
@@ -169,10 +190,10 @@ func (r *Registry) Resolve(name string) (runcontext.Sigil, error) {
 }
 
 // Description is the operator's description of a sigil ("" if none).
-func (r *Registry) Description(name string) string { return r.byName[name].description }
+func (r *Registry) Description(name string) string { return r.t.Load().byName[name].description }
 
 // Default is the name of the sigil of requests that name none.
-func (r *Registry) Default() string { return r.def }
+func (r *Registry) Default() string { return r.t.Load().def }
 
 // Peer is the credentials of a Unix socket peer (SO_PEERCRED).
 type Peer struct {
@@ -182,10 +203,11 @@ type Peer struct {
 // CheckPeer is nil when peer may act as the sigil name: the sigil allows
 // any peer (no uids or gids configured), or lists the peer's uid and gid.
 func (r *Registry) CheckPeer(name string, peer Peer) error {
+	t := r.t.Load()
 	if name == "" {
-		name = r.def
+		name = t.def
 	}
-	e, ok := r.byName[name]
+	e, ok := t.byName[name]
 	if !ok {
 		return fmt.Errorf("%w %q", ErrUnknown, name)
 	}

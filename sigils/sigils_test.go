@@ -35,7 +35,7 @@ func TestRegistryRejectsBadConfig(t *testing.T) {
 	}{
 		{"bad name", map[string]Def{"Bad Name": {Scopes: []string{"ask"}}}, "Bad Name", "must match"},
 		{"bad scope", map[string]Def{"a": {Scopes: []string{"Ask!"}}}, "a", "not one ctxd knows"},
-		{"unknown scope", map[string]Def{"a": {Scopes: []string{"admin"}}}, "a", `scope "admin"`},
+		{"unknown scope", map[string]Def{"a": {Scopes: []string{"root"}}}, "a", `scope "root"`},
 		{"bad tool scope", map[string]Def{"a": {Scopes: []string{"tool:Grep Files"}}}, "a", "tool name"},
 		{"no default", map[string]Def{"a": {Scopes: []string{"ask"}}}, "b", "default sigil"},
 		{"bad hash", map[string]Def{"a": {TokenSHA256: "xyz"}}, "a", "token_sha256"},

@@ -42,7 +42,7 @@ func decodeHash(name, field, hash string) ([]byte, error) {
 }
 
 // HasTokens reports whether any sigil has a token.
-func (r *Registry) HasTokens() bool { return len(r.tokens) > 0 }
+func (r *Registry) HasTokens() bool { return len(r.t.Load().tokens) > 0 }
 
 // Authenticate returns the sigil whose token this is. Every configured
 // hash, current and revoked, is compared in constant time, whichever
@@ -51,6 +51,10 @@ func (r *Registry) HasTokens() bool { return len(r.tokens) > 0 }
 // sigil too; any other is ErrBadToken. The token itself never appears in
 // an error.
 func (r *Registry) Authenticate(token string) (runcontext.Sigil, error) {
+	return r.t.Load().authenticate(token)
+}
+
+func (r *table) authenticate(token string) (runcontext.Sigil, error) {
 	token = strings.TrimSpace(token)
 	h := sha256.Sum256([]byte(token))
 	match, revoked := "", ""
@@ -68,7 +72,7 @@ func (r *Registry) Authenticate(token string) (runcontext.Sigil, error) {
 	case token == "":
 		return runcontext.Sigil{}, ErrBadToken
 	case match != "":
-		return r.Resolve(match) // a revoked sigil's current token is refused too
+		return r.resolve(match) // a revoked sigil's current token is refused too
 	case revoked != "":
 		return runcontext.Sigil{}, fmt.Errorf("%w: the token is one of sigil %q's revoked tokens; ask the operator for a new one (`ctxd sigil token %s`)", ErrRevoked, revoked, revoked)
 	}

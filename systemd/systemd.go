@@ -20,7 +20,19 @@ var Names = []string{"ctxd.service", "ctxd.socket"}
 type Options struct {
 	Binary string // absolute path of the ctxd binary
 	Config string // absolute path of its config file; "" for the built-in defaults
+	// Writable are the absolute directories the service writes besides
+	// its socket's: the config's state directory. The rest of the system
+	// and $HOME are read-only to it (ProtectSystem=strict,
+	// ProtectHome=read-only), so a directory left out here cannot be
+	// written, and one that does not exist cannot be made: Write creates
+	// them.
+	Writable []string
 }
+
+// runtimeDir is the socket unit's directory (ListenStream=%t/ctxd/...):
+// writable when it exists, so a service started without the socket unit
+// can make its socket.
+const runtimeDir = "-%t/ctxd"
 
 // Render returns the unit file name with the options filled in.
 func Render(name string, o Options) ([]byte, error) {
@@ -35,19 +47,33 @@ func Render(name string, o Options) ([]byte, error) {
 	if o.Config != "" {
 		exec += " --config " + quote(o.Config)
 	}
+	rw := []string{runtimeDir}
+	for _, dir := range o.Writable {
+		if !filepath.IsAbs(dir) {
+			return nil, fmt.Errorf("systemd: writable directory %q must be an absolute path", dir)
+		}
+		rw = append(rw, quotePath(filepath.Clean(dir)))
+	}
 	t, err := template.New(name).Parse(string(text))
 	if err != nil {
 		return nil, fmt.Errorf("systemd: %w", err)
 	}
 	var b bytes.Buffer
-	if err := t.Execute(&b, map[string]string{"ExecStart": exec}); err != nil {
+	if err := t.Execute(&b, map[string]string{"ExecStart": exec, "ReadWritePaths": strings.Join(rw, " ")}); err != nil {
 		return nil, fmt.Errorf("systemd: %w", err)
 	}
 	return b.Bytes(), nil
 }
 
-// Write writes every unit into dir and returns their paths.
+// Write writes every unit into dir and returns their paths. It creates
+// the writable directories (mode 0700) first: systemd makes only existing
+// ones writable.
 func Write(dir string, o Options) ([]string, error) {
+	for _, w := range o.Writable {
+		if err := os.MkdirAll(w, 0o700); err != nil {
+			return nil, fmt.Errorf("systemd: the service's writable directory: %w", err)
+		}
+	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("systemd: %w", err)
 	}
@@ -71,4 +97,29 @@ func Write(dir string, o Options) ([]string, error) {
 func quote(p string) string {
 	r := strings.NewReplacer(`\`, `\\`, `"`, `\"`, `%`, `%%`, `$`, `$$`)
 	return `"` + r.Replace(p) + `"`
+}
+
+// quotePath quotes a path in a list of paths (ReadWritePaths=): double
+// quotes, with backslashes, quotes and % specifiers escaped; $ is not
+// expanded there.
+func quotePath(p string) string {
+	r := strings.NewReplacer(`\`, `\\`, `"`, `\"`, `%`, `%%`)
+	return `"` + r.Replace(p) + `"`
+}
+
+// Hidden returns the paths the service cannot see: those under /tmp or
+// /var/tmp, which PrivateTmp=yes replaces with its own. A config, model,
+// codex or state directory there works from a shell and not as the
+// service.
+func Hidden(paths ...string) []string {
+	var hidden []string
+	for _, p := range paths {
+		for _, tmp := range []string{"/tmp", "/var/tmp"} {
+			if p == tmp || strings.HasPrefix(filepath.Clean(p), tmp+"/") {
+				hidden = append(hidden, p)
+				break
+			}
+		}
+	}
+	return hidden
 }

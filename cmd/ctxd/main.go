@@ -21,7 +21,6 @@ import (
 	"syscall"
 
 	"github.com/coreos/go-systemd/v22/activation"
-	sddaemon "github.com/coreos/go-systemd/v22/daemon"
 
 	"github.com/ctxd/ctxd"
 	"github.com/ctxd/ctxd/client"
@@ -40,7 +39,9 @@ const usage = `ctxd — the context sidecar for local LLM agents
 Usage:
   ctxd serve    [--config FILE] [--socket PATH]   run the daemon
   ctxd ask      [--session S] [--sigil NAME] [--pin] [--refresh-karma] [--json] QUESTION
-  ctxd status                                     show the daemon's state
+  ctxd status   [--json]                          the daemon's state: an overview, or the JSON of GET /v1/status
+  ctxd reload                                     have the daemon read its config, sigils and codex settings again (as SIGHUP)
+  ctxd log-level [LEVEL]                          show the daemon's log level, or change it (debug, info, warn, error)
   ctxd sessions                                   list sessions
   ctxd prompt   [--session S] [--json]            the exact prompt the session last sent to the backend
   ctxd codex load PATH                            load PATH as the daemon's codex (progress on a terminal)
@@ -53,7 +54,7 @@ Usage:
   ctxd sigil token NAME                           a new token for sigil NAME (printed once) and its config line
   ctxd sigil revoke NAME --config FILE [--all]    the lines that revoke its token (or the sigil)
   ctxd genmodel --out FILE [flags]                write a random-weight GGUF model
-  ctxd bench [--ollama BIN] [--out DIR]           run the benchmark harness on the real backend
+  ctxd bench [--ollama BIN] [--out DIR] [--replot] run the benchmark harness on the real backend (--replot: redraw its plots)
   ctxd systemd-units [--config FILE] DIR          write the systemd unit files (a user service and its socket)
   ctxd version
 
@@ -80,7 +81,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 	case "ask":
 		err = cmdAsk(args[1:], stdout, stderr)
 	case "status":
-		err = cmdGet(args[1:], stdout, "/v1/status")
+		err = cmdStatus(args[1:], stdout)
+	case "reload":
+		err = cmdReload(args[1:], stdout)
+	case "log-level":
+		err = cmdLogLevel(args[1:], stdout)
 	case "sessions":
 		err = cmdGet(args[1:], stdout, "/v1/sessions")
 	case "prompt":
@@ -168,32 +173,46 @@ func cmdServe(args []string, stderr io.Writer) error {
 		return err
 	}
 	env := processEnv()
-	cfg := config.Default(env)
-	if *cfgPath != "" {
-		var err error
-		if cfg, err = config.Load(*cfgPath, env); err != nil {
-			return err
+	// load reads the configuration as this command line says: at start,
+	// and again for each reload.
+	load := func() (config.Config, error) {
+		cfg := config.Default(env)
+		if *cfgPath != "" {
+			var err error
+			if cfg, err = config.Load(*cfgPath, env); err != nil {
+				return cfg, err
+			}
 		}
+		if *socket != "" {
+			cfg.Daemon.Socket = *socket
+		} else if s := os.Getenv("CTXD_SOCKET"); s != "" {
+			cfg.Daemon.Socket = s
+		}
+		return cfg, cfg.Validate()
 	}
-	if *socket != "" {
-		cfg.Daemon.Socket = *socket
-	} else if s := os.Getenv("CTXD_SOCKET"); s != "" {
-		cfg.Daemon.Socket = s
-	}
-	if err := cfg.Validate(); err != nil {
+	cfg, err := load()
+	if err != nil {
 		return err
 	}
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(cfg.Daemon.LogLevel)); err != nil {
 		return fmt.Errorf("daemon.log_level: %w", err)
 	}
-	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	levelVar := new(slog.LevelVar)
+	levelVar.Set(level)
+	logger := slog.New(logHandler(stderr, cfg.Daemon.LogFormat, levelVar))
 	// Libraries that log through the default logger (llama.cpp's loader
 	// via the Ollama module) speak only when something is wrong.
-	slog.SetDefault(slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: max(level, slog.LevelWarn)})))
+	slog.SetDefault(slog.New(logHandler(stderr, cfg.Daemon.LogFormat, max(level, slog.LevelWarn))))
+	configPath := ""
+	if *cfgPath != "" {
+		if configPath, err = filepath.Abs(*cfgPath); err != nil {
+			return fmt.Errorf("--config: %w", err)
+		}
+	}
 
 	d, err := daemon.New(cfg, daemon.Options{
-		Logger: logger, Version: version,
+		Logger: logger, Version: version, LogLevel: levelVar, ConfigPath: configPath, Reread: load,
 		BackendEnv: []string{"PATH=" + os.Getenv("PATH")},
 	})
 	if err != nil {
@@ -207,9 +226,12 @@ func cmdServe(args []string, stderr io.Writer) error {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	go handleSignals(ctx, d, logger)
+	sd := notifySystemd(ctx, d, logger) // READY=1, STATUS=, WATCHDOG=1, STOPPING=1
+	defer sd.stop()
 	ready := func() {
 		logger.Info("ctxd is ready", "socket", cfg.Daemon.Socket, "try", "ctxd ask \"what is this codebase?\"")
-		_, _ = sddaemon.SdNotify(false, sddaemon.SdNotifyReady)
+		sd.ready()
 	}
 	return d.Run(ctx, ln, ready)
 }
@@ -287,9 +309,9 @@ func cmdAsk(args []string, stdout, stderr io.Writer) error {
 		}
 		note = w + note
 	}
-	fmt.Fprintf(stderr, "[session %s turn %d · %s · %s · %d prompt tokens, %d cached (%.1f%%), %d evaluated · ttft %.0f ms · %d answer tokens%s]\n",
+	fmt.Fprintf(stderr, "[session %s turn %d · %s · %s · %d prompt tokens, %d cached (%.1f%%), %d evaluated · ttft %.0f ms (%s) · %d answer tokens%s]\n",
 		sum.Session, sum.Turn, sum.Mode, sum.Format, sum.PromptTokens, sum.CachedTokens, sum.ReusePercent,
-		sum.EvaluatedTokens, sum.TTFTMillis, sum.AnswerTokens, note)
+		sum.EvaluatedTokens, sum.TTFTMillis, timingParts(sum.Timing), sum.AnswerTokens, note)
 	return nil
 }
 
@@ -385,21 +407,29 @@ func cmdUnits(args []string, stdout io.Writer) error {
 		return fmt.Errorf("systemd-units: %w", err)
 	}
 	opts := systemd.Options{Binary: bin}
+	cfg := config.Default(processEnv())
 	if *cfgPath != "" {
 		if opts.Config, err = filepath.Abs(*cfgPath); err != nil {
 			return fmt.Errorf("systemd-units: --config: %w", err)
 		}
 		// The service must start: a config that does not load is an error now.
-		if _, err := config.Load(opts.Config, processEnv()); err != nil {
+		if cfg, err = config.Load(opts.Config, processEnv()); err != nil {
 			return fmt.Errorf("systemd-units: %w", err)
 		}
 	}
+	opts.Writable = []string{cfg.Daemon.StateDir} // the only place the service may write
 	paths, err := systemd.Write(fs.Arg(0), opts)
 	if err != nil {
 		return err
 	}
 	for _, p := range paths {
 		fmt.Fprintln(stdout, "wrote", p)
+	}
+	if err := systemd.Verify(context.Background(), nil, paths...); err != nil && !errors.Is(err, systemd.ErrNoAnalyzer) {
+		fmt.Fprintln(stdout, "warning:", err)
+	}
+	for _, p := range systemd.Hidden(opts.Binary, opts.Config, cfg.Daemon.StateDir, cfg.Backend.GGUF, cfg.Backend.Binary, cfg.Codex.Path) {
+		fmt.Fprintf(stdout, "warning: the service has a /tmp of its own (PrivateTmp=yes) and cannot see %s\n", p)
 	}
 	fmt.Fprintf(stdout, "the service runs %s serve", bin)
 	if opts.Config != "" {

@@ -11,6 +11,7 @@ import (
 
 func TestCommands(t *testing.T) {
 	dir := t.TempDir()
+	t.Setenv("XDG_STATE_HOME", filepath.Join(dir, "state")) // systemd-units makes the service's state directory
 	cases := []struct {
 		name   string
 		args   []string

@@ -113,7 +113,7 @@ func TestSigilAddAndRevoke(t *testing.T) {
 		t.Error("adding the same sigil twice was accepted")
 	}
 	for _, bad := range [][]string{
-		{"sigil", "add", "x", "--scopes", "admin"},
+		{"sigil", "add", "x", "--scopes", "root"},
 		{"sigil", "add", "Bad Name"},
 		{"sigil", "revoke", "ci"},
 		{"sigil", "revoke", "nobody", "--config", path},

@@ -1,0 +1,76 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/ctxd/ctxd"
+	"github.com/ctxd/ctxd/daemon"
+)
+
+// timingParts says where an answer's time to first token went.
+func timingParts(t ctxd.Timing) string {
+	parts := []string{fmt.Sprintf("queue %.0f", t.QueueWaitMs), fmt.Sprintf("governor %.0f", t.GovernorMs)}
+	if t.CondenseMs >= 1 {
+		parts[1] += fmt.Sprintf(" of which condensing %.0f", t.CondenseMs)
+	}
+	if t.RestoreMs >= 1 {
+		parts = append(parts, fmt.Sprintf("restore %.0f", t.RestoreMs))
+	}
+	parts = append(parts, fmt.Sprintf("backend %.0f", t.BackendTTFTMs))
+	if t.OtherMs >= 1 {
+		parts = append(parts, fmt.Sprintf("other %.0f", t.OtherMs))
+	}
+	return strings.Join(parts, ", ")
+}
+
+func cmdReload(args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("reload", flag.ContinueOnError)
+	socket := fs.String("socket", "", "daemon socket")
+	asJSON := fs.Bool("json", false, "print the outcome as JSON")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	var st daemon.ReloadStatus
+	if err := clientFor(*socket).Reload(context.Background(), &st); err != nil {
+		return fmt.Errorf("reload refused, the daemon's configuration stays as it was: %w", err)
+	}
+	if *asJSON {
+		return json.NewEncoder(stdout).Encode(st)
+	}
+	fmt.Fprintf(stdout, "reloaded %s\n", or(st.File, "(built-in defaults)"))
+	fmt.Fprintf(stdout, "  in force now: %s\n", or(strings.Join(st.Applied, ", "), "nothing changed"))
+	if len(st.NeedsRestart) > 0 {
+		fmt.Fprintf(stdout, "  changed, but take effect at the next start: %s\n", strings.Join(st.NeedsRestart, ", "))
+	}
+	return nil
+}
+
+func cmdLogLevel(args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("log-level", flag.ContinueOnError)
+	socket := fs.String("socket", "", "daemon socket")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 1 {
+		return errors.New("log-level: give at most one level: debug, info, warn or error")
+	}
+	level, err := clientFor(*socket).LogLevel(context.Background(), fs.Arg(0))
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(stdout, level)
+	return nil
+}
+
+func or(s, alt string) string {
+	if s == "" {
+		return alt
+	}
+	return s
+}

@@ -1,0 +1,207 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"io/fs"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ctxd/ctxd"
+	"github.com/ctxd/ctxd/client"
+	"github.com/ctxd/ctxd/config"
+	"github.com/ctxd/ctxd/governor"
+	"github.com/ctxd/ctxd/internal/fake"
+)
+
+// logLines is a daemon's log, line by line, also sent to the test log.
+type logLines struct {
+	t     *testing.T
+	mu    sync.Mutex // guards lines
+	lines []string
+}
+
+func (l *logLines) Write(p []byte) (int, error) {
+	s := strings.TrimRight(string(p), "\n")
+	l.t.Log(s)
+	l.mu.Lock()
+	l.lines = append(l.lines, s)
+	l.mu.Unlock()
+	return len(p), nil
+}
+
+// find is the first line holding every one of subs.
+func (l *logLines) find(subs ...string) (string, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, line := range l.lines {
+		all := true
+		for _, s := range subs {
+			all = all && strings.Contains(line, s)
+		}
+		if all {
+			return line, true
+		}
+	}
+	return "", false
+}
+
+// runOn runs a daemon on fakes serving on ln, and waits until it is ready.
+func runOn(t *testing.T, ln net.Listener, socket string) *logLines {
+	t.Helper()
+	cfg := config.Default(config.Env{UID: os.Getuid(), Home: t.TempDir()})
+	cfg.Daemon.Socket = socket
+	cfg.Daemon.StateDir = t.TempDir()
+	cfg.Daemon.ShutdownGrace = config.Duration{Duration: 5 * time.Second}
+	cfg.Limits.AnswerReserve = 64
+	backend := fake.NewBackend()
+	open := func(context.Context, func()) (*Model, error) {
+		return &Model{
+			Backend: backend, Tokenizer: fake.Tokenizer{}, TokenizerID: "fake",
+			Info:   BackendInfo{Mode: "fake", URL: "fake://", Model: "fake", NumCtx: 100000, Slots: 1},
+			Window: governor.WindowPlan{NumCtx: 100000, Slots: 1, CacheType: governor.CacheF16},
+			Close:  func() error { return nil },
+		}, nil
+	}
+	log := &logLines{t: t}
+	d, err := New(cfg, Options{Open: open, Store: fake.NewStore(), Sensor: fake.NewSensor(), Version: "test",
+		Logger: slog.New(slog.NewTextHandler(log, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	ready, done := make(chan struct{}), make(chan error, 1)
+	go func() { done <- d.Run(ctx, ln, func() { close(ready) }) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("Run: %v", err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Error("daemon did not stop within 30s")
+		}
+		ln.Close()
+	})
+	select {
+	case <-ready:
+	case err := <-done:
+		t.Fatalf("daemon stopped before ready: %v", err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("daemon not ready within 30s")
+	}
+	return log
+}
+
+// waitUntil polls cond until it holds, failing the test after a minute.
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within a minute", what)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// askFake asks through a new client: one that connected before keeps its
+// connection, which the socket's file going does not close.
+func askFake(socket, session string) error {
+	_, err := client.New(socket).Ask(context.Background(), ctxd.AskRequest{Session: session, Query: "What does Serve do?"}, nil)
+	return err
+}
+
+// TestSocketRemovedIsRecreated: the socket's directory removed while the
+// daemon serves cuts new clients off (they are told no daemon listens
+// there); the daemon notices, logs it, makes the directory and the socket
+// again with the modes Listen gives them, and the next ask succeeds, with
+// no restart.
+func TestSocketRemovedIsRecreated(t *testing.T) {
+	t.Parallel()
+	dir := shortDir(t)
+	socket := filepath.Join(dir, "run", "ctxd.sock")
+	ln, err := Listen(socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := runOn(t, ln, socket)
+	if err := askFake(socket, "s"); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.RemoveAll(filepath.Dir(socket)); err != nil {
+		t.Fatal(err)
+	}
+	err = askFake(socket, "s")
+	if err == nil {
+		// The watch re-created it already: the client never saw the fault.
+		t.Log("the socket was back before the client asked")
+	} else if !strings.Contains(err.Error(), "cannot reach the daemon at "+socket) || !strings.Contains(err.Error(), "no such file or directory") {
+		t.Errorf("the client's error with the socket gone does not say so: %v", err)
+	}
+	waitUntil(t, "the socket re-created", func() bool {
+		_, ok := log.find("socket re-created")
+		return ok
+	})
+	if err := askFake(socket, "s"); err != nil {
+		t.Fatalf("ask after the socket was re-created: %v", err)
+	}
+	if line, ok := log.find("socket lost", "directory "+filepath.Dir(socket)+" was removed"); !ok {
+		t.Error("the log does not say the socket's directory was removed")
+	} else {
+		t.Logf("logged: %s", line)
+	}
+	for path, want := range map[string]fs.FileMode{socket: 0o600, filepath.Dir(socket): 0o700} {
+		if info, err := os.Stat(path); err != nil || info.Mode().Perm() != want {
+			t.Errorf("%s re-created with %v (%v), want %04o", path, info.Mode().Perm(), err, want)
+		}
+	}
+	// The file alone, this time.
+	if err := os.Remove(socket); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "the socket re-created after its file was removed", func() bool {
+		_, ok := log.find("socket lost", "its file was removed")
+		return ok && askFake(socket, "s") == nil
+	})
+}
+
+// TestPassedInSocketIsNotRecreated: a socket the daemon did not make
+// (systemd's socket activation passes one in) is systemd's: when its file
+// is removed the daemon logs that clients cannot connect and who must
+// re-create it, and leaves the path alone.
+func TestPassedInSocketIsNotRecreated(t *testing.T) {
+	t.Parallel()
+	socket := filepath.Join(shortDir(t), "ctxd.sock")
+	ln, err := net.Listen("unix", socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := runOn(t, ln, socket)
+	if _, ok := log.find("passed in", "does not re-create"); !ok {
+		t.Error("the log does not say a passed-in socket is not re-created")
+	}
+	if err := askFake(socket, "s"); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(socket); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "the lost socket logged", func() bool {
+		_, ok := log.find("socket lost", "systemd")
+		return ok
+	})
+	if _, err := os.Lstat(socket); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("the daemon put something at a passed-in socket's path: %v", err)
+	}
+	if err := askFake(socket, "s"); err == nil {
+		t.Error("a client reached the daemon through a removed socket")
+	}
+}
