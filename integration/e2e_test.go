@@ -165,7 +165,7 @@ func badInputGetsClearErrors(t *testing.T, cfg config.Config) {
 		{"missing session", "POST", "/v1/ask", "application/json", `{"query": "hi"}`, 400, "session"},
 		{"bad session format", "POST", "/v1/ask", "application/json", `{"session": "../../etc", "query": "hi"}`, 400, "session"},
 		{"unknown field", "POST", "/v1/ask", "application/json", `{"session": "s", "query": "hi", "temperature": 2}`, 400, "temperature"},
-		{"two values", "POST", "/v1/ask", "application/json", `{"session": "s", "query": "hi"} {}`, 400, "more than one"},
+		{"two values", "POST", "/v1/ask", "application/json", `{"session": "s", "query": "hi"} {}`, 400, "follows the JSON value"},
 		{"empty body", "POST", "/v1/ask", "application/json", ``, 400, "empty body"},
 		{"wrong content type", "POST", "/v1/ask", "text/plain", `{"session": "s", "query": "hi"}`, 415, "application/json"},
 		{"oversized body", "POST", "/v1/ask", "application/json", big, 413, "max_body_bytes"},

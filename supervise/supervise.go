@@ -195,6 +195,14 @@ func (p *Process) waitReady(ctx context.Context, exited <-chan error) error {
 		}
 		select {
 		case err := <-exited:
+			// A server that could not bind its port because another
+			// process holds it: say who, rather than only that it exited.
+			if p.cfg.Addr != "" {
+				if verr := p.heldByOther(); errors.Is(verr, sockowner.ErrNotOwned) {
+					return fmt.Errorf("%s exited during start (%v): %w; log %s:\n%s",
+						p.cfg.Name, err, verr, p.cfg.LogPath, Tail(p.cfg.LogPath, 2048))
+				}
+			}
 			return fmt.Errorf("%s exited during start (%v); log %s:\n%s", p.cfg.Name, err, p.cfg.LogPath, Tail(p.cfg.LogPath, 2048))
 		case <-ctx.Done():
 			return fmt.Errorf("%s did not answer: %w; log %s:\n%s", p.cfg.Name, ctx.Err(), p.cfg.LogPath, Tail(p.cfg.LogPath, 2048))
@@ -325,6 +333,18 @@ func (p *Process) owner() (sockowner.Owner, error) {
 	default:
 	}
 	return sockowner.Owner{PGID: cmd.Process.Pid, UID: os.Geteuid()}, nil
+}
+
+// heldByOther is verify for a process that has exited: its group is
+// gone, so whoever holds Config.Addr now is another process.
+func (p *Process) heldByOther() error {
+	p.mu.Lock()
+	cmd := p.cmd
+	p.mu.Unlock()
+	if cmd == nil || cmd.Process == nil {
+		return nil
+	}
+	return sockowner.Owner{PGID: cmd.Process.Pid, UID: os.Geteuid()}.CheckListener(p.cfg.Network, p.cfg.Addr)
 }
 
 // verify checks that the running process holds the socket at Config.Addr.
