@@ -3,13 +3,13 @@ package daemon
 import (
 	"context"
 	"errors"
+	"github.com/ctxd/ctxd/internal/logtest"
 	"io/fs"
 	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -20,40 +20,8 @@ import (
 	"github.com/ctxd/ctxd/internal/fake"
 )
 
-// logLines is a daemon's log, line by line, also sent to the test log.
-type logLines struct {
-	t     *testing.T
-	mu    sync.Mutex // guards lines
-	lines []string
-}
-
-func (l *logLines) Write(p []byte) (int, error) {
-	s := strings.TrimRight(string(p), "\n")
-	l.t.Log(s)
-	l.mu.Lock()
-	l.lines = append(l.lines, s)
-	l.mu.Unlock()
-	return len(p), nil
-}
-
-// find is the first line holding every one of subs.
-func (l *logLines) find(subs ...string) (string, bool) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	for _, line := range l.lines {
-		all := true
-		for _, s := range subs {
-			all = all && strings.Contains(line, s)
-		}
-		if all {
-			return line, true
-		}
-	}
-	return "", false
-}
-
 // runOn runs a daemon on fakes serving on ln, and waits until it is ready.
-func runOn(t *testing.T, ln net.Listener, socket string) *logLines {
+func runOn(t *testing.T, ln net.Listener, socket string) *logtest.Lines {
 	t.Helper()
 	cfg := config.Default(config.Env{UID: os.Getuid(), Home: t.TempDir()})
 	cfg.Daemon.Socket = socket
@@ -69,7 +37,7 @@ func runOn(t *testing.T, ln net.Listener, socket string) *logLines {
 			Close:  func() error { return nil },
 		}, nil
 	}
-	log := &logLines{t: t}
+	log := logtest.NewLines(t)
 	d, err := New(cfg, Options{Open: open, Store: fake.NewStore(), Sensor: fake.NewSensor(), Version: "test",
 		Logger: slog.New(slog.NewTextHandler(log, nil))})
 	if err != nil {
@@ -147,13 +115,13 @@ func TestSocketRemovedIsRecreated(t *testing.T) {
 		t.Errorf("the client's error with the socket gone does not say so: %v", err)
 	}
 	waitUntil(t, "the socket re-created", func() bool {
-		_, ok := log.find("socket re-created")
+		_, ok := log.Find("socket re-created")
 		return ok
 	})
 	if err := askFake(socket, "s"); err != nil {
 		t.Fatalf("ask after the socket was re-created: %v", err)
 	}
-	if line, ok := log.find("socket lost", "directory "+filepath.Dir(socket)+" was removed"); !ok {
+	if line, ok := log.Find("socket lost", "directory "+filepath.Dir(socket)+" was removed"); !ok {
 		t.Error("the log does not say the socket's directory was removed")
 	} else {
 		t.Logf("logged: %s", line)
@@ -168,7 +136,7 @@ func TestSocketRemovedIsRecreated(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitUntil(t, "the socket re-created after its file was removed", func() bool {
-		_, ok := log.find("socket lost", "its file was removed")
+		_, ok := log.Find("socket lost", "its file was removed")
 		return ok && askFake(socket, "s") == nil
 	})
 }
@@ -185,7 +153,7 @@ func TestPassedInSocketIsNotRecreated(t *testing.T) {
 		t.Fatal(err)
 	}
 	log := runOn(t, ln, socket)
-	if _, ok := log.find("passed in", "does not re-create"); !ok {
+	if _, ok := log.Find("passed in", "does not re-create"); !ok {
 		t.Error("the log does not say a passed-in socket is not re-created")
 	}
 	if err := askFake(socket, "s"); err != nil {
@@ -195,7 +163,7 @@ func TestPassedInSocketIsNotRecreated(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitUntil(t, "the lost socket logged", func() bool {
-		_, ok := log.find("socket lost", "systemd")
+		_, ok := log.Find("socket lost", "systemd")
 		return ok
 	})
 	if _, err := os.Lstat(socket); !errors.Is(err, fs.ErrNotExist) {

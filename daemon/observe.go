@@ -186,12 +186,18 @@ type logLevelBody struct {
 	Level string `json:"level"`
 }
 
-func (d *Daemon) handleLogLevel(w http.ResponseWriter, r *http.Request) {
+// requireAdmin is nil when the request acts as a sigil with the admin
+// scope.
+func (d *Daemon) requireAdmin(r *http.Request) error {
 	s, err := d.actor(r, r.URL.Query().Get("sigil"))
-	if err == nil {
-		err = requireScope(s, sigils.ScopeAdmin)
-	}
 	if err != nil {
+		return err
+	}
+	return requireScope(s, sigils.ScopeAdmin)
+}
+
+func (d *Daemon) handleLogLevel(w http.ResponseWriter, r *http.Request) {
+	if err := d.requireAdmin(r); err != nil {
 		writeError(w, err)
 		return
 	}
@@ -212,11 +218,7 @@ func (d *Daemon) handleLogLevel(w http.ResponseWriter, r *http.Request) {
 }
 
 func (d *Daemon) handleReload(w http.ResponseWriter, r *http.Request) {
-	s, err := d.actor(r, r.URL.Query().Get("sigil"))
-	if err == nil {
-		err = requireScope(s, sigils.ScopeAdmin)
-	}
-	if err != nil {
+	if err := d.requireAdmin(r); err != nil {
 		writeError(w, err)
 		return
 	}

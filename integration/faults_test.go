@@ -6,6 +6,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/ctxd/ctxd/internal/logtest"
 	"log/slog"
 	"net"
 	"net/http"
@@ -128,14 +129,14 @@ func skipReason(t *testing.T) string {
 // faultDaemon is a daemon under a fault, with its log at hand.
 type faultDaemon struct {
 	cfg config.Config
-	log *logLines
+	log *logtest.Lines
 }
 
 // startLogged runs a daemon as start does, keeping its log lines; wait
 // says whether to wait until it is ready.
 func startLogged(t *testing.T, cfg config.Config, wait bool) *faultDaemon {
 	t.Helper()
-	log := &logLines{t: t}
+	log := logtest.NewLines(t)
 	d, err := daemon.New(cfg, daemon.Options{Logger: slog.New(slog.NewTextHandler(log, nil)), Version: "test",
 		BackendEnv: []string{"PATH=" + os.Getenv("PATH")}})
 	if err != nil {
@@ -205,56 +206,6 @@ func (f *faultDaemon) recovery(t *testing.T, session string, since time.Time) st
 	}
 }
 
-// logLines is a daemon's log, line by line, also sent to the test log.
-type logLines struct {
-	t     *testing.T
-	mu    sync.Mutex // guards lines
-	lines []string
-}
-
-func (l *logLines) Write(p []byte) (int, error) {
-	s := strings.TrimRight(string(p), "\n")
-	l.t.Log(s)
-	l.mu.Lock()
-	l.lines = append(l.lines, s)
-	l.mu.Unlock()
-	return len(p), nil
-}
-
-// find is the first line holding all of subs, without its time.
-func (l *logLines) find(subs ...string) (string, bool) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	for _, line := range l.lines {
-		all := true
-		for _, s := range subs {
-			all = all && strings.Contains(line, s)
-		}
-		if all {
-			if _, rest, ok := strings.Cut(line, " level="); ok && strings.HasPrefix(line, "time=") {
-				line = "level=" + rest
-			}
-			return line, true
-		}
-	}
-	return "", false
-}
-
-// wantLog waits (up to a minute) for a log line holding all of subs.
-func (l *logLines) wantLog(t *testing.T, subs ...string) string {
-	t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for {
-		if line, ok := l.find(subs...); ok {
-			return line
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the daemon logged no line with %q", subs)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
 // wantError checks that err names the problem: every one of mentions;
 // and that an error answer's kind is not "internal" (a bug's).
 func wantError(t *testing.T, err error, mentions ...string) string {
@@ -304,7 +255,7 @@ func faultBackendKilled(t *testing.T) faultRow {
 	}
 	t.Logf("%d tokens streamed before the error", streamed)
 	row := faultRow{client: wantError(t, err, "broke off the answer", "not recorded")}
-	row.log = d.log.wantLog(t, "ask failed", "broke off") + " / " + cutAttr(d.log.wantLog(t, "exited unexpectedly"), " log_tail=")
+	row.log = d.log.Wait(t, time.Minute, "ask failed", "broke off") + " / " + cutAttr(d.log.Wait(t, time.Minute, "exited unexpectedly"), " log_tail=")
 	row.recovered = d.recovery(t, "k", killed) + ", counted from the kill: the supervisor restarts the server and Ollama reloads the model"
 	return row
 }
@@ -344,7 +295,7 @@ func faultBackendLate(t *testing.T) faultRow {
 	cfg := baseConfig(t, t.TempDir(), "")
 	cfg.Backend.Mode, cfg.Backend.URL = "external", "http://"+addr
 	d := startLogged(t, cfg, false)
-	row := faultRow{log: d.log.wantLog(t, "backend not ready; retrying", addr)}
+	row := faultRow{log: d.log.Wait(t, time.Minute, "backend not ready; retrying", addr)}
 	_, err = d.ask("late", "hi", nil)
 	row.client = wantError(t, err, "not reachable", addr)
 	dir := t.TempDir()
@@ -393,7 +344,7 @@ func faultBackendGarbage(t *testing.T, srv *ollama.Server) faultRow {
 	garbage.Store(true)
 	_, err = d.ask("g", "hi again", nil)
 	row := faultRow{client: wantError(t, err, "Welcome to nginx")}
-	row.log = d.log.wantLog(t, "ask failed", "nginx")
+	row.log = d.log.Wait(t, time.Minute, "ask failed", "nginx")
 	garbage.Store(false)
 	row.recovered = d.recovery(t, "g", time.Now())
 	return row
@@ -459,7 +410,7 @@ func faultStoreReadOnly(t *testing.T, external func(*testing.T, string) config.C
 	mount(t, "mount", "-o", "remount,bind,ro", state)
 	_, err := d.ask("ro", "hi again", nil)
 	row := faultRow{client: wantError(t, err, "session store", "read-only file system")}
-	row.log = d.log.wantLog(t, "ask failed", "read-only file system")
+	row.log = d.log.Wait(t, time.Minute, "ask failed", "read-only file system")
 	if out, err := exec.Command("umount", state).CombinedOutput(); err != nil {
 		t.Logf("umount %s: %v: %s; detaching it", state, err, out)
 		mount(t, "umount", "-l", state)
@@ -487,7 +438,7 @@ func faultDiskFull(t *testing.T, external func(*testing.T, string) config.Config
 	fill(t, filler)
 	_, err := d.ask("full", "hi again", nil)
 	row := faultRow{client: wantError(t, err, "session store", "disk holding it is full")}
-	row.log = d.log.wantLog(t, "ask failed", "disk holding it is full")
+	row.log = d.log.Wait(t, time.Minute, "ask failed", "disk holding it is full")
 	if err := os.Remove(filler); err != nil {
 		t.Fatal(err)
 	}
@@ -529,9 +480,9 @@ func faultSocketRemoved(t *testing.T, external func(*testing.T, string) config.C
 	}
 	_, err := d.ask("sock", "hi again", nil)
 	row := faultRow{client: wantError(t, err, "cannot reach the daemon at "+cfg.Daemon.Socket, "no such file or directory")}
-	row.log = d.log.wantLog(t, "socket lost", "was removed")
+	row.log = d.log.Wait(t, time.Minute, "socket lost", "was removed")
 	row.recovered = d.recovery(t, "sock", removed) + ", counted from the removal: the daemon checks its socket every second and re-creates it"
-	row.log += " / " + d.log.wantLog(t, "socket re-created")
+	row.log += " / " + d.log.Wait(t, time.Minute, "socket re-created")
 	return row
 }
 
