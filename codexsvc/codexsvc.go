@@ -98,16 +98,25 @@ func New(cfg Config) *Service {
 	return s
 }
 
-// SetLimits makes l the window later loads plan against, and plans the
-// current codex again under it (a reloaded configuration): the codex
-// switches between CAG and RAG if the new limits say so.
+// SetLimits makes l the window loads plan against. If the plan depends
+// on what changed (the window, the answer reserve, the character cap),
+// the current codex is planned again under l at once: it may switch
+// between CAG and RAG. If that fails, the old limits stay and the error
+// says why.
 func (s *Service) SetLimits(ctx context.Context, l governor.Limits) error {
+	s.loadMu.Lock()
+	defer s.loadMu.Unlock()
+	old := s.limits.Load()
 	s.limits.Store(&l)
 	cur := s.current.Load()
-	if cur == nil {
+	if cur == nil || old.NumCtx == l.NumCtx && old.AnswerReserve == l.AnswerReserve && old.MaxChars == l.MaxChars {
 		return nil
 	}
-	return s.reload(ctx, cur.path)
+	if _, err := s.loadTwice(ctx, cur.path, nil); err != nil {
+		s.limits.Store(old)
+		return err
+	}
+	return nil
 }
 
 // ErrClosed is returned by Load after Close.

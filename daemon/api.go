@@ -80,7 +80,7 @@ func (d *Daemon) routes(tokens bool, mcp *mcpHTTP) http.Handler {
 		writeError(w, ctxd.Errorf(ctxd.KindUnknownRoute, "no route %s %s; ctxd's own routes are under /v1/ (health, status, schema, ask, sessions, codex, sigil, karma, ws, mcp, log/level, reload) and /metrics, the OpenAI door's are /v1/chat/completions, /v1/completions and /v1/models, the Ollama door's under /api/", r.Method, r.URL.Path))
 	})
 	h := patterns(mux)
-	api = d.track(d.recoverer(h))                                        // in-process requests are counted and drained like the others
+	api = d.instrument(d.track(d.recoverer(h)))                          // in-process requests are named, counted and drained like the others
 	return d.instrument(d.track(d.authenticate(d.recoverer(h), tokens))) // the recoverer logs paths: it sees none with a token
 }
 

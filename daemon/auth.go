@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"strings"
@@ -23,6 +24,10 @@ type authKey struct{}
 type authInfo struct {
 	name    string
 	byToken bool
+	// token is the request's token, checked again by sigilFor: a stream
+	// that outlives a reload (a WebSocket, an MCP session) loses its
+	// sigil's authority when the reload revokes the token.
+	token string
 }
 
 // authenticated is the name of the sigil the request is bound to (its
@@ -80,7 +85,7 @@ func (d *Daemon) authenticate(next http.Handler, required bool) http.Handler {
 			writeErrorFor(w, r, ctxd.Errorf(ctxd.KindUnauthorized, "Authorization: %v", err))
 			return
 		}
-		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), authKey{}, authInfo{name: s.Name, byToken: true})))
+		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), authKey{}, authInfo{name: s.Name, byToken: true, token: tok})))
 	})
 }
 
@@ -140,6 +145,16 @@ func peer(r *http.Request) (sigils.Peer, bool) {
 // gids); each refusal is an error of kind KindForbidden that says why.
 func (d *Daemon) sigilFor(r *http.Request, named string) (string, error) {
 	name := named
+	if a, _ := r.Context().Value(authKey{}).(authInfo); a.token != "" {
+		// Checked again: a reload may have revoked it since the
+		// connection began.
+		if s, err := d.sigils.Authenticate(a.token); err != nil || s.Name != a.name {
+			if err == nil {
+				err = fmt.Errorf("it now belongs to sigil %q", s.Name)
+			}
+			return "", ctxd.Errorf(ctxd.KindUnauthorized, "the token this connection began with no longer holds: %v", err)
+		}
+	}
 	if auth := authenticated(r); auth != "" {
 		if named != "" && named != auth {
 			return "", ctxd.Errorf(ctxd.KindForbidden, "the token is sigil %q's; it may not act as sigil %q", auth, named)

@@ -109,6 +109,7 @@ type Daemon struct {
 	metrics    *metrics.Metrics
 
 	live       atomic.Pointer[live]         // what a reload may change
+	startLive  *live                        // what was read at start; guarded by reloadMu
 	reloadMu   sync.Mutex                   // one reload at a time
 	lastReload atomic.Pointer[ReloadStatus] // nil until the first reload
 
@@ -163,7 +164,8 @@ func New(cfg config.Config, opts Options) (*Daemon, error) {
 		fm = standard.Default(standard.Options{Logger: opts.Logger})
 	}
 	d := &Daemon{cfg: cfg, log: opts.Logger, version: opts.Version, opts: opts, sigils: reg, formatters: fm, level: opts.LogLevel}
-	d.live.Store(&live{cfg: cfg})
+	d.startLive = &live{cfg: cfg}
+	d.live.Store(d.startLive)
 	d.metrics = metrics.New(d.metricsSnapshot)
 	return d, nil
 }
@@ -380,7 +382,12 @@ func (d *Daemon) checkCodex() error {
 	if err != nil {
 		return err
 	}
-	d.live.Store(&live{cfg: d.live.Load().cfg, codexLim: lim})
+	d.reloadMu.Lock()
+	defer d.reloadMu.Unlock()
+	if cur := d.live.Load(); !cur.reloaded { // a reload already read them
+		d.live.Store(&live{cfg: cur.cfg, codexLim: lim})
+	}
+	d.startLive = &live{cfg: d.cfg, codexLim: lim}
 	d.log.Info("codex settings", "file", codex.SettingsFile, "limits", fmt.Sprintf("%+v", lim))
 	return nil
 }
@@ -501,8 +508,22 @@ func (d *Daemon) start(ctx context.Context) (err error) {
 			e.model.Close()
 		}
 	}()
+	d.reloadMu.Lock()
 	lv := d.live.Load()
 	e.limits = lv.limits(e.model.Window.NumCtx)
+	if err := e.limits.Validate(); err != nil && lv.reloaded {
+		// A reload before the model's window was known set limits that
+		// do not fit it: the start's stay in force, and status says so.
+		msg := fmt.Sprintf("the reloaded limits do not fit the model's window (%v); the limits read at start are in force", err)
+		d.log.Error("reload: "+msg, "num_ctx", e.model.Window.NumCtx)
+		d.lastReload.Store(&ReloadStatus{At: time.Now(), File: d.opts.ConfigPath, Error: msg})
+		fixed := *lv
+		fixed.cfg.Limits, fixed.codexLim = d.startLive.cfg.Limits, d.startLive.codexLim
+		lv = &fixed
+		d.live.Store(lv)
+		e.limits = lv.limits(e.model.Window.NumCtx)
+	}
+	d.reloadMu.Unlock()
 	if err := e.limits.Validate(); err != nil {
 		return ctxd.Errorf(ctxd.KindInvalid, "daemon: %w", err)
 	}
@@ -558,14 +579,18 @@ func (d *Daemon) start(ctx context.Context) (err error) {
 		}
 	}
 	e.since = time.Now()
+	// Ready under reloadMu: a reload either ran before (and its limits are
+	// applied here) or runs after and finds the engine.
+	d.reloadMu.Lock()
 	d.ready.Store(&e)
-	if now := d.live.Load(); now != lv { // a reload while it started: its limits hold
-		d.reloadMu.Lock()
-		if l := d.live.Load().limits(e.model.Window.NumCtx); l.Validate() == nil && e.orch.SetLimits(l) == nil {
-			_ = e.codex.SetLimits(ctx, l)
+	if now := d.live.Load(); now != lv {
+		if err := d.applyLimits(ctx, &e, now); err != nil {
+			msg := fmt.Sprintf("the limits of a reload during start-up were not applied: %v", err)
+			d.log.Error("reload: " + msg)
+			d.lastReload.Store(&ReloadStatus{At: time.Now(), File: d.opts.ConfigPath, Error: msg})
 		}
-		d.reloadMu.Unlock()
 	}
+	d.reloadMu.Unlock()
 	info := e.model.Info
 	d.log.Info("ready", "backend", info.URL, "version", info.Version, "model", info.Model, "num_ctx", info.NumCtx, "slots", e.sched.Slots())
 	return nil

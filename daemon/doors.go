@@ -15,7 +15,7 @@ func (d *Daemon) doors() *frontdoor.Doors {
 			}
 			info, facts := e.model.Info, e.model.Facts
 			return e.orch, frontdoor.Model{
-				Name: info.Model, Architecture: info.Architecture, NumCtx: info.NumCtx, AnswerReserve: e.limits.AnswerReserve,
+				Name: info.Model, Architecture: info.Architecture, NumCtx: info.NumCtx, AnswerReserve: e.orch.Limits().AnswerReserve,
 				BackendKind: info.Kind, BackendVersion: info.Version, Loaded: e.since,
 				Embedding: facts.Embedding, BlockCount: facts.BlockCount, Info: e.model.ModelInfo,
 			}, nil

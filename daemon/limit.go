@@ -32,7 +32,12 @@ type capListener struct {
 
 // newConnGrace is how long a new connection may stay silent before it
 // may be closed to make room: its request is usually on its way.
-const newConnGrace = time.Second
+// idleGrace is how long a kept-alive connection must have been idle: a
+// client that just got its answer often sends its next request at once.
+const (
+	newConnGrace = time.Second
+	idleGrace    = 250 * time.Millisecond
+)
 
 func capConnections(l net.Listener, n int) *capListener {
 	return &capListener{Listener: l, sem: make(chan struct{}, n), done: make(chan struct{}), conns: map[*capConn]struct{}{}}
@@ -88,7 +93,7 @@ func (l *capListener) place() bool {
 			continue
 		}
 		if l.evict {
-			retry = time.After(newConnGrace / 4)
+			retry = time.After(idleGrace / 2)
 		}
 		select {
 		case l.sem <- struct{}{}:
@@ -100,10 +105,12 @@ func (l *capListener) place() bool {
 	}
 }
 
-// idlest is the open connection that has waited longest without a
-// request in progress: idle ones before new ones, which must have been
-// silent for newConnGrace; nil if there is none or states are not
-// reported.
+// idlest is the open connection that has gone longest without a request
+// in progress: kept alive between requests (idle) for at least idleGrace,
+// or connected and not yet sending one (new) for at least newConnGrace.
+// Age decides, not state: an agent's pooled connection that went idle a
+// moment ago is not closed before a flood's connection that has sat for
+// a minute. nil if there is none or states are not reported.
 func (l *capListener) idlest(now time.Time) *capConn {
 	if !l.evict {
 		return nil
@@ -111,21 +118,14 @@ func (l *capListener) idlest(now time.Time) *capConn {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	var best *capConn
-	rank := func(c *capConn) int { // lower goes first; 0: never
-		switch {
-		case c.state == http.StateIdle:
-			return 1
-		case c.state == http.StateNew && now.Sub(c.since) >= newConnGrace:
-			return 2
-		}
-		return 0
-	}
 	for c := range l.conns {
-		r := rank(c)
-		if r == 0 {
+		switch {
+		case c.state == http.StateIdle && now.Sub(c.since) >= idleGrace:
+		case c.state == http.StateNew && now.Sub(c.since) >= newConnGrace:
+		default:
 			continue
 		}
-		if best == nil || r < rank(best) || r == rank(best) && c.since.Before(best.since) {
+		if best == nil || c.since.Before(best.since) {
 			best = c
 		}
 	}

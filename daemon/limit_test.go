@@ -93,10 +93,10 @@ func askAsync(sock string) <-chan error {
 	return res
 }
 
-// TestCapClosesIdleConnectionsFirst: with the cap held by connections
+// TestCapClosesTheLongestIdleConnection: with the cap held by connections
 // kept alive between requests, a new connection is served at once, and
 // the longest-idle connection is the one closed to make room.
-func TestCapClosesIdleConnectionsFirst(t *testing.T) {
+func TestCapClosesTheLongestIdleConnection(t *testing.T) {
 	t.Parallel()
 	const n = 4
 	sock := capServer(t, n)

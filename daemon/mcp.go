@@ -13,6 +13,7 @@ import (
 	"github.com/ctxd/ctxd"
 	"github.com/ctxd/ctxd/client"
 	"github.com/ctxd/ctxd/mcpserver"
+	"github.com/ctxd/ctxd/reqid"
 )
 
 // MCP over streamable HTTP (/v1/mcp): the server `ctxd mcp` runs over
@@ -92,7 +93,8 @@ func (m *mcpHTTP) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}()
 		r = r.WithContext(ctx)
 	}
-	h, err := m.sessions(r.Context(), authInfo{name: name, byToken: byToken(r)})
+	a, _ := r.Context().Value(authKey{}).(authInfo)
+	h, err := m.sessions(r.Context(), authInfo{name: name, byToken: a.byToken, token: a.token})
 	if err != nil {
 		writeError(w, err)
 		return
@@ -148,6 +150,11 @@ func (t inProcess) RoundTrip(req *http.Request) (*http.Response, error) {
 		r.Body = http.NoBody
 	}
 	r.RequestURI, r.RemoteAddr = r.URL.RequestURI(), "in-process"
+	// Each tool call is a request of its own in the log, the metrics and
+	// its summary, named after the MCP request it serves.
+	if id := reqid.From(req.Context()) + "." + reqid.New()[:8]; reqid.Valid(id) {
+		r.Header.Set(reqid.Header, id)
+	}
 	pr, pw := io.Pipe()
 	w := &pipeResponse{header: http.Header{}, body: pw, started: make(chan struct{})}
 	go func() {

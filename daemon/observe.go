@@ -51,10 +51,10 @@ func (d *Daemon) instrument(next http.Handler) http.Handler {
 		start := time.Now()
 		next.ServeHTTP(sw, r.WithContext(ctx))
 		code := sw.code
-		if code == 0 {
-			code = http.StatusSwitchingProtocols // hijacked: a WebSocket
-			if sw.wrote {
-				code = http.StatusOK
+		if code == 0 { // no WriteHeader: net/http sent 200, or the handler took the connection
+			code = http.StatusOK
+			if info.pattern == "GET /v1/ws" && !sw.wrote {
+				code = http.StatusSwitchingProtocols // a WebSocket
 			}
 		}
 		outcome := "ok"

@@ -16,6 +16,8 @@ import (
 
 	"github.com/ctxd/ctxd"
 	"github.com/ctxd/ctxd/config"
+	"github.com/ctxd/ctxd/governor"
+	"github.com/ctxd/ctxd/internal/fake"
 )
 
 // socketClient is an HTTP client on the fixture's socket that shows the
@@ -154,6 +156,7 @@ func TestReload(t *testing.T) {
 	level := new(slog.LevelVar)
 	f := newFixture(t, fixtureOptions{logLevel: level, numCtx: 20000, config: func(c *config.Config) {
 		c.Sigils["default"] = config.Sigil{Scopes: []string{"ask", "admin"}}
+		c.Sigils["reader"] = config.Sigil{Scopes: []string{"ask"}}
 	}, reread: func() (config.Config, error) { mu.Lock(); defer mu.Unlock(); return next, nextErr }})
 	base := f.cfg
 	clone := func() config.Config {
@@ -254,7 +257,61 @@ func TestReload(t *testing.T) {
 	}
 
 	// Reloading needs the admin scope.
-	if code, body := f.do(t, "POST", "/v1/reload?sigil=coder", "", ""); code != 403 {
+	if code, body := f.do(t, "POST", "/v1/reload?sigil=reader", "", ""); code != 403 || !strings.Contains(body, "admin") {
 		t.Errorf("reload by a sigil without admin: %d %s", code, body)
+	}
+}
+
+// TestReloadDuringStartUp: reloads that come before the backend is ready
+// are in force once it is (the limits need the model's window to be
+// checked); limits that do not fit the window then are reported, and the
+// daemon comes up with the limits it started with instead of stopping.
+func TestReloadDuringStartUp(t *testing.T) {
+	t.Parallel()
+	for name, c := range map[string]struct {
+		reserve int
+		want    int  // the answer reserve in force once ready
+		ok      bool // status's last reload
+	}{
+		"limits that fit":       {reserve: 48, want: 48, ok: true},
+		"limits that never fit": {reserve: 50000, want: 64, ok: false},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			release := make(chan struct{})
+			backend := fake.NewBackend()
+			var mu sync.Mutex
+			var next config.Config
+			f := newFixture(t, fixtureOptions{noWait: true,
+				reread: func() (config.Config, error) { mu.Lock(); defer mu.Unlock(); return next, nil },
+				open: func(ctx context.Context, _ func()) (*Model, error) {
+					select {
+					case <-release:
+					case <-ctx.Done():
+						return nil, ctx.Err()
+					}
+					return &Model{Backend: backend, Tokenizer: fake.Tokenizer{}, TokenizerID: "fake",
+						Info:   BackendInfo{Mode: "fake", URL: "fake://", Model: "fake", NumCtx: 20000, Slots: 1},
+						Window: governor.WindowPlan{NumCtx: 20000, Slots: 1, CacheType: governor.CacheF16},
+						Close:  func() error { return nil }}, nil
+				}})
+			mu.Lock()
+			next = f.cfg
+			next.Limits.AnswerReserve = c.reserve
+			mu.Unlock()
+			if st := f.daemon.Reload(t.Context()); !st.OK {
+				t.Fatalf("a reload before the window is known: %+v", st)
+			}
+			close(release)
+			waitFor(t, func() bool { code, _ := f.do(t, "GET", "/v1/health", "", ""); return code == 200 })
+			var st Status
+			if err := f.client.Status(t.Context(), &st); err != nil {
+				t.Fatal(err)
+			}
+			if st.Limits.AnswerReserve != c.want || st.Reload == nil || st.Reload.OK != c.ok {
+				t.Errorf("once ready: answer reserve %d (want %d), reload %+v (ok want %v)", st.Limits.AnswerReserve, c.want, st.Reload, c.ok)
+			}
+			f.ask(t, "after", "Still answering?")
+		})
 	}
 }

@@ -127,6 +127,7 @@ func (r *relistener) watch(every time.Duration) {
 			reported = ""
 			continue
 		}
+		r.keepPath() // whatever is at the path now is not this listener's to remove
 		if !r.relisten {
 			if reported == "" {
 				r.log.Error("socket lost: clients cannot connect; it was passed in by systemd, which owns it and must re-create it (systemctl --user restart ctxd.socket ctxd)",
@@ -153,6 +154,20 @@ func (r *relistener) watch(every time.Duration) {
 		}
 		r.log.Info("socket re-created: listening again", "socket", r.path)
 		reported = ""
+	}
+}
+
+// keepPath stops the current listener from removing the file at its path
+// when it closes: its own file is gone, and another process's socket may
+// stand there now.
+func (r *relistener) keepPath() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	switch l := r.cur.(type) {
+	case *ownSocket:
+		l.SetUnlinkOnClose(false)
+	case *net.UnixListener:
+		l.SetUnlinkOnClose(false)
 	}
 }
 

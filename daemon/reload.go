@@ -20,6 +20,7 @@ import (
 type live struct {
 	cfg      config.Config   // the configuration last loaded (at start, or by a reload)
 	codexLim governor.Limits // the codex's own limits (.ctxd.toml); they only tighten
+	reloaded bool            // put in force by a reload, not read at start
 }
 
 // ReloadStatus is how the last reload went (status's "reload").
@@ -84,31 +85,29 @@ func (d *Daemon) Reload(ctx context.Context) ReloadStatus {
 	if err := level.UnmarshalText([]byte(cfg.Daemon.LogLevel)); err != nil {
 		return done(fmt.Errorf("reload: daemon.log_level: %w", err))
 	}
+	// The codex's settings are those of the codex running now: a new
+	// codex.path takes effect at the next start, and so do its settings.
 	var codexLim governor.Limits
-	if cfg.Codex.Path != "" {
-		if codexLim, err = codexLimits(cfg.Codex.Path); err != nil {
+	if d.cfg.Codex.Path != "" {
+		if codexLim, err = codexLimits(d.cfg.Codex.Path); err != nil {
 			return done(fmt.Errorf("reload: %w", err))
 		}
 	}
 	old := d.live.Load()
-	next := &live{cfg: cfg, codexLim: codexLim}
-	e := d.ready.Load()
-	var limits governor.Limits
-	if e != nil {
-		limits = next.limits(e.model.Window.NumCtx)
-		if err := limits.Validate(); err != nil {
-			return done(fmt.Errorf("reload: the new limits: %w", err))
+	next := &live{cfg: cfg, codexLim: codexLim, reloaded: true}
+	// The limits go first: they are the part that can still fail (the
+	// codex may not plan under them), and then nothing else changes.
+	if e := d.ready.Load(); e != nil {
+		if err := d.applyLimits(ctx, e, next); err != nil {
+			return done(fmt.Errorf("reload: %w", err))
 		}
 	}
-	// Everything is checked: put it in force.
 	d.sigils.Replace(reg)
 	d.level.Set(level)
 	d.live.Store(next)
-	limitsChanged := codexLim != old.codexLim
 	for _, k := range changedKeys(old.cfg, cfg) {
 		if slices.Contains(reloadable, k) {
 			st.Applied = append(st.Applied, k)
-			limitsChanged = limitsChanged || strings.HasPrefix(k, "limits.")
 		} else {
 			st.NeedsRestart = append(st.NeedsRestart, k)
 		}
@@ -116,17 +115,31 @@ func (d *Daemon) Reload(ctx context.Context) ReloadStatus {
 	if codexLim != old.codexLim {
 		st.Applied = append(st.Applied, "codex "+codex.SettingsFile)
 	}
-	if e != nil && limitsChanged {
-		if err := e.orch.SetLimits(limits); err != nil { // checked above: cannot fail but for a bug
-			return done(fmt.Errorf("reload: %w", err))
-		}
-		// The codex is planned again under the new window: CAG or RAG may
-		// change. A failed plan keeps the codex as it was (and says so).
-		if err := e.codex.SetLimits(ctx, limits); err != nil {
-			d.log.Warn("reload: the codex could not be planned again under the new limits; it stays as it was", "err", err)
-		}
-	}
 	return done(nil)
+}
+
+// applyLimits puts l's limits in force on a running request path: the
+// orchestrator's (for requests that begin after it) and the codex's,
+// which is planned again if the plan depends on what changed. It changes
+// nothing if the limits do not fit the model's window or the codex cannot
+// be planned under them. The caller holds reloadMu.
+func (d *Daemon) applyLimits(ctx context.Context, e *engine, l *live) error {
+	limits := l.limits(e.model.Window.NumCtx)
+	if err := limits.Validate(); err != nil {
+		return fmt.Errorf("the new limits do not fit the model's window: %w", err)
+	}
+	before := e.orch.Limits()
+	if limits == before {
+		return nil
+	}
+	if err := e.orch.SetLimits(limits); err != nil {
+		return err
+	}
+	if err := e.codex.SetLimits(ctx, limits); err != nil {
+		_ = e.orch.SetLimits(before) // valid: it was in force
+		return fmt.Errorf("the codex could not be planned again under the new limits, so they are not used: %w", err)
+	}
+	return nil
 }
 
 // limits are the governor's limits for a model window of numCtx tokens.

@@ -29,7 +29,7 @@ func Listen(path string) (net.Listener, error) {
 		return nil, fmt.Errorf("daemon: socket dir: %w", err)
 	}
 	if errors.Is(statErr, fs.ErrNotExist) {
-		// Its mode, whatever the umask (which Listen changes for a moment).
+		// Its mode, whatever the umask.
 		if err := os.Chmod(dir, 0o700); err != nil {
 			return nil, fmt.Errorf("daemon: socket dir: %w", err)
 		}
@@ -57,10 +57,19 @@ func Listen(path string) (net.Listener, error) {
 		return nil, fmt.Errorf("daemon: %w", err)
 	}
 	// Create the socket with no access, then open it to the owner only, so
-	// there is no moment at which others could connect.
-	old := syscall.Umask(0o177)
-	ln, err := net.Listen("unix", path)
-	syscall.Umask(old)
+	// there is no moment at which others could connect. In a directory
+	// others cannot enter (0700) no one else can reach it anyway, and the
+	// process-wide umask is left alone: Listen also runs while the daemon
+	// serves (re-creating a removed socket), when a changed umask would
+	// touch whatever else is created at that moment.
+	var ln net.Listener
+	if dinfo, serr := os.Stat(dir); serr == nil && dinfo.Mode().Perm()&0o077 == 0 {
+		ln, err = net.Listen("unix", path)
+	} else {
+		old := syscall.Umask(0o177)
+		ln, err = net.Listen("unix", path)
+		syscall.Umask(old)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("daemon: listen: %w", err)
 	}

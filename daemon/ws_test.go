@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -547,8 +548,17 @@ func TestWSTokenAuthenticatesTheConnection(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := newFixture(t, fixtureOptions{config: func(c *config.Config) {
+	var revoked atomic.Bool // the reload revokes the token
+	var f *fixture
+	f = newFixture(t, fixtureOptions{config: func(c *config.Config) {
 		c.Sigils["coder"] = config.Sigil{Scopes: []string{"ask", "search_codex"}, TokenSHA256: hash}
+	}, reread: func() (config.Config, error) {
+		c := f.cfg
+		if revoked.Load() {
+			c.Sigils = map[string]config.Sigil{"default": c.Sigils["default"],
+				"coder": {Scopes: []string{"ask", "search_codex"}, RevokedSHA256: []string{hash}}}
+		}
+		return c, nil
 	}})
 	conn := connect(t, client.New(f.cfg.Daemon.Socket, client.WithToken(tok)))
 	_, err = conn.Ask(t.Context(), ctxd.AskRequest{Session: "s", Query: "hi", Sigil: "default"}, nil)
@@ -562,6 +572,16 @@ func TestWSTokenAuthenticatesTheConnection(t *testing.T) {
 	_, err = client.New(f.cfg.Daemon.Socket, client.WithToken("ctxd_wrong")).Connect(t.Context())
 	if !errors.As(err, &api) || api.Status != http.StatusUnauthorized {
 		t.Errorf("a connection with a bad token: %v", err)
+	}
+	// A reload that revokes the token ends its authority on the open
+	// connection too.
+	revoked.Store(true)
+	if st := f.daemon.Reload(t.Context()); !st.OK {
+		t.Fatalf("reload: %+v", st)
+	}
+	_, err = conn.Ask(t.Context(), ctxd.AskRequest{Session: "s", Query: "still me?"}, nil)
+	if !errors.As(err, &api) || api.Kind != ctxd.KindUnauthorized || !strings.Contains(api.Message, "revoked") {
+		t.Errorf("an ask on the connection after its token was revoked: %v", err)
 	}
 }
 

@@ -42,7 +42,7 @@ type prepared struct {
 // the governor make it fit: compaction, then leaving out excerpts, then
 // condensation, then a refusal with the numbers. The caller holds the
 // session.
-func (o *Orchestrator) prepare(ctx context.Context, req ctxd.AskRequest, sigil runcontext.Sigil, codex *codexState) (prepared, error) {
+func (o *Orchestrator) prepare(ctx context.Context, req ctxd.AskRequest, sigil runcontext.Sigil, codex *codexState, lim governor.Limits) (prepared, error) {
 	var p prepared
 	sess, tails := ctxd.Session{ID: req.Session}, "" // an ephemeral ask's: none held, none counted
 	if !req.Ephemeral {
@@ -110,7 +110,7 @@ func (o *Orchestrator) prepare(ctx context.Context, req ctxd.AskRequest, sigil r
 		return p, ctxd.Errorf(ctxd.KindInvalid, "%w", err)
 	}
 	var actions []ctxd.Action
-	if act, ok, err := o.compact(ctx, req.Session, &sess, rc); err != nil {
+	if act, ok, err := o.compact(ctx, req.Session, &sess, rc, lim); err != nil {
 		return p, err
 	} else if ok {
 		actions = append(actions, act)
@@ -123,7 +123,7 @@ func (o *Orchestrator) prepare(ctx context.Context, req ctxd.AskRequest, sigil r
 	if err != nil {
 		return p, err
 	}
-	budget, err := o.Limits().Check(m.Measure)
+	budget, err := lim.Check(m.Measure)
 	var le *governor.LimitError
 	// Fresh excerpts come before stale ones: the history's excerpts go (a
 	// new epoch) before any of this question's is left out.
@@ -140,7 +140,7 @@ func (o *Orchestrator) prepare(ctx context.Context, req ctxd.AskRequest, sigil r
 		if m, err = o.measure(rc, tails); err != nil {
 			return p, err
 		}
-		budget, err = o.Limits().Check(m.Measure)
+		budget, err = lim.Check(m.Measure)
 	}
 	// Excerpts are the cheapest thing to give up: the lowest-ranked go first.
 	dropExcerpts := func() error {
@@ -151,7 +151,7 @@ func (o *Orchestrator) prepare(ctx context.Context, req ctxd.AskRequest, sigil r
 			if m, merr = o.measure(rc, tails); merr != nil {
 				return merr
 			}
-			if budget, err = o.Limits().Check(m.Measure); err == nil || len(rc.Query.Excerpts) == 0 {
+			if budget, err = lim.Check(m.Measure); err == nil || len(rc.Query.Excerpts) == 0 {
 				actions = append(actions, ctxd.Action{Kind: ctxd.ActionExcerpts,
 					Reason: fmt.Sprintf("%d lowest-ranked codex excerpts left out to fit the window", dropped), Epoch: sess.Epoch})
 			}
@@ -175,7 +175,7 @@ func (o *Orchestrator) prepare(ctx context.Context, req ctxd.AskRequest, sigil r
 			if m, merr = o.measure(rc, tails); merr != nil {
 				return merr
 			}
-			budget, err = o.Limits().Check(m.Measure)
+			budget, err = lim.Check(m.Measure)
 		}
 		return nil
 	}
@@ -184,7 +184,7 @@ func (o *Orchestrator) prepare(ctx context.Context, req ctxd.AskRequest, sigil r
 	}
 	if errors.As(err, &le) {
 		condenseStart := o.cfg.Now()
-		acts, cerr := o.condense(ctx, req.Session, &sess, rc)
+		acts, cerr := o.condense(ctx, req.Session, &sess, rc, lim)
 		p.condensing = o.cfg.Now().Sub(condenseStart)
 		actions = append(actions, acts...)
 		if cerr != nil {
@@ -200,7 +200,7 @@ func (o *Orchestrator) prepare(ctx context.Context, req ctxd.AskRequest, sigil r
 			if m, err = o.measure(rc, tails); err != nil {
 				return p, err
 			}
-			budget, err = o.Limits().Check(m.Measure)
+			budget, err = lim.Check(m.Measure)
 			if merr := dropExcerpts(); merr != nil {
 				return p, merr
 			}
@@ -348,8 +348,8 @@ func (o *Orchestrator) measure(rc *runcontext.RunContext, session string) (measu
 
 // compact applies the message depth: once the history passes max_depth it
 // is cut to the low mark in one step and a new epoch begins.
-func (o *Orchestrator) compact(ctx context.Context, id string, sess *ctxd.Session, rc *runcontext.RunContext) (ctxd.Action, bool, error) {
-	c := o.Limits().Compact(sess.Turns)
+func (o *Orchestrator) compact(ctx context.Context, id string, sess *ctxd.Session, rc *runcontext.RunContext, lim governor.Limits) (ctxd.Action, bool, error) {
+	c := lim.Compact(sess.Turns)
 	if !c.Compacted() {
 		return ctxd.Action{}, false, nil
 	}
@@ -368,7 +368,7 @@ func (o *Orchestrator) compact(ctx context.Context, id string, sess *ctxd.Sessio
 	rc.State = runcontext.State{Epoch: sess.Epoch, Summary: sess.Summary, Turns: sess.Turns}
 	act := ctxd.Action{
 		Kind:         ctxd.ActionCompact,
-		Reason:       fmt.Sprintf("history of %d turns passed max_depth %d; cut to %d in one step", before, o.Limits().MaxDepth, len(c.Keep)),
+		Reason:       fmt.Sprintf("history of %d turns passed max_depth %d; cut to %d in one step", before, lim.MaxDepth, len(c.Keep)),
 		TurnsDropped: len(c.Dropped), TokensDropped: dropped, Epoch: sess.Epoch,
 	}
 	o.log.InfoContext(ctx, "compacted history", "session", id, "epoch", act.Epoch, "turns_dropped", act.TurnsDropped, "tokens_dropped", act.TokensDropped, "reason", act.Reason)
@@ -401,7 +401,7 @@ const condenseInstruction = "Condense the conversation above into a short summar
 // the backend in a separate call, and the summary, stored with a new epoch,
 // replaces them. If even the summarizing prompt does not fit, the oldest
 // prunable turns are dropped from it first, and that is reported as well.
-func (o *Orchestrator) condense(ctx context.Context, id string, sess *ctxd.Session, rc *runcontext.RunContext) ([]ctxd.Action, error) {
+func (o *Orchestrator) condense(ctx context.Context, id string, sess *ctxd.Session, rc *runcontext.RunContext, lim governor.Limits) ([]ctxd.Action, error) {
 	var prunable, pinned []int
 	for i, t := range sess.Turns {
 		if t.Verbatim {
@@ -428,7 +428,7 @@ func (o *Orchestrator) condense(ctx context.Context, id string, sess *ctxd.Sessi
 		if m, err = o.measure(&crc, ""); err != nil {
 			return nil, err
 		}
-		if _, err := o.Limits().Check(m.Measure); err == nil {
+		if _, err := lim.Check(m.Measure); err == nil {
 			if skip > 0 {
 				actions = append(actions, ctxd.Action{
 					Kind:         ctxd.ActionPrune,
@@ -442,7 +442,7 @@ func (o *Orchestrator) condense(ctx context.Context, id string, sess *ctxd.Sessi
 			return nil, nil // the stable blocks and the query alone do not fit: condensing cannot help
 		}
 	}
-	gen, err := o.generateAside(ctx, id, m)
+	gen, err := o.generateAside(ctx, id, m, lim.AnswerReserve)
 	if err != nil {
 		return nil, err
 	}
@@ -475,13 +475,13 @@ func describe(actions []ctxd.Action) string {
 
 // generateAside runs a prompt of the governor's own (a condensation) on a
 // backend slot, taking its turn in the queue like any request.
-func (o *Orchestrator) generateAside(ctx context.Context, session string, m measured) (ctxd.Generation, error) {
+func (o *Orchestrator) generateAside(ctx context.Context, session string, m measured, reserve int) (ctxd.Generation, error) {
 	lease, err := o.sched.Acquire(ctx, session, m.tokens.IDs)
 	if err != nil {
 		return ctxd.Generation{}, err
 	}
 	defer lease.Release()
-	gen, _, err := o.generate(ctx, lease, m.Rendered.Prompt(), m.tokens.IDs, o.Limits().AnswerReserve, func(string) error { return nil })
+	gen, _, err := o.generate(ctx, lease, m.Rendered.Prompt(), m.tokens.IDs, reserve, func(string) error { return nil })
 	if err != nil {
 		return gen, fmt.Errorf("orchestrator: condense history: %w", err)
 	}

@@ -205,6 +205,7 @@ func (o *Orchestrator) DeleteSession(ctx context.Context, id string) error {
 // backend, and nothing is recorded; the error says so, with ctx's cause.
 func (o *Orchestrator) Ask(ctx context.Context, req ctxd.AskRequest, onToken func(string) error) (*ctxd.Summary, error) {
 	arrived := o.cfg.Now()
+	lim := o.Limits() // one request, one set of limits, whatever a reload does meanwhile
 	if err := ctxd.CheckSessionID(req.Session); err != nil {
 		return nil, err
 	}
@@ -243,7 +244,7 @@ func (o *Orchestrator) Ask(ctx context.Context, req ctxd.AskRequest, onToken fun
 	}
 	codex := o.codex.Load()
 	prepStart := o.cfg.Now()
-	p, err := o.prepare(ctx, req, sigil, codex)
+	p, err := o.prepare(ctx, req, sigil, codex, lim)
 	prepDone := o.cfg.Now()
 	if err != nil {
 		if ctx.Err() != nil {
@@ -303,7 +304,7 @@ func (o *Orchestrator) Ask(ctx context.Context, req ctxd.AskRequest, onToken fun
 		o.log.InfoContext(ctx, "prefix break", "session", req.Session, "block", sum.PrefixBreak.Block, "reason", sum.PrefixBreak.Reason)
 	}
 
-	answerCap := o.answerCap(req.MaxTokens)
+	answerCap := o.answerCap(req.MaxTokens, lim)
 	if low := o.cfg.LowPowerReserve; low > 0 && low < answerCap && lowPower(rc.Environment.Power) {
 		answerCap = low
 		sum.Governor = append(sum.Governor, ctxd.Action{Kind: ctxd.ActionLowPower, Epoch: rc.State.Epoch,
@@ -435,11 +436,11 @@ func lowPower(band string) bool { return band == "low_battery" || band == "low_p
 
 // answerCap is the length an answer may reach: the client's cap where it
 // is under the answer reserve, else the reserve.
-func (o *Orchestrator) answerCap(asked int) int {
-	if asked > 0 && asked < o.Limits().AnswerReserve {
+func (o *Orchestrator) answerCap(asked int, lim governor.Limits) int {
+	if asked > 0 && asked < lim.AnswerReserve {
 		return asked
 	}
-	return o.Limits().AnswerReserve
+	return lim.AnswerReserve
 }
 
 // generate sends a prompt to the lease's slot, for an answer of at most

@@ -7,9 +7,11 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 
 	"github.com/ctxd/ctxd"
+	"github.com/ctxd/ctxd/client"
 	"github.com/ctxd/ctxd/daemon"
 )
 
@@ -32,12 +34,13 @@ func timingParts(t ctxd.Timing) string {
 func cmdReload(args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("reload", flag.ContinueOnError)
 	socket := fs.String("socket", "", "daemon socket")
+	token := fs.String("token", "", "an admin sigil's token (default $CTXD_TOKEN; none: the daemon's default sigil)")
 	asJSON := fs.Bool("json", false, "print the outcome as JSON")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	var st daemon.ReloadStatus
-	if err := clientFor(*socket).Reload(context.Background(), &st); err != nil {
+	if err := tokenClient(*socket, *token).Reload(context.Background(), &st); err != nil {
 		return fmt.Errorf("reload refused, the daemon's configuration stays as it was: %w", err)
 	}
 	if *asJSON {
@@ -54,13 +57,14 @@ func cmdReload(args []string, stdout io.Writer) error {
 func cmdLogLevel(args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("log-level", flag.ContinueOnError)
 	socket := fs.String("socket", "", "daemon socket")
+	token := fs.String("token", "", "an admin sigil's token (default $CTXD_TOKEN; none: the daemon's default sigil)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if fs.NArg() > 1 {
 		return errors.New("log-level: give at most one level: debug, info, warn or error")
 	}
-	level, err := clientFor(*socket).LogLevel(context.Background(), fs.Arg(0))
+	level, err := tokenClient(*socket, *token).LogLevel(context.Background(), fs.Arg(0))
 	if err != nil {
 		return err
 	}
@@ -73,4 +77,17 @@ func or(s, alt string) string {
 		return alt
 	}
 	return s
+}
+
+// tokenClient is a client that presents token, else $CTXD_TOKEN, else
+// none (acting as the daemon's default sigil).
+func tokenClient(socket, token string) *client.Client {
+	if token == "" {
+		token = os.Getenv("CTXD_TOKEN")
+	}
+	opts := daemonUIDs()
+	if token != "" {
+		opts = append(opts, client.WithToken(token))
+	}
+	return client.New(socketPath(socket), opts...)
 }

@@ -40,13 +40,19 @@ func underJournal(w io.Writer) bool {
 	return js == fmt.Sprintf("%d:%d", st.Dev, st.Ino)
 }
 
+// operatorSignals catches SIGHUP and SIGUSR1 from now until the returned
+// stop: until the daemon has stopped, neither may end the process (their
+// default action), not even during the shutdown's drain.
+func operatorSignals() (<-chan os.Signal, func()) {
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGHUP, syscall.SIGUSR1)
+	return sigs, func() { signal.Stop(sigs) }
+}
+
 // handleSignals serves the operator's signals until ctx ends: SIGHUP
 // reloads the configuration (Daemon.Reload); SIGUSR1 switches the log to
 // debug and, sent again, back to the level before.
-func handleSignals(ctx context.Context, d *daemon.Daemon, log *slog.Logger) {
-	sigs := make(chan os.Signal, 4)
-	signal.Notify(sigs, syscall.SIGHUP, syscall.SIGUSR1)
-	defer signal.Stop(sigs)
+func handleSignals(ctx context.Context, sigs <-chan os.Signal, d *daemon.Daemon, log *slog.Logger) {
 	before := slog.LevelInfo
 	for {
 		select {

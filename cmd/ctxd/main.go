@@ -40,8 +40,8 @@ Usage:
   ctxd serve    [--config FILE] [--socket PATH]   run the daemon
   ctxd ask      [--session S] [--sigil NAME] [--pin] [--refresh-karma] [--json] QUESTION
   ctxd status   [--json]                          the daemon's state: an overview, or the JSON of GET /v1/status
-  ctxd reload                                     have the daemon read its config, sigils and codex settings again (as SIGHUP)
-  ctxd log-level [LEVEL]                          show the daemon's log level, or change it (debug, info, warn, error)
+  ctxd reload   [--token T]                       have the daemon read its config, sigils and codex settings again (as SIGHUP)
+  ctxd log-level [--token T] [LEVEL]              show the daemon's log level, or change it (debug, info, warn, error)
   ctxd sessions                                   list sessions
   ctxd prompt   [--session S] [--json]            the exact prompt the session last sent to the backend
   ctxd codex load PATH                            load PATH as the daemon's codex (progress on a terminal)
@@ -226,7 +226,12 @@ func cmdServe(args []string, stderr io.Writer) error {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	go handleSignals(ctx, d, logger)
+	sigs, stopSignals := operatorSignals()
+	defer stopSignals() // after the daemon stopped: a SIGHUP during its drain is caught
+	sigCtx, stopHandling := context.WithCancel(context.Background())
+	handled := make(chan struct{})
+	go func() { defer close(handled); handleSignals(sigCtx, sigs, d, logger) }()
+	defer func() { stopHandling(); <-handled }()
 	sd := notifySystemd(ctx, d, logger) // READY=1, STATUS=, WATCHDOG=1, STOPPING=1
 	defer sd.stop()
 	ready := func() {

@@ -12,7 +12,6 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/ctxd/ctxd/client"
 	"github.com/ctxd/ctxd/mcpserver"
 )
 
@@ -29,15 +28,7 @@ func cmdMCP(args []string, stderr io.Writer) error {
 	if fs.NArg() > 0 {
 		return fmt.Errorf("mcp: unexpected argument %q (an MCP client runs `ctxd mcp` and talks to it over stdin and stdout)", fs.Arg(0))
 	}
-	tok := *token
-	if tok == "" {
-		tok = os.Getenv("CTXD_TOKEN")
-	}
-	var opts []client.Option
-	if tok != "" {
-		opts = append(opts, client.WithToken(tok))
-	}
-	c := client.New(socketPath(*socket), append(opts, daemonUIDs()...)...)
+	c := tokenClient(*socket, *token)
 	logger := slog.New(slog.NewTextHandler(stderr, nil)).With("component", "mcp")
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
