@@ -590,3 +590,31 @@ func TestClientThatStopsReadingFreesItsSlot(t *testing.T) {
 		t.Errorf("the answer nobody read was recorded: %+v", s)
 	}
 }
+
+// serve runs d on ln until the test ends (then stops it and closes ln),
+// and returns once it is ready.
+func serve(tb testing.TB, d *Daemon, ln net.Listener) {
+	tb.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	ready, done := make(chan struct{}), make(chan error, 1)
+	go func() { done <- d.Run(ctx, ln, func() { close(ready) }) }()
+	tb.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				tb.Errorf("Run: %v", err)
+			}
+		case <-time.After(30 * time.Second):
+			tb.Error("daemon did not stop within 30s")
+		}
+		ln.Close()
+	})
+	select {
+	case <-ready:
+	case err := <-done:
+		tb.Fatalf("daemon stopped before ready: %v", err)
+	case <-time.After(30 * time.Second):
+		tb.Fatal("daemon not ready within 30s")
+	}
+}

@@ -43,28 +43,7 @@ func runOn(t *testing.T, ln net.Listener, socket string) *logtest.Lines {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	ready, done := make(chan struct{}), make(chan error, 1)
-	go func() { done <- d.Run(ctx, ln, func() { close(ready) }) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("Run: %v", err)
-			}
-		case <-time.After(30 * time.Second):
-			t.Error("daemon did not stop within 30s")
-		}
-		ln.Close()
-	})
-	select {
-	case <-ready:
-	case err := <-done:
-		t.Fatalf("daemon stopped before ready: %v", err)
-	case <-time.After(30 * time.Second):
-		t.Fatal("daemon not ready within 30s")
-	}
+	serve(t, d, ln)
 	return log
 }
 

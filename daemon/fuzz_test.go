@@ -16,7 +16,6 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/coder/websocket"
 
@@ -145,21 +144,7 @@ func fuzzDaemon(f *testing.F) string {
 	if err != nil {
 		f.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	ready, done := make(chan struct{}), make(chan error, 1)
-	go func() { done <- d.Run(ctx, ln, func() { close(ready) }) }()
-	f.Cleanup(func() {
-		cancel()
-		<-done
-		ln.Close()
-	})
-	select {
-	case <-ready:
-	case err := <-done:
-		f.Fatalf("daemon stopped before ready: %v", err)
-	case <-time.After(wsGuard):
-		f.Fatalf("daemon not ready within %s", wsGuard)
-	}
+	serve(f, d, ln)
 	return cfg.Daemon.Socket
 }
 

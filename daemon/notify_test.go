@@ -89,19 +89,7 @@ func TestAliveFailsWhileTheRequestPathIsWedged(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(t.Context())
-	ready, done := make(chan struct{}), make(chan error, 1)
-	go func() { done <- d.Run(ctx, ln, func() { close(ready) }) }()
-	defer func() {
-		cancel()
-		<-done
-		ln.Close()
-	}()
-	select {
-	case <-ready:
-	case err := <-done:
-		t.Fatalf("daemon stopped before ready: %v", err)
-	}
+	serve(t, d, ln)
 
 	check, stop := context.WithTimeout(t.Context(), 200*time.Millisecond)
 	defer stop()

@@ -137,39 +137,8 @@ type faultDaemon struct {
 func startLogged(t *testing.T, cfg config.Config, wait bool) *faultDaemon {
 	t.Helper()
 	log := logtest.NewLines(t)
-	d, err := daemon.New(cfg, daemon.Options{Logger: slog.New(slog.NewTextHandler(log, nil)), Version: "test",
+	startOpts(t, cfg, wait, daemon.Options{Logger: slog.New(slog.NewTextHandler(log, nil)),
 		BackendEnv: []string{"PATH=" + os.Getenv("PATH")}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := daemon.Listen(cfg.Daemon.Socket)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	ready, done := make(chan struct{}), make(chan error, 1)
-	go func() { done <- d.Run(ctx, ln, func() { close(ready) }) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("daemon stop: %v", err)
-			}
-		case <-time.After(30 * time.Second):
-			t.Error("daemon did not stop within 30s")
-		}
-		ln.Close()
-	})
-	if wait {
-		select {
-		case <-ready:
-		case err := <-done:
-			t.Fatalf("daemon exited before ready: %v", err)
-		case <-time.After(2 * time.Minute):
-			t.Fatal("daemon not ready within 2 minutes")
-		}
-	}
 	return &faultDaemon{cfg: cfg, log: log}
 }
 

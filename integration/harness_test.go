@@ -155,7 +155,9 @@ func startOpts(t testing.TB, cfg config.Config, wait bool, opts daemon.Options) 
 	if err := level.UnmarshalText([]byte(cfg.Daemon.LogLevel)); err != nil {
 		t.Fatal(err)
 	}
-	opts.Logger = slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: level}))
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: level}))
+	}
 	opts.Version = "test"
 	d, err := daemon.New(cfg, opts)
 	if err != nil {
