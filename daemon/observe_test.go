@@ -77,10 +77,14 @@ func TestMetricsAndRequestIDs(t *testing.T) {
 	}
 	f.ask(t, "m", "And what else?")
 
-	code, body := f.do(t, "GET", "/metrics", "", "")
-	if code != 200 {
-		t.Fatalf("GET /metrics: %d %s", code, body)
-	}
+	// A request is counted when its handler returns, which may be just
+	// after its client read the answer's last line.
+	var body string
+	waitFor(t, func() bool {
+		var code int
+		code, body = f.do(t, "GET", "/metrics", "", "")
+		return code == 200 && strings.Contains(body, `ctxd_requests_total{code="200",outcome="ok",route="POST /v1/ask"} 2`)
+	})
 	for _, want := range []string{
 		`ctxd_requests_total{code="200",outcome="ok",route="POST /v1/ask"} 2`,
 		`ctxd_requests_total{code="400",outcome="invalid",route="POST /v1/ask"} 1`,
