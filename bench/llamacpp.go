@@ -16,6 +16,7 @@ import (
 	"github.com/ctxd/ctxd/client"
 	"github.com/ctxd/ctxd/config"
 	"github.com/ctxd/ctxd/daemon"
+	"github.com/ctxd/ctxd/httpapi"
 	"github.com/ctxd/ctxd/llamacpp"
 	"github.com/ctxd/ctxd/llamatok"
 	"github.com/ctxd/ctxd/modelgen"
@@ -104,7 +105,7 @@ func startLlamaStack(ctx context.Context, cfg Config, modelPath, codexDir, state
 	if err != nil {
 		return nil, err
 	}
-	var status daemon.Status
+	var status httpapi.Status
 	if err := st.ctxd.GetJSON(ctx, "/v1/status", &status); err != nil {
 		st.stop()
 		return nil, err
@@ -308,7 +309,7 @@ func llamaPhase(ctx context.Context, cfg Config) (LlamaRun, error) {
 		return run, err
 	}
 	for deadline := time.Now().Add(2 * time.Minute); ; {
-		var s daemon.Status
+		var s httpapi.Status
 		if rst.ctxd.GetJSON(ctx, "/v1/status", &s) == nil && s.Backend.Restarts >= 1 && s.Ready {
 			break
 		}

@@ -247,7 +247,7 @@ func (c *Client) Health(ctx context.Context) error {
 }
 
 // Status is GET /v1/status. The daemon's status has many parts; it is
-// decoded into v (daemon.Status, or a map).
+// decoded into v (httpapi.Status, or a map).
 func (c *Client) Status(ctx context.Context, v any) error { return c.GetJSON(ctx, "/v1/status", v) }
 
 // Schema is GET /v1/schema: the RunContext's JSON Schema.
@@ -421,7 +421,7 @@ func (c *Client) SessionKarma(ctx context.Context, id string) ([]ctxd.KarmaSnaps
 }
 
 // Reload has the daemon read its configuration again (POST /v1/reload;
-// the admin scope) and decodes the outcome into v (daemon.ReloadStatus).
+// the admin scope) and decodes the outcome into v (httpapi.ReloadStatus).
 // A refused configuration is an *APIError whose message says why; the
 // daemon's old configuration stays in force.
 func (c *Client) Reload(ctx context.Context, v any) error {

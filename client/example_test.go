@@ -12,10 +12,12 @@ import (
 	"time"
 
 	"github.com/ctxd/ctxd"
+	"github.com/ctxd/ctxd/bringup"
 	"github.com/ctxd/ctxd/client"
 	"github.com/ctxd/ctxd/config"
 	"github.com/ctxd/ctxd/daemon"
 	"github.com/ctxd/ctxd/governor"
+	"github.com/ctxd/ctxd/httpapi"
 	"github.com/ctxd/ctxd/internal/fake"
 	"github.com/ctxd/ctxd/sigils"
 )
@@ -48,10 +50,10 @@ func exampleDaemon(rag bool) (socket, tcp, token string, stop func()) {
 		"default": {Scopes: []string{"ask", "search_codex", "sessions:read", "sessions:write", "codex:load"}},
 		"agent":   {Scopes: []string{"ask"}, TokenSHA256: hash},
 	}
-	open := func(context.Context, func()) (*daemon.Model, error) {
-		return &daemon.Model{
+	open := func(context.Context, func()) (*bringup.Model, error) {
+		return &bringup.Model{
 			Backend: fake.NewBackend(), Tokenizer: fake.Tokenizer{}, TokenizerID: "fake",
-			Info:   daemon.BackendInfo{Kind: "fake", Mode: "fake", Model: "demo", NumCtx: 100000, Slots: 1},
+			Info:   bringup.BackendInfo{Kind: "fake", Mode: "fake", Model: "demo", NumCtx: 100000, Slots: 1},
 			Window: governor.WindowPlan{NumCtx: 100000, Slots: 1, CacheType: governor.CacheF16},
 			Close:  func() error { return nil },
 		}, nil
@@ -131,7 +133,7 @@ func ExampleClient_Status() {
 	socket, _, _, stop := exampleDaemon(false)
 	defer stop()
 
-	var st daemon.Status
+	var st httpapi.Status
 	if err := client.New(socket).Status(context.Background(), &st); err != nil {
 		log.Fatal(err)
 	}

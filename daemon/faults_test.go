@@ -3,7 +3,6 @@ package daemon
 import (
 	"context"
 	"errors"
-	"github.com/ctxd/ctxd/internal/logtest"
 	"io/fs"
 	"log/slog"
 	"net"
@@ -12,6 +11,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/ctxd/ctxd/bringup"
+	"github.com/ctxd/ctxd/internal/logtest"
 
 	"github.com/ctxd/ctxd"
 	"github.com/ctxd/ctxd/client"
@@ -29,10 +31,10 @@ func runOn(t *testing.T, ln net.Listener, socket string) *logtest.Lines {
 	cfg.Daemon.ShutdownGrace = config.Duration{Duration: 5 * time.Second}
 	cfg.Limits.AnswerReserve = 64
 	backend := fake.NewBackend()
-	open := func(context.Context, func()) (*Model, error) {
-		return &Model{
+	open := func(context.Context, func()) (*bringup.Model, error) {
+		return &bringup.Model{
 			Backend: backend, Tokenizer: fake.Tokenizer{}, TokenizerID: "fake",
-			Info:   BackendInfo{Mode: "fake", URL: "fake://", Model: "fake", NumCtx: 100000, Slots: 1},
+			Info:   bringup.BackendInfo{Mode: "fake", URL: "fake://", Model: "fake", NumCtx: 100000, Slots: 1},
 			Window: governor.WindowPlan{NumCtx: 100000, Slots: 1, CacheType: governor.CacheF16},
 			Close:  func() error { return nil },
 		}, nil

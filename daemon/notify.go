@@ -1,28 +1,29 @@
 package daemon
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
-	"net/http"
 	"strings"
+
+	"github.com/ctxd/ctxd/httpapi"
 )
 
 // This file is what a service manager asks of the daemon: is it alive,
 // and how is it, in a line (systemd's WATCHDOG=1 and STATUS=; main sends
 // them).
 
-// Alive reports whether the daemon's request path answers: it serves GET
-// /v1/status in process, through the same handler a client reaches. That
-// handler takes the locks requests take (the scheduler's, the
-// orchestrator's, the codex service's, the hardware probe's) and reads the
-// session store, so a daemon wedged on any of them does not answer, and
-// its caller (a watchdog) stops vouching for it. It does not dial the
-// socket: a socket whose connection cap is full (a flood of idle clients)
-// is a daemon under load, not a dead one, and restarting it would drop
-// every agent's connection. Alive returns ctx's error if ctx ends first;
-// the check then finishes in the background when the handler does.
+// Alive reports whether the daemon's request path answers: it reads the
+// status in process, directly (no HTTP, no JSON). That takes the locks
+// requests take (the scheduler's, the orchestrator's, the codex
+// service's, the hardware probe's), so a daemon wedged on any of them
+// does not answer, and its caller (a watchdog) stops vouching for it. The
+// session store is not among them: status reads its count from the
+// background, and a slow store slows requests, it does not wedge the
+// daemon. It does not dial the socket: a socket whose connection cap is
+// full (a flood of idle clients) is a daemon under load, not a dead one,
+// and restarting it would drop every agent's connection. Alive returns
+// ctx's error if ctx ends first; the check then finishes in the
+// background.
 func (d *Daemon) Alive(ctx context.Context) error {
 	_, err := d.snapshot(ctx)
 	return err
@@ -40,57 +41,30 @@ func (d *Daemon) StatusLine(ctx context.Context) (string, error) {
 	return statusLine(st), nil
 }
 
-// snapshot is the status as GET /v1/status answers it, served in process.
-// Until the daemon has opened its store and hardware probe (Run's first
-// steps) there is nothing to read: a zero status that says "starting".
-func (d *Daemon) snapshot(ctx context.Context) (Status, error) {
+// snapshot is the status, read in process within ctx. Until the daemon
+// has opened its store and hardware probe (Run's first steps) there is
+// nothing to read: a zero status that says "starting".
+func (d *Daemon) snapshot(ctx context.Context) (httpapi.Status, error) {
 	// Run sets the store and the probe before it starts bringing the
 	// backend up; d.ready and d.initErr are stored after, so either being
 	// set means they are (and visible to this goroutine).
 	if d.ready.Load() == nil && d.initErr.Load() == nil {
-		return Status{}, nil
+		return httpapi.Status{}, nil
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "/v1/status", nil)
-	if err != nil {
-		return Status{}, fmt.Errorf("daemon: status in process: %w", err)
-	}
-	done := make(chan *recorder, 1)
-	go func() {
-		rec := &recorder{header: http.Header{}, code: http.StatusOK}
-		d.handleStatus(rec, req)
-		done <- rec
-	}()
-	var rec *recorder
+	done := make(chan httpapi.Status, 1)
+	go func() { done <- d.Status(ctx) }()
 	select {
-	case rec = <-done:
+	case st := <-done:
+		return st, nil
 	case <-ctx.Done():
-		return Status{}, fmt.Errorf("daemon: status did not answer in process: %w", context.Cause(ctx))
+		return httpapi.Status{}, fmt.Errorf("daemon: status did not answer in process: %w", context.Cause(ctx))
 	}
-	if rec.code != http.StatusOK {
-		return Status{}, fmt.Errorf("daemon: status answered %d in process: %s", rec.code, strings.TrimSpace(rec.body.String()))
-	}
-	var st Status
-	if err := json.Unmarshal(rec.body.Bytes(), &st); err != nil {
-		return Status{}, fmt.Errorf("daemon: status in process: %w", err)
-	}
-	return st, nil
 }
-
-// recorder is the response of a request served in process.
-type recorder struct {
-	header http.Header
-	code   int
-	body   bytes.Buffer
-}
-
-func (r *recorder) Header() http.Header         { return r.header }
-func (r *recorder) Write(b []byte) (int, error) { return r.body.Write(b) }
-func (r *recorder) WriteHeader(code int)        { r.code = code }
 
 // statusLine is st in a line: "ready · ollama 0.6.5 qwen3 · num_ctx 8192
 // × 2 slots · codex ctxd 812 files rag · 3 sessions, 2 slots warm, 1
 // busy, 0 queued", or "starting: backend not ready: …".
-func statusLine(st Status) string {
+func statusLine(st httpapi.Status) string {
 	if !st.Ready {
 		if st.Error != "" {
 			return oneLine("starting: backend not ready: " + st.Error)

@@ -6,13 +6,18 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/ctxd/ctxd"
+	"github.com/ctxd/ctxd/bringup"
+	"github.com/ctxd/ctxd/client"
 	"github.com/ctxd/ctxd/config"
 	"github.com/ctxd/ctxd/governor"
+	"github.com/ctxd/ctxd/httpapi"
 	"github.com/ctxd/ctxd/internal/fake"
+	"github.com/ctxd/ctxd/sigils"
 )
 
 // TestStatusLineSaysHowTheDaemonIs: the line systemd shows says why a
@@ -20,7 +25,7 @@ import (
 // sessions, as they change.
 func TestStatusLineSaysHowTheDaemonIs(t *testing.T) {
 	t.Parallel()
-	down := newFixture(t, fixtureOptions{noWait: true, open: func(context.Context, func()) (*Model, error) {
+	down := newFixture(t, fixtureOptions{noWait: true, open: func(context.Context, func()) (*bringup.Model, error) {
 		return nil, ctxd.Errorf(ctxd.KindUnavailable, "fake: ollama is not reachable at fake://")
 	}})
 	waitFor(t, func() bool {
@@ -42,17 +47,35 @@ func TestStatusLineSaysHowTheDaemonIs(t *testing.T) {
 		}
 	}
 	f.ask(t, "a", "What does Serve return?")
-	line, err = f.daemon.StatusLine(t.Context())
+	// The session count is taken off the request path: a read asks for a
+	// fresh one and answers with the last.
+	waitFor(t, func() bool {
+		line, err = f.daemon.StatusLine(t.Context())
+		return err == nil && strings.Contains(line, "1 session, 1 slot warm, 0 busy, 0 queued")
+	})
+}
+
+// TestStatusShowsTheListeners: status says where the daemon listens and
+// how it trusts requests: with a sigil that has a token, by token.
+func TestStatusShowsTheListeners(t *testing.T) {
+	t.Parallel()
+	_, hash, err := sigils.NewToken()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(line, "1 session, 1 slot warm, 0 busy, 0 queued") {
-		t.Errorf("after one ask, status line %q does not count the session and its warm slot", line)
+	f := newFixture(t, fixtureOptions{config: func(c *config.Config) {
+		c.Daemon.TCPListen = "127.0.0.1:0"
+		c.Sigils["coder"] = config.Sigil{Scopes: []string{"ask"}, TokenSHA256: hash}
+	}})
+	var st httpapi.Status
+	if err := f.client.Status(t.Context(), &st); err != nil || st.Listeners.TCP != f.daemon.TCPAddr() || st.Listeners.TCP == "" ||
+		st.Listeners.Socket != f.cfg.Daemon.Socket || !strings.Contains(st.Listeners.Trust, "token") {
+		t.Errorf("status listeners: %+v %v", st.Listeners, err)
 	}
 }
 
 // wedgedStore is a store whose session listing hangs until released,
-// whatever its context says: a daemon stuck on a lock.
+// whatever its context says: a store stuck on a write.
 type wedgedStore struct {
 	ctxd.Store
 	wedged chan struct{} // closed: no longer wedged
@@ -63,22 +86,49 @@ func (s wedgedStore) Sessions(ctx context.Context) ([]ctxd.SessionInfo, error) {
 	return s.Store.Sessions(ctx)
 }
 
-// TestAliveFailsWhileTheRequestPathIsWedged: a daemon whose status handler
-// cannot finish is not alive (the watchdog stops being fed), and is again
-// once it can.
+// wedgedSensor is a sensor whose reading hangs while wedged: a daemon
+// stuck on the hardware probe's lock, which status takes.
+type wedgedSensor struct {
+	*fake.Sensor
+	mu     sync.Mutex
+	wedged chan struct{} // nil: not wedged; closed: released
+}
+
+func (s *wedgedSensor) Environment() ctxd.Environment {
+	s.mu.Lock()
+	w := s.wedged
+	s.mu.Unlock()
+	if w != nil {
+		<-w
+	}
+	return s.Sensor.Environment()
+}
+
+func (s *wedgedSensor) wedge() chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.wedged = make(chan struct{})
+	return s.wedged
+}
+
+// TestAliveFailsWhileTheRequestPathIsWedged: a daemon whose status cannot
+// be read is not alive (the watchdog stops being fed), and is again once
+// it can. A session store that hangs is no such thing: status does not
+// wait for the store, so the daemon stays alive and status answers.
 func TestAliveFailsWhileTheRequestPathIsWedged(t *testing.T) {
 	t.Parallel()
 	cfg := config.Default(config.Env{UID: os.Getuid(), Home: t.TempDir()})
 	cfg.Daemon.Socket = filepath.Join(shortDir(t), "ctxd.sock")
 	cfg.Daemon.StateDir = t.TempDir()
 	store := wedgedStore{Store: fake.NewStore(), wedged: make(chan struct{})}
-	open := func(context.Context, func()) (*Model, error) {
-		return &Model{Backend: fake.NewBackend(), Tokenizer: fake.Tokenizer{}, TokenizerID: "fake",
-			Info:   BackendInfo{Kind: "fake", Model: "fake", NumCtx: 4096, Slots: 1},
+	sensor := &wedgedSensor{Sensor: fake.NewSensor()}
+	open := func(context.Context, func()) (*bringup.Model, error) {
+		return &bringup.Model{Backend: fake.NewBackend(), Tokenizer: fake.Tokenizer{}, TokenizerID: "fake",
+			Info:   bringup.BackendInfo{Kind: "fake", Model: "fake", NumCtx: 4096, Slots: 1},
 			Window: governor.WindowPlan{NumCtx: 4096, Slots: 1, CacheType: governor.CacheF16},
 			Close:  func() error { return nil }}, nil
 	}
-	d, err := New(cfg, Options{Open: open, Store: store, Sensor: fake.NewSensor(), Logger: testLogger(t)})
+	d, err := New(cfg, Options{Open: open, Store: store, Sensor: sensor, Logger: testLogger(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,13 +141,27 @@ func TestAliveFailsWhileTheRequestPathIsWedged(t *testing.T) {
 	}
 	serve(t, d, ln)
 
-	check, stop := context.WithTimeout(t.Context(), 200*time.Millisecond)
+	// The store hangs: status answers at once, from the last count.
+	check, stop := context.WithTimeout(t.Context(), 10*time.Second)
+	defer stop()
+	if err := d.Alive(check); err != nil {
+		t.Errorf("Alive with the store wedged: %v, want alive", err)
+	}
+	var st httpapi.Status
+	if err := client.New(cfg.Daemon.Socket).Status(check, &st); err != nil || !st.Ready {
+		t.Errorf("status with the store wedged: %+v %v", st, err)
+	}
+	close(store.wedged)
+
+	// The probe hangs: the daemon is not alive.
+	released := sensor.wedge()
+	check, stop = context.WithTimeout(t.Context(), 200*time.Millisecond)
 	defer stop()
 	err = d.Alive(check)
 	if !errors.Is(err, context.DeadlineExceeded) {
-		t.Errorf("Alive with the store wedged: %v, want the check's deadline", err)
+		t.Errorf("Alive with the probe wedged: %v, want the check's deadline", err)
 	}
-	close(store.wedged)
+	close(released)
 	waitFor(t, func() bool { return d.Alive(t.Context()) == nil })
 	if line, err := d.StatusLine(t.Context()); err != nil || !strings.HasPrefix(line, "ready · fake") || !strings.Contains(line, "no codex") {
 		t.Errorf("status line once unwedged: %q %v", line, err)

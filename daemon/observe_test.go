@@ -3,10 +3,7 @@ package daemon
 import (
 	"context"
 	"encoding/json"
-	"io"
 	"log/slog"
-	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -15,110 +12,12 @@ import (
 	"testing"
 
 	"github.com/ctxd/ctxd"
+	"github.com/ctxd/ctxd/bringup"
 	"github.com/ctxd/ctxd/config"
 	"github.com/ctxd/ctxd/governor"
+	"github.com/ctxd/ctxd/httpapi"
 	"github.com/ctxd/ctxd/internal/fake"
 )
-
-// socketClient is an HTTP client on the fixture's socket that shows the
-// response's headers.
-func (f *fixture) raw(t *testing.T, method, path string, h http.Header, body string) *http.Response {
-	t.Helper()
-	hc := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-		return (&net.Dialer{}).DialContext(ctx, "unix", f.cfg.Daemon.Socket)
-	}}}
-	req, err := http.NewRequest(method, "http://ctxd"+path, strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if h != nil {
-		req.Header = h
-	}
-	resp, err := hc.Do(req)
-	if err != nil {
-		t.Fatalf("%s %s: %v", method, path, err)
-	}
-	t.Cleanup(func() { resp.Body.Close() })
-	return resp
-}
-
-func TestMetricsAndRequestIDs(t *testing.T) {
-	t.Parallel()
-	f := newFixture(t, fixtureOptions{config: func(c *config.Config) { c.Daemon.MetricsListen = "127.0.0.1:0" }})
-
-	// A client's id is kept, echoed and carried in the summary.
-	resp := f.raw(t, "POST", "/v1/ask", http.Header{"X-Request-Id": {"agent-7.turn-1"}, "Content-Type": {"application/json"}},
-		`{"session":"m","query":"What does Serve do?"}`)
-	if got := resp.Header.Get("X-Request-Id"); got != "agent-7.turn-1" {
-		t.Errorf("X-Request-Id echoed as %q", got)
-	}
-	var sum *ctxd.Summary
-	dec := json.NewDecoder(resp.Body)
-	for sum == nil {
-		var ev ctxd.Event
-		if err := dec.Decode(&ev); err != nil {
-			t.Fatalf("the answer's stream: %v", err)
-		}
-		sum = ev.Summary
-	}
-	if sum.RequestID != "agent-7.turn-1" {
-		t.Errorf("summary's request_id %q", sum.RequestID)
-	}
-	if sum.TTFTMillis < sum.Timing.BackendTTFTMs+sum.Timing.QueueWaitMs {
-		t.Errorf("ttft_ms %.3f from arrival is less than its queue and backend parts: %+v", sum.TTFTMillis, sum.Timing)
-	}
-	// An id that could forge a log line is replaced by the daemon's own.
-	resp = f.raw(t, "GET", "/v1/health", http.Header{"X-Request-Id": {"a b level=ERROR"}}, "")
-	if got := resp.Header.Get("X-Request-Id"); got == "" || strings.ContainsAny(got, " \n=") {
-		t.Errorf("a bad client id gave %q", got)
-	}
-	if code, _ := f.do(t, "POST", "/v1/ask", "application/json", `{"session":"m"`); code != 400 {
-		t.Fatalf("malformed ask: %d", code)
-	}
-	f.ask(t, "m", "And what else?")
-
-	// A request is counted when its handler returns, which may be just
-	// after its client read the answer's last line.
-	var body string
-	waitFor(t, func() bool {
-		var code int
-		code, body = f.do(t, "GET", "/metrics", "", "")
-		return code == 200 && strings.Contains(body, `ctxd_requests_total{code="200",outcome="ok",route="POST /v1/ask"} 2`)
-	})
-	for _, want := range []string{
-		`ctxd_requests_total{code="200",outcome="ok",route="POST /v1/ask"} 2`,
-		`ctxd_requests_total{code="400",outcome="invalid",route="POST /v1/ask"} 1`,
-		`ctxd_requests_total{code="200",outcome="ok",route="GET /v1/health"} 1`,
-		`ctxd_ttft_seconds_count 2`,
-		`ctxd_ttft_part_seconds_count{part="backend"} 2`,
-		`ctxd_answers_total{mode="cag"} 2`,
-		`ctxd_ready 1`,
-		`ctxd_codex_mode{mode="cag"} 1`,
-		`ctxd_slots 1`,
-		`ctxd_prompt_tokens_total{kind="reused"}`,
-		`go_goroutines`,
-	} {
-		if !strings.Contains(body, want) {
-			t.Errorf("/metrics lacks %q", want)
-		}
-	}
-	// The loopback listener serves the same metrics, and nothing else.
-	addr := f.daemon.MetricsAddr()
-	if addr == "" {
-		t.Fatal("no metrics listener")
-	}
-	for path, want := range map[string]int{"/metrics": 200, "/v1/status": 404} {
-		r, err := http.Get("http://" + addr + path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, _ := io.ReadAll(r.Body)
-		r.Body.Close()
-		if r.StatusCode != want || want == 200 && !strings.Contains(string(b), "ctxd_ready 1") {
-			t.Errorf("metrics listener %s: %d (want %d)", path, r.StatusCode, want)
-		}
-	}
-}
 
 func TestLogLevelAtRuntime(t *testing.T) {
 	t.Parallel()
@@ -145,7 +44,7 @@ func TestLogLevelAtRuntime(t *testing.T) {
 	if level.Level() != slog.LevelDebug {
 		t.Errorf("the logger's level is %v after PUT debug", level.Level())
 	}
-	var st Status
+	var st httpapi.Status
 	if err := f.client.Status(t.Context(), &st); err != nil || st.LogLevel != "debug" {
 		t.Errorf("status log_level %q, %v", st.LogLevel, err)
 	}
@@ -171,10 +70,10 @@ func TestReload(t *testing.T) {
 		}
 		return c
 	}
-	reload := func() ReloadStatus {
+	reload := func() httpapi.ReloadStatus {
 		t.Helper()
 		code, body := f.do(t, "POST", "/v1/reload", "", "")
-		var st ReloadStatus
+		var st httpapi.ReloadStatus
 		if err := json.Unmarshal([]byte(body), &st); err != nil {
 			t.Fatalf("reload: %d %s", code, body)
 		}
@@ -210,14 +109,14 @@ func TestReload(t *testing.T) {
 	if level.Level() != slog.LevelWarn {
 		t.Errorf("log level %v after reloading warn", level.Level())
 	}
-	var status Status
+	var status httpapi.Status
 	if err := f.client.Status(t.Context(), &status); err != nil {
 		t.Fatal(err)
 	}
 	if status.Limits.AnswerReserve != 48 || status.Reload == nil || !status.Reload.OK {
 		t.Errorf("status after the reload: limits %+v, reload %+v", status.Limits, status.Reload)
 	}
-	if i := slices.IndexFunc(status.Sigils, func(s SigilStatus) bool { return s.Name == "coder" }); i < 0 || !status.Sigils[i].Revoked {
+	if i := slices.IndexFunc(status.Sigils, func(s httpapi.SigilStatus) bool { return s.Name == "coder" }); i < 0 || !status.Sigils[i].Revoked {
 		t.Errorf("status's sigils do not show coder revoked: %+v", status.Sigils)
 	}
 
@@ -288,14 +187,14 @@ func TestReloadDuringStartUp(t *testing.T) {
 			var next config.Config
 			f := newFixture(t, fixtureOptions{noWait: true,
 				reread: func() (config.Config, error) { mu.Lock(); defer mu.Unlock(); return next, nil },
-				open: func(ctx context.Context, _ func()) (*Model, error) {
+				open: func(ctx context.Context, _ func()) (*bringup.Model, error) {
 					select {
 					case <-release:
 					case <-ctx.Done():
 						return nil, ctx.Err()
 					}
-					return &Model{Backend: backend, Tokenizer: fake.Tokenizer{}, TokenizerID: "fake",
-						Info:   BackendInfo{Mode: "fake", URL: "fake://", Model: "fake", NumCtx: 20000, Slots: 1},
+					return &bringup.Model{Backend: backend, Tokenizer: fake.Tokenizer{}, TokenizerID: "fake",
+						Info:   bringup.BackendInfo{Mode: "fake", URL: "fake://", Model: "fake", NumCtx: 20000, Slots: 1},
 						Window: governor.WindowPlan{NumCtx: 20000, Slots: 1, CacheType: governor.CacheF16},
 						Close:  func() error { return nil }}, nil
 				}})
@@ -308,7 +207,7 @@ func TestReloadDuringStartUp(t *testing.T) {
 			}
 			close(release)
 			waitFor(t, func() bool { code, _ := f.do(t, "GET", "/v1/health", "", ""); return code == 200 })
-			var st Status
+			var st httpapi.Status
 			if err := f.client.Status(t.Context(), &st); err != nil {
 				t.Fatal(err)
 			}

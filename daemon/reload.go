@@ -11,8 +11,9 @@ import (
 
 	"github.com/ctxd/ctxd/codex"
 	"github.com/ctxd/ctxd/config"
+	"github.com/ctxd/ctxd/engine"
 	"github.com/ctxd/ctxd/governor"
-	"github.com/ctxd/ctxd/sigils"
+	"github.com/ctxd/ctxd/httpapi"
 )
 
 // live is the part of the configuration a reload may change while the
@@ -21,18 +22,6 @@ type live struct {
 	cfg      config.Config   // the configuration last loaded (at start, or by a reload)
 	codexLim governor.Limits // the codex's own limits (.ctxd.toml); they only tighten
 	reloaded bool            // put in force by a reload, not read at start
-}
-
-// ReloadStatus is how the last reload went (status's "reload").
-type ReloadStatus struct {
-	At    time.Time `json:"at"`
-	OK    bool      `json:"ok"`
-	Error string    `json:"error,omitempty"` // why the new configuration was refused; the old one stays in force
-	File  string    `json:"file,omitempty"`
-	// Applied lists the changed keys now in force; NeedsRestart the
-	// changed keys that take effect at the next start only.
-	Applied      []string `json:"applied,omitempty"`
-	NeedsRestart []string `json:"needs_restart,omitempty"`
 }
 
 // reloadable are the keys a reload puts in force at once; any other key
@@ -49,11 +38,11 @@ var reloadable = []string{"sigils", "daemon.default_sigil", "daemon.log_level",
 // wrong, nothing changes and the status says why. Keys that cannot change
 // while the daemon runs (the backend, the socket, the codex path) are
 // listed as needing a restart. SIGHUP and POST /v1/reload call it.
-func (d *Daemon) Reload(ctx context.Context) ReloadStatus {
+func (d *Daemon) Reload(ctx context.Context) httpapi.ReloadStatus {
 	d.reloadMu.Lock()
 	defer d.reloadMu.Unlock()
-	st := ReloadStatus{At: time.Now(), File: d.opts.ConfigPath}
-	done := func(err error) ReloadStatus {
+	st := httpapi.ReloadStatus{At: time.Now(), File: d.opts.ConfigPath}
+	done := func(err error) httpapi.ReloadStatus {
 		if err != nil {
 			st.Error = err.Error()
 			d.log.Error("reload refused: the running configuration stays in force", "file", st.File, "err", err)
@@ -77,7 +66,7 @@ func (d *Daemon) Reload(ctx context.Context) ReloadStatus {
 	if err := cfg.Validate(); err != nil {
 		return done(fmt.Errorf("reload: %w", err))
 	}
-	reg, err := newSigils(cfg)
+	reg, err := cfg.SigilRegistry()
 	if err != nil {
 		return done(fmt.Errorf("reload: %w", err))
 	}
@@ -123,23 +112,15 @@ func (d *Daemon) Reload(ctx context.Context) ReloadStatus {
 // which is planned again if the plan depends on what changed. It changes
 // nothing if the limits do not fit the model's window or the codex cannot
 // be planned under them. The caller holds reloadMu.
-func (d *Daemon) applyLimits(ctx context.Context, e *engine, l *live) error {
-	limits := l.limits(e.model.Window.NumCtx)
+func (d *Daemon) applyLimits(ctx context.Context, e *engine.Engine, l *live) error {
+	limits := l.limits(e.Model.Window.NumCtx)
 	if err := limits.Validate(); err != nil {
 		return fmt.Errorf("the new limits do not fit the model's window: %w", err)
 	}
-	before := e.orch.Limits()
-	if limits == before {
+	if limits == e.Orch.Limits() {
 		return nil
 	}
-	if err := e.orch.SetLimits(limits); err != nil {
-		return err
-	}
-	if err := e.codex.SetLimits(ctx, limits); err != nil {
-		_ = e.orch.SetLimits(before) // valid: it was in force
-		return fmt.Errorf("the codex could not be planned again under the new limits, so they are not used: %w", err)
-	}
-	return nil
+	return e.SetLimits(ctx, limits)
 }
 
 // limits are the governor's limits for a model window of numCtx tokens.
@@ -147,16 +128,6 @@ func (l *live) limits(numCtx int) governor.Limits {
 	c := l.cfg.Limits
 	return governor.Limits{MaxChars: c.MaxChars, NumCtx: numCtx, AnswerReserve: c.AnswerReserve,
 		MaxDepth: c.MaxDepth, CompactTo: c.CompactTo}.Tighten(l.codexLim)
-}
-
-// newSigils builds the sigil registry a configuration describes.
-func newSigils(cfg config.Config) (*sigils.Registry, error) {
-	defs := make(map[string]sigils.Def, len(cfg.Sigils))
-	for name, s := range cfg.Sigils {
-		defs[name] = sigils.Def{Description: s.Description, Scopes: s.Scopes, TokenSHA256: s.TokenSHA256,
-			RevokedSHA256: s.RevokedSHA256, UIDs: s.UIDs, GIDs: s.GIDs, Revoked: s.Revoked}
-	}
-	return sigils.New(defs, cfg.Daemon.DefaultSigil)
 }
 
 // codexLimits reads the limits of the codex's settings file (none: zero).

@@ -15,11 +15,13 @@ import (
 	"time"
 
 	"github.com/ctxd/ctxd"
+	"github.com/ctxd/ctxd/runcontext"
 )
 
 // Engine is the request path the doors send their asks to.
 type Engine interface {
-	Ask(ctx context.Context, req ctxd.AskRequest, onToken func(string) error) (*ctxd.Summary, error)
+	// AskAs answers req as sigil (resolved and narrowed by the caller).
+	AskAs(ctx context.Context, sigil runcontext.Sigil, req ctxd.AskRequest, onToken func(string) error) (*ctxd.Summary, error)
 }
 
 // Model is what the doors say about the one model ctxd serves.
@@ -43,10 +45,12 @@ type Config struct {
 	// Engine is the request path and the model it serves, or an error of
 	// kind ctxd.KindUnavailable while the backend is starting.
 	Engine func() (Engine, Model, error)
-	// Sigil is the sigil a request acts as ("" for the default): the one
-	// its token authenticated, else the one it names; an error refuses the
-	// request.
-	Sigil        func(*http.Request) (string, error)
+	// Sigil is the sigil a request acts as, resolved and narrowed to the
+	// scopes the request asks for: the one its token authenticated, else
+	// the one it names (X-Ctxd-Sigil), else the default; an error refuses
+	// the request. nil: every request acts as a sigil without a name or
+	// scopes (the engine decides what that may do).
+	Sigil        func(*http.Request) (runcontext.Sigil, error)
 	MaxBodyBytes int64
 	WriteTimeout time.Duration // for the client to take one chunk of a stream
 	Logger       *slog.Logger
@@ -65,7 +69,7 @@ func New(cfg Config) *Doors {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	if cfg.Sigil == nil {
-		cfg.Sigil = func(*http.Request) (string, error) { return "", nil }
+		cfg.Sigil = func(*http.Request) (runcontext.Sigil, error) { return runcontext.Sigil{}, nil }
 	}
 	if cfg.WriteTimeout <= 0 {
 		cfg.WriteTimeout = 30 * time.Second
@@ -180,18 +184,17 @@ func answerCap(asked float64, m Model) (int, bool) {
 // ask is the AskRequest of a conversation on a door: its session (the
 // header's, or one derived from how the conversation starts) and the
 // request's sigil.
-func (d *Doors) ask(r *http.Request, door, model string, c conversation, tools []ctxd.Tool) (ctxd.AskRequest, error) {
+func (d *Doors) ask(r *http.Request, door, model string, c conversation, tools []ctxd.Tool) (ctxd.AskRequest, runcontext.Sigil, error) {
 	sigil, err := d.cfg.Sigil(r)
 	if err != nil {
-		return ctxd.AskRequest{}, err
+		return ctxd.AskRequest{}, sigil, err
 	}
-	session, err := sessionOf(r, door, sigil, model, c.System, c.First)
+	session, err := sessionOf(r, door, sigil.Name, model, c.System, c.First)
 	if err != nil {
-		return ctxd.AskRequest{}, err
+		return ctxd.AskRequest{}, sigil, err
 	}
-	scopes := strings.FieldsFunc(r.Header.Get("X-Ctxd-Scopes"), func(c rune) bool { return c == ' ' || c == ',' })
-	return ctxd.AskRequest{Session: session, Query: c.Query, Sigil: sigil, System: c.System, History: c.History, Tools: tools,
-		Ephemeral: c.Ephemeral, Scopes: scopes}, nil
+	return ctxd.AskRequest{Session: session, Query: c.Query, Sigil: sigil.Name, System: c.System, History: c.History, Tools: tools,
+		Ephemeral: c.Ephemeral, Scopes: sigil.Scopes}, sigil, nil
 }
 
 // oneTurn is one question outside any conversation (a text completion,

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/ctxd/ctxd"
+	"github.com/ctxd/ctxd/runcontext"
 )
 
 // engine is a fake request path: it records the asks and answers with
@@ -26,7 +27,7 @@ type engine struct {
 	calls  []ctxd.ToolCall
 }
 
-func (e *engine) Ask(ctx context.Context, req ctxd.AskRequest, onToken func(string) error) (*ctxd.Summary, error) {
+func (e *engine) AskAs(ctx context.Context, _ runcontext.Sigil, req ctxd.AskRequest, onToken func(string) error) (*ctxd.Summary, error) {
 	e.asks = append(e.asks, req)
 	for i, p := range e.pieces {
 		if e.err != nil && i == e.after {
@@ -394,7 +395,9 @@ func TestOllamaInfoRoutes(t *testing.T) {
 func TestSigilRefusal(t *testing.T) {
 	d := New(Config{
 		Engine: func() (Engine, Model, error) { return &engine{}, testModel, nil },
-		Sigil:  func(*http.Request) (string, error) { return "", ctxd.Errorf(ctxd.KindForbidden, "no") },
+		Sigil: func(*http.Request) (runcontext.Sigil, error) {
+			return runcontext.Sigil{}, ctxd.Errorf(ctxd.KindForbidden, "no")
+		},
 	})
 	mux := http.NewServeMux()
 	d.Register(mux)
@@ -474,7 +477,9 @@ func TestDerivedSessionIsPerSigil(t *testing.T) {
 	e := &engine{pieces: []string{"a"}}
 	d := New(Config{
 		Engine: func() (Engine, Model, error) { return e, testModel, nil },
-		Sigil:  func(r *http.Request) (string, error) { return r.Header.Get("X-Test-Sigil"), nil },
+		Sigil: func(r *http.Request) (runcontext.Sigil, error) {
+			return runcontext.Sigil{Name: r.Header.Get("X-Test-Sigil")}, nil
+		},
 	})
 	mux := http.NewServeMux()
 	d.Register(mux)

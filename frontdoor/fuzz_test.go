@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/ctxd/ctxd"
+	"github.com/ctxd/ctxd/runcontext"
 )
 
 // askRecorder is the fuzz targets' request path: it keeps the one ask a
@@ -19,7 +20,7 @@ type askRecorder struct {
 	asks []ctxd.AskRequest
 }
 
-func (e *askRecorder) Ask(_ context.Context, req ctxd.AskRequest, onToken func(string) error) (*ctxd.Summary, error) {
+func (e *askRecorder) AskAs(_ context.Context, _ runcontext.Sigil, req ctxd.AskRequest, onToken func(string) error) (*ctxd.Summary, error) {
 	e.asks = append(e.asks, req)
 	for _, p := range []string{"an ", "answer"} {
 		if err := onToken(p); err != nil {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/ctxd/ctxd"
+	"github.com/ctxd/ctxd/runcontext"
 )
 
 // ollamaAPIVersion is the Ollama API this door speaks, reported by
@@ -167,8 +168,9 @@ func (d *Doors) ollamaChat(w http.ResponseWriter, r *http.Request) {
 		tools, err = toolsOf(req.Tools, nil)
 	}
 	var ask ctxd.AskRequest
+	var sigil runcontext.Sigil
 	if err == nil {
-		ask, err = d.ask(r, "oll", req.Model, conv, tools)
+		ask, sigil, err = d.ask(r, "oll", req.Model, conv, tools)
 	}
 	if err != nil {
 		WriteOllamaError(w, err)
@@ -176,7 +178,7 @@ func (d *Doors) ollamaChat(w http.ResponseWriter, r *http.Request) {
 	}
 	ignored := ollamaIgnored(sent, req.Options, ollamaCap(req.Options, &ask, m))
 	setSummaryHeaders(w, ask.Session, ignored)
-	d.ollamaAnswer(w, r, eng, ask, req.Model, req.Stream == nil || *req.Stream, true, ignored)
+	d.ollamaAnswer(w, r, eng, ask, sigil, req.Model, req.Stream == nil || *req.Stream, true, ignored)
 }
 
 func (d *Doors) ollamaGenerate(w http.ResponseWriter, r *http.Request) {
@@ -193,14 +195,14 @@ func (d *Doors) ollamaGenerate(w http.ResponseWriter, r *http.Request) {
 		d.ollamaLoaded(w, req.Model, false, ollamaIgnored(sent, req.Options, false))
 		return
 	}
-	ask, err := d.ask(r, "ollg", req.Model, oneTurn(req.System, req.Prompt), nil)
+	ask, sigil, err := d.ask(r, "ollg", req.Model, oneTurn(req.System, req.Prompt), nil)
 	if err != nil {
 		WriteOllamaError(w, err)
 		return
 	}
 	ignored := ollamaIgnored(sent, req.Options, ollamaCap(req.Options, &ask, m))
 	setSummaryHeaders(w, ask.Session, ignored)
-	d.ollamaAnswer(w, r, eng, ask, req.Model, req.Stream == nil || *req.Stream, false, ignored)
+	d.ollamaAnswer(w, r, eng, ask, sigil, req.Model, req.Stream == nil || *req.Stream, false, ignored)
 }
 
 // ollamaLoaded answers a request with nothing to generate, as Ollama does
@@ -220,7 +222,7 @@ func (d *Doors) ollamaLoaded(w http.ResponseWriter, model string, chat bool, ign
 // the client said stream: false. An answer to a request that offers tools
 // is sent whole when it is complete: only the whole answer tells a tool
 // call from text.
-func (d *Doors) ollamaAnswer(w http.ResponseWriter, r *http.Request, eng Engine, ask ctxd.AskRequest, model string, stream, chat bool, ignored []string) {
+func (d *Doors) ollamaAnswer(w http.ResponseWriter, r *http.Request, eng Engine, ask ctxd.AskRequest, sigil runcontext.Sigil, model string, stream, chat bool, ignored []string) {
 	if len(ignored) > 0 {
 		d.log.Info("ollama door: ignored fields and options (never forwarded)", "session", ask.Session, "ignored", ignored)
 	}
@@ -252,7 +254,7 @@ func (d *Doors) ollamaAnswer(w http.ResponseWriter, r *http.Request, eng Engine,
 	whole := !stream || len(ask.Tools) > 0
 	var sb strings.Builder
 	s := &streamer{w: w, timeout: d.cfg.WriteTimeout}
-	sum, err := eng.Ask(r.Context(), ask, func(t string) error {
+	sum, err := eng.AskAs(r.Context(), sigil, ask, func(t string) error {
 		if whole {
 			sb.WriteString(t)
 			return nil

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/ctxd/ctxd"
+	"github.com/ctxd/ctxd/runcontext"
 )
 
 // openaiChatRequest is the part of a chat completion request ctxd reads.
@@ -194,8 +195,9 @@ func (d *Doors) openaiChat(w http.ResponseWriter, r *http.Request) {
 		tools, err = toolsOf(req.Tools, req.ToolChoice)
 	}
 	var ask ctxd.AskRequest
+	var sigil runcontext.Sigil
 	if err == nil {
-		ask, err = d.ask(r, "oai", req.Model, conv, tools)
+		ask, sigil, err = d.ask(r, "oai", req.Model, conv, tools)
 	}
 	var capped string
 	if err == nil {
@@ -211,7 +213,7 @@ func (d *Doors) openaiChat(w http.ResponseWriter, r *http.Request) {
 	}
 	ignored := ignoredOf(sent, honoured...)
 	setSummaryHeaders(w, ask.Session, ignored)
-	d.openaiAnswer(w, r, eng, ask, req.Model, req.Stream, req.StreamOptions != nil && req.StreamOptions.IncludeUsage, "chat.completion", ignored)
+	d.openaiAnswer(w, r, eng, ask, sigil, req.Model, req.Stream, req.StreamOptions != nil && req.StreamOptions.IncludeUsage, "chat.completion", ignored)
 }
 
 // openaiCompletionRequest is the part of a text completion request ctxd
@@ -241,8 +243,9 @@ func (d *Doors) openaiCompletion(w http.ResponseWriter, r *http.Request) {
 		err = ctxd.Errorf(ctxd.KindInvalid, "prompt: must not be blank")
 	}
 	var ask ctxd.AskRequest
+	var sigil runcontext.Sigil
 	if err == nil {
-		ask, err = d.ask(r, "oaic", req.Model, oneTurn("", prompt), nil)
+		ask, sigil, err = d.ask(r, "oaic", req.Model, oneTurn("", prompt), nil)
 	}
 	var capped string
 	if err == nil {
@@ -254,14 +257,14 @@ func (d *Doors) openaiCompletion(w http.ResponseWriter, r *http.Request) {
 	}
 	ignored := ignoredOf(sent, append(slices.Clone(openaiHonoured), capped)...)
 	setSummaryHeaders(w, ask.Session, ignored)
-	d.openaiAnswer(w, r, eng, ask, req.Model, req.Stream, req.StreamOptions != nil && req.StreamOptions.IncludeUsage, "text_completion", ignored)
+	d.openaiAnswer(w, r, eng, ask, sigil, req.Model, req.Stream, req.StreamOptions != nil && req.StreamOptions.IncludeUsage, "text_completion", ignored)
 }
 
 // openaiAnswer asks and answers in OpenAI's shape: object is
 // "chat.completion" or "text_completion". An answer to a request that
 // offers tools is sent whole when it is complete, streamed or not: only
 // the whole answer tells a tool call from text.
-func (d *Doors) openaiAnswer(w http.ResponseWriter, r *http.Request, eng Engine, ask ctxd.AskRequest, model string, stream, includeUsage bool, object string, ignored []string) {
+func (d *Doors) openaiAnswer(w http.ResponseWriter, r *http.Request, eng Engine, ask ctxd.AskRequest, sigil runcontext.Sigil, model string, stream, includeUsage bool, object string, ignored []string) {
 	chat := object == "chat.completion"
 	id, created := newID("chatcmpl-"), d.now().Unix()
 	if !chat {
@@ -299,7 +302,7 @@ func (d *Doors) openaiAnswer(w http.ResponseWriter, r *http.Request, eng Engine,
 		return chatChoice{Message: m, FinishReason: fr}
 	}
 	first := true
-	sum, err := eng.Ask(r.Context(), ask, func(t string) error {
+	sum, err := eng.AskAs(r.Context(), sigil, ask, func(t string) error {
 		if whole {
 			sb.WriteString(t)
 			return nil

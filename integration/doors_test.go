@@ -19,7 +19,7 @@ import (
 	"github.com/ctxd/ctxd"
 	"github.com/ctxd/ctxd/client"
 	"github.com/ctxd/ctxd/config"
-	"github.com/ctxd/ctxd/daemon"
+	"github.com/ctxd/ctxd/httpapi"
 	"github.com/ctxd/ctxd/sigils"
 )
 
@@ -77,7 +77,7 @@ func doorsDaemonOn(t *testing.T, configOf func(testing.TB, string, string) confi
 // reports it from Ollama's log.
 func modelLoads(t *testing.T, r *running) int {
 	t.Helper()
-	var st daemon.Status
+	var st httpapi.Status
 	if err := r.client.Status(t.Context(), &st); err != nil {
 		t.Fatal(err)
 	}

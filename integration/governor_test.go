@@ -10,8 +10,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/ctxd/ctxd/daemon"
 	"github.com/ctxd/ctxd/governor"
+	"github.com/ctxd/ctxd/httpapi"
 	"github.com/ctxd/ctxd/modelgen"
 )
 
@@ -50,7 +50,7 @@ func TestKVEstimateMatchesBackend(t *testing.T) {
 			cfg.Backend.NumCtx = 0 // let the governor plan it
 			cfg.Backend.MaxNumCtx = 3072
 			d := start(t, cfg, true)
-			var st daemon.Status
+			var st httpapi.Status
 			if err := d.client.GetJSON(context.Background(), "/v1/status", &st); err != nil {
 				t.Fatal(err)
 			}

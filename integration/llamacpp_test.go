@@ -11,7 +11,7 @@ import (
 	"testing"
 
 	"github.com/ctxd/ctxd"
-	"github.com/ctxd/ctxd/daemon"
+	"github.com/ctxd/ctxd/httpapi"
 	"github.com/ctxd/ctxd/internal/llamaservertest"
 	"github.com/ctxd/ctxd/modelgen"
 )
@@ -33,7 +33,7 @@ func TestLlamaServerSession(t *testing.T) {
 			}()
 			cfg.Backend.GGUF, cfg.Backend.Model = modelPath(t, mc), mc.Name
 			d := start(t, cfg, true)
-			var st daemon.Status
+			var st httpapi.Status
 			if err := d.client.GetJSON(context.Background(), "/v1/status", &st); err != nil {
 				t.Fatal(err)
 			}
@@ -133,7 +133,7 @@ func TestLlamaServerStickySlotsAndWarmRestarts(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, func() bool {
-		var st daemon.Status
+		var st httpapi.Status
 		return d.client.GetJSON(context.Background(), "/v1/status", &st) == nil && st.Backend.Restarts == 1
 	})
 	check("A", "After the crash?", -1, stableIs("the server restarted: the prefix restored"))
@@ -205,7 +205,7 @@ func TestExternalLlamaServer(t *testing.T) {
 	cfg.Backend.Mode, cfg.Backend.URL, cfg.Backend.GGUF, cfg.Backend.Model = "external", url, "", mc.Name
 	cfg.Backend.Slots, cfg.Backend.SlotSavePath, cfg.Backend.APIKey = 2, saves, "sekrit"
 	d := start(t, cfg, true)
-	var st daemon.Status
+	var st httpapi.Status
 	if err := d.client.GetJSON(context.Background(), "/v1/status", &st); err != nil {
 		t.Fatal(err)
 	}
@@ -261,7 +261,7 @@ func TestExternalLlamaServerWithoutTheModelFile(t *testing.T) {
 			cfg := llamaConfig(t, t.TempDir(), codexDir(t, 2000))
 			cfg.Backend.Mode, cfg.Backend.URL, cfg.Backend.GGUF, cfg.Backend.Model = "external", url, "", mc.Name
 			d := start(t, cfg, true)
-			var st daemon.Status
+			var st httpapi.Status
 			if err := d.client.GetJSON(context.Background(), "/v1/status", &st); err != nil {
 				t.Fatal(err)
 			}
@@ -310,7 +310,7 @@ func TestManagedLlamaServerOnAUnixSocket(t *testing.T) {
 	cfg := llamaConfig(t, t.TempDir(), codexDir(t, 2000))
 	cfg.Backend.Listen = filepath.Join(socketDir(t), "llama.sock")
 	d := start(t, cfg, true)
-	var st daemon.Status
+	var st httpapi.Status
 	if err := d.client.GetJSON(context.Background(), "/v1/status", &st); err != nil {
 		t.Fatal(err)
 	}

@@ -14,7 +14,7 @@ import (
 	"testing"
 
 	"github.com/ctxd/ctxd"
-	"github.com/ctxd/ctxd/daemon"
+	"github.com/ctxd/ctxd/httpapi"
 	"github.com/ctxd/ctxd/llamatok"
 	"github.com/ctxd/ctxd/modelgen"
 )
@@ -61,7 +61,7 @@ func TestTemplatedPromptsAreOllamasOwn(t *testing.T) {
 			cfg := baseConfig(t, state, codexDir(t, 3000))
 			cfg.Backend.GGUF, cfg.Backend.Model = modelPath(t, mc), mc.Name
 			d := startEnv(t, cfg, true, "OLLAMA_DEBUG=2")
-			var st daemon.Status
+			var st httpapi.Status
 			if err := d.client.GetJSON(context.Background(), "/v1/status", &st); err != nil {
 				t.Fatal(err)
 			}

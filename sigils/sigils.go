@@ -251,3 +251,10 @@ func Allows(s runcontext.Sigil, scope string) bool {
 func AllowsTool(s runcontext.Sigil, name string) bool {
 	return Allows(s, ScopeTools) || Allows(s, ScopeToolPrefix+strings.ToLower(name))
 }
+
+// ParseScopes splits a list of scopes as requests send it (the
+// X-Ctxd-Scopes header, the scopes parameter): separated by spaces or
+// commas. The one parser of every door.
+func ParseScopes(v string) []string {
+	return strings.FieldsFunc(v, func(c rune) bool { return c == ' ' || c == ',' })
+}

@@ -12,7 +12,7 @@ import (
 
 	"github.com/ctxd/ctxd"
 	"github.com/ctxd/ctxd/client"
-	"github.com/ctxd/ctxd/daemon"
+	"github.com/ctxd/ctxd/httpapi"
 )
 
 // timingParts says where an answer's time to first token went.
@@ -39,7 +39,7 @@ func cmdReload(args []string, stdout io.Writer) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	var st daemon.ReloadStatus
+	var st httpapi.ReloadStatus
 	if err := tokenClient(*socket, *token).Reload(context.Background(), &st); err != nil {
 		return fmt.Errorf("reload refused, the daemon's configuration stays as it was: %w", err)
 	}

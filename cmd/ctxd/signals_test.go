@@ -16,7 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/ctxd/ctxd/client"
-	"github.com/ctxd/ctxd/daemon"
+	"github.com/ctxd/ctxd/httpapi"
 )
 
 // TestHelperServe is not a test: it is `ctxd` when the test binary runs
@@ -97,9 +97,9 @@ scopes = ["ask", "admin"]
 		}
 	})
 	c := client.New(sock)
-	status := func() daemon.Status {
+	status := func() httpapi.Status {
 		t.Helper()
-		var s daemon.Status
+		var s httpapi.Status
 		if err := c.Status(context.Background(), &s); err != nil {
 			t.Fatalf("status: %v", err)
 		}
@@ -115,7 +115,7 @@ scopes = ["ask", "admin"]
 		}
 	}
 	wait("the daemon listens", func() bool {
-		var s daemon.Status
+		var s httpapi.Status
 		return c.Status(context.Background(), &s) == nil
 	})
 	if s := status(); s.Reload != nil || s.LogLevel != "info" || s.Config != cfgPath {

@@ -9,7 +9,7 @@ import (
 	"strings"
 
 	"github.com/ctxd/ctxd"
-	"github.com/ctxd/ctxd/daemon"
+	"github.com/ctxd/ctxd/httpapi"
 )
 
 // cmdStatus prints the daemon's state: an overview for a person, or the
@@ -33,7 +33,7 @@ func cmdStatus(args []string, stdout io.Writer) error {
 		_, err = stdout.Write(b)
 		return err
 	}
-	var st daemon.Status
+	var st httpapi.Status
 	if err := json.Unmarshal(b, &st); err != nil {
 		return fmt.Errorf("status: the daemon's answer is not a status: %w", err)
 	}
@@ -43,7 +43,7 @@ func cmdStatus(args []string, stdout io.Writer) error {
 
 // formatStatus is the overview: one labelled line per part of the daemon,
 // the reasons behind its choices kept (window, format, codex mode).
-func formatStatus(st daemon.Status) string {
+func formatStatus(st httpapi.Status) string {
 	var o overview
 	state := "ready"
 	if !st.Ready {
@@ -178,7 +178,7 @@ func formatStatus(st daemon.Status) string {
 }
 
 // common are the lines a starting daemon has too.
-func (o *overview) common(st daemon.Status) {
+func (o *overview) common(st httpapi.Status) {
 	e := st.Environment
 	env := fmt.Sprintf("VRAM %s · GPU %s · power %s · connectivity %s", e.VRAM, e.GPU, e.Power, e.Connectivity)
 	if h := st.Hardware; h != nil && h.TotalBytes > 0 {
@@ -242,7 +242,7 @@ func lastRequest(r *ctxd.Summary) string {
 	return s
 }
 
-func listening(l daemon.Listeners) string {
+func listening(l httpapi.Listeners) string {
 	s := l.Socket
 	if l.TCP != "" {
 		s += " · tcp " + l.TCP + " (tokens required)"

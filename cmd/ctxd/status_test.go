@@ -11,7 +11,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/ctxd/ctxd/daemon"
+	"github.com/ctxd/ctxd/httpapi"
 )
 
 var update = flag.Bool("update", false, "rewrite golden files in testdata/")
@@ -44,7 +44,7 @@ func TestStatusOverview(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			var st daemon.Status
+			var st httpapi.Status
 			if err := json.Unmarshal(raw, &st); err != nil {
 				t.Fatal(err)
 			}

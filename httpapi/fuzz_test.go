@@ -1,4 +1,4 @@
-package daemon
+package httpapi
 
 import (
 	"bufio"
@@ -6,12 +6,10 @@ import (
 	"context"
 	"encoding/json"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"path/filepath"
 	"reflect"
 	"slices"
 	"strings"
@@ -21,8 +19,6 @@ import (
 
 	"github.com/ctxd/ctxd"
 	"github.com/ctxd/ctxd/config"
-	"github.com/ctxd/ctxd/governor"
-	"github.com/ctxd/ctxd/internal/fake"
 )
 
 // askSeeds are bodies of POST /v1/ask, valid and not.
@@ -47,12 +43,12 @@ var askSeeds = []string{
 	`{"session":"s",`,
 }
 
-// decodingDaemon is a daemon that only decodes: decodeJSON reads nothing
+// decodingServer is a server that only decodes: decodeJSON reads nothing
 // but its configuration.
-func decodingDaemon(maxBody int64) *Daemon {
+func decodingServer(maxBody int64) *Server {
 	cfg := config.Default(config.Env{UID: os.Getuid(), Home: os.TempDir()})
 	cfg.Daemon.MaxBodyBytes = maxBody
-	return &Daemon{cfg: cfg}
+	return &Server{cfg: Config{Daemon: cfg.Daemon}}
 }
 
 // FuzzDecodeAskRequest decodes any body, with any content type, as
@@ -67,7 +63,7 @@ func FuzzDecodeAskRequest(f *testing.F) {
 	f.Add("application/json; charset=utf-8", []byte(askSeeds[1]))
 	f.Add("text/plain", []byte(askSeeds[0]))
 	f.Add("application/x-www-form-urlencoded", []byte("session=s&query=q"))
-	d := decodingDaemon(4096)
+	d := decodingServer(4096)
 	decode := func(ct string, body []byte) (ctxd.AskRequest, error) {
 		r := httptest.NewRequest(http.MethodPost, "/v1/ask", bytes.NewReader(body))
 		if ct != "" {
@@ -110,42 +106,18 @@ func FuzzDecodeAskRequest(f *testing.F) {
 	})
 }
 
-// fuzzDaemon is a daemon on fakes (a scripted backend, an in-memory
-// store) serving on a Unix socket until the fuzz target ends, logging
-// nowhere: the fuzzer sends it many requests. It returns the socket.
-func fuzzDaemon(f *testing.F) string {
+// fuzzServer is the HTTP surface on fakes (a scripted backend, an
+// in-memory store, two slots) serving on a Unix socket until the fuzz
+// target ends, logging nowhere: the fuzzer sends it many requests. It
+// returns the socket.
+func fuzzServer(f *testing.F) string {
 	f.Helper()
-	dir, err := os.MkdirTemp("", "ctxd-fz-")
-	if err != nil {
-		f.Fatal(err)
-	}
-	f.Cleanup(func() { os.RemoveAll(dir) })
-	cfg := config.Default(config.Env{UID: os.Getuid(), Home: f.TempDir()})
-	cfg.Daemon.Socket = filepath.Join(dir, "ctxd.sock")
-	cfg.Daemon.StateDir = f.TempDir()
-	cfg.Daemon.MaxBodyBytes = 1 << 16
-	cfg.Codex.Watch = false
-	cfg.Limits.AnswerReserve = 64
-	cfg.Sigils = map[string]config.Sigil{"default": {Scopes: []string{"ask", "sessions:read", "sessions:write", "karma:read", "karma:write"}}, "coder": {Scopes: []string{"ask", "tool:grep"}}}
-	backend := fake.NewBackend()
-	open := func(context.Context, func()) (*Model, error) {
-		return &Model{
-			Backend: backend, Tokenizer: fake.Tokenizer{}, TokenizerID: "fake",
-			Info:   BackendInfo{Mode: "fake", URL: "fake://", Model: "fake", NumCtx: 100000, Slots: 2},
-			Window: governor.WindowPlan{NumCtx: 100000, Slots: 2, CacheType: governor.CacheF16},
-			Close:  func() error { return nil },
-		}, nil
-	}
-	d, err := New(cfg, Options{Open: open, Sensor: fake.NewSensor(), Store: fake.NewStore(), Version: "fuzz", Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		f.Fatal(err)
-	}
-	ln, err := Listen(cfg.Daemon.Socket)
-	if err != nil {
-		f.Fatal(err)
-	}
-	serve(f, d, ln)
-	return cfg.Daemon.Socket
+	fx := newFixture(f, fixtureOptions{slots: 2, quiet: true, config: func(c *config.Config) {
+		c.Daemon.MaxBodyBytes = 1 << 16
+		c.Codex.Path = ""
+		c.Sigils = map[string]config.Sigil{"default": {Scopes: []string{"ask", "sessions:read", "sessions:write", "karma:read", "karma:write"}}, "coder": {Scopes: []string{"ask", "tool:grep"}}}
+	}})
+	return fx.cfg.Daemon.Socket
 }
 
 // unixClient is an HTTP client of the daemon's socket that keeps its
@@ -164,7 +136,7 @@ func FuzzAskEndpoint(f *testing.F) {
 	for _, s := range askSeeds {
 		f.Add([]byte(s))
 	}
-	hc := unixClient(fuzzDaemon(f))
+	hc := unixClient(fuzzServer(f))
 	f.Fuzz(func(t *testing.T, body []byte) {
 		resp, err := hc.Post("http://ctxd/v1/ask", "application/json", bytes.NewReader(body))
 		if err != nil {
@@ -240,7 +212,7 @@ func FuzzWSMessage(f *testing.F) {
 	for _, s := range seeds {
 		f.Add([]byte(s))
 	}
-	socket := fuzzDaemon(f)
+	socket := fuzzServer(f)
 	dial := func(tb testing.TB) *websocket.Conn {
 		ws, _, err := websocket.Dial(context.Background(), "ws://ctxd/v1/ws", &websocket.DialOptions{HTTPClient: unixClient(socket)})
 		if err != nil {

@@ -1,4 +1,4 @@
-package daemon
+package httpapi
 
 import (
 	"context"
@@ -326,7 +326,7 @@ func TestWSClientThatStopsReadingEndsItsAsk(t *testing.T) {
 func TestWSPeerThatStopsAnsweringPingsIsDropped(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, fixtureOptions{})
-	f.daemon.ready.Load().hub.setPing(50*time.Millisecond, 500*time.Millisecond)
+	f.srv.hub.setPing(50*time.Millisecond, 500*time.Millisecond)
 
 	pings := make(chan struct{}, 100)
 	live := newPeer(t, f.cfg.Daemon.Socket, &websocket.DialOptions{OnPingReceived: func(context.Context, []byte) bool {
@@ -576,7 +576,7 @@ func TestWSTokenAuthenticatesTheConnection(t *testing.T) {
 	// A reload that revokes the token ends its authority on the open
 	// connection too.
 	revoked.Store(true)
-	if st := f.daemon.Reload(t.Context()); !st.OK {
+	if st := f.srv.core.Reload(t.Context()); !st.OK {
 		t.Fatalf("reload: %+v", st)
 	}
 	_, err = conn.Ask(t.Context(), ctxd.AskRequest{Session: "s", Query: "still me?"}, nil)
@@ -612,7 +612,7 @@ func TestWSShutdown(t *testing.T) {
 		f := newFixture(t, fixtureOptions{config: func(c *config.Config) {
 			c.Daemon.ShutdownGrace = config.Duration{Duration: 3 * wsGuard}
 		}})
-		hub := f.daemon.ready.Load().hub
+		hub := f.srv.hub
 		f.backend.Hold()
 		p := newPeer(t, f.cfg.Daemon.Socket, nil)
 		p.send(askMsg("r1", "s", "long answer"))
@@ -703,20 +703,5 @@ func TestWSRefusalsNeverBlockTheReader(t *testing.T) {
 	}
 	if ctx.Err() == nil || !strings.Contains(context.Cause(ctx).Error(), "refused messages without reading") {
 		t.Errorf("the connection of a client that does not read: %v", context.Cause(ctx))
-	}
-}
-
-// runReturns waits (up to wsGuard) for Run to return after a stop, then
-// leaves its result for the cleanup.
-func (f *fixture) runReturns(t *testing.T) {
-	t.Helper()
-	select {
-	case err := <-f.done:
-		if err != nil {
-			t.Errorf("Run: %v", err)
-		}
-		f.done <- err
-	case <-time.After(wsGuard):
-		t.Fatal("Run did not return: the stop waited for something")
 	}
 }

@@ -1,4 +1,4 @@
-package daemon
+package httpapi
 
 import (
 	"bytes"
@@ -15,7 +15,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/ctxd/ctxd"
-	"github.com/ctxd/ctxd/codexsvc"
+	"github.com/ctxd/ctxd/engine"
 	"github.com/ctxd/ctxd/reqid"
 	"github.com/ctxd/ctxd/runcontext"
 )
@@ -160,57 +160,33 @@ func (h *hub) pollEnvironment(ctx context.Context, last ctxd.Environment) {
 	}
 }
 
-// hubSink is the codex service's sink: it hands each new codex to the
-// request path, then tells every connection.
-type hubSink struct {
-	next codexsvc.Sink
-	hub  *hub
-}
-
-var _ codexsvc.Sink = hubSink{}
-
-func (s hubSink) SetCodex(block runcontext.Codex, plan ctxd.CodexPlan, r ctxd.Retriever) {
-	s.next.SetCodex(block, plan, r)
-	s.hub.publish(ctxd.WSMessage{Notice: ctxd.NoticeCodexReloaded, Codex: &plan})
-}
-
-// waitHijacked waits until ctx ends for the handlers http.Server.Shutdown
-// does not wait for: those of hijacked connections (WebSocket sessions),
-// which it forgets. Called once the servers are shut down, when those are
-// the only handlers left; false if some still run.
-func (d *Daemon) waitHijacked(ctx context.Context) bool {
-	done := make(chan struct{})
-	go func() { d.handled.Wait(); close(done) }()
-	select {
-	case <-done:
-		return true
-	case <-ctx.Done():
-		return false
-	}
+// PublishCodex tells every WebSocket session of a new codex.
+func (srv *Server) PublishCodex(plan ctxd.CodexPlan) {
+	srv.hub.publish(ctxd.WSMessage{Notice: ctxd.NoticeCodexReloaded, Codex: &plan})
 }
 
 // handleWS upgrades GET /v1/ws to a WebSocket session. A sigil token sent
 // with the upgrade request authenticates every ask on the connection.
-func (d *Daemon) handleWS(w http.ResponseWriter, r *http.Request) {
-	e, err := d.engine()
+func (srv *Server) handleWS(w http.ResponseWriter, r *http.Request) {
+	e, err := srv.core.Engine()
 	if err != nil {
 		writeError(w, err)
 		return
 	}
 	// Subscribed before the upgrade is answered: a client sees every
 	// notice published after its handshake.
-	sub := e.hub.subscribe()
-	defer e.hub.unsubscribe(sub)
+	sub := srv.hub.subscribe()
+	defer srv.hub.unsubscribe(sub)
 	ws, err := websocket.Accept(w, r, nil) // same-origin only, for browsers
 	if err != nil {
-		d.log.InfoContext(r.Context(), "websocket upgrade refused", "err", err)
+		srv.log.InfoContext(r.Context(), "websocket upgrade refused", "err", err)
 		return // Accept answered
 	}
-	ws.SetReadLimit(d.cfg.Daemon.MaxBodyBytes)
+	ws.SetReadLimit(srv.cfg.Daemon.MaxBodyBytes)
 	ctx, end := context.WithCancelCause(context.WithoutCancel(r.Context()))
 	c := &wsConn{
-		d: d, e: e, ws: ws, r: r, sub: sub, ctx: ctx, end: end,
-		log:      d.log.With("ws", e.hub.conns.Add(1)),
+		srv: srv, e: e, ws: ws, r: r, sub: sub, ctx: ctx, end: end,
+		log:      srv.log.With("ws", srv.hub.conns.Add(1)),
 		out:      make(chan wsOut, wsQueue),
 		refusals: make(chan wsOut, wsRefusals),
 		asks:     map[string]context.CancelCauseFunc{},
@@ -220,8 +196,8 @@ func (d *Daemon) handleWS(w http.ResponseWriter, r *http.Request) {
 
 // wsConn is one WebSocket connection.
 type wsConn struct {
-	d   *Daemon
-	e   *engine
+	srv *Server
+	e   *engine.Engine
 	ws  *websocket.Conn
 	r   *http.Request // the upgrade request: its token's sigil, and the daemon's stop of requests
 	sub *subscriber
@@ -284,7 +260,7 @@ func (c *wsConn) read() error {
 			switch websocket.CloseStatus(err) {
 			case websocket.StatusNormalClosure, websocket.StatusGoingAway:
 			case websocket.StatusMessageTooBig:
-				c.log.Info("websocket message over daemon.max_body_bytes; connection closed", "limit", c.d.cfg.Daemon.MaxBodyBytes)
+				c.log.Info("websocket message over daemon.max_body_bytes; connection closed", "limit", c.srv.cfg.Daemon.MaxBodyBytes)
 			default:
 				c.log.Debug("websocket read", "err", err)
 			}
@@ -350,10 +326,10 @@ func (c *wsConn) feedback(b []byte, id string) {
 		c.refuse(id, ctxd.Errorf(ctxd.KindInvalid, `feedback: "id", "trace" and "action" are required`))
 		return
 	}
-	s, err := c.d.actor(c.r, m.Sigil)
+	s, err := c.srv.actor(c.r, m.Sigil)
 	var after ctxd.Trace
 	if err == nil {
-		after, err = c.d.judge(c.ctx, s, strconv.FormatInt(m.Trace, 10), m.Action, ctxd.KarmaJudgement{Note: m.Note, By: m.By})
+		after, err = c.srv.judge(c.ctx, s, strconv.FormatInt(m.Trace, 10), m.Action, ctxd.KarmaJudgement{Note: m.Note, By: m.By})
 	}
 	if err != nil {
 		c.refuse(id, err)
@@ -399,17 +375,17 @@ func (c *wsConn) ask(b []byte, id string) {
 		c.refuse(m.ID, ctxd.Errorf(ctxd.KindInvalid, `ask: "query" is required and must not be blank`))
 		return
 	}
-	sigil, err := c.d.sigilFor(c.r, m.Sigil)
+	sigil, err := c.srv.actor(c.r, m.Sigil)
 	if err != nil {
 		c.refuse(m.ID, err)
 		return
 	}
-	req := ctxd.AskRequest{Session: m.Session, Query: m.Query, Sigil: sigil, Pin: m.Pin, System: m.System, History: m.History,
-		MaxTokens: m.MaxTokens, Scopes: requestScopes(c.r)}
+	req := ctxd.AskRequest{Session: m.Session, Query: m.Query, Sigil: sigil.Name, Pin: m.Pin, System: m.System, History: m.History,
+		MaxTokens: m.MaxTokens, Scopes: sigil.Scopes}
 
 	c.mu.Lock()
 	select {
-	case <-c.e.hub.stopping: // watchStop may not have seen it yet
+	case <-c.srv.hub.stopping: // watchStop may not have seen it yet
 		c.draining = true
 	default:
 	}
@@ -436,7 +412,7 @@ func (c *wsConn) ask(b []byte, id string) {
 	c.mu.Unlock()
 	go func() {
 		defer c.running.Done()
-		c.run(ctx, cancel, m.ID, req)
+		c.run(ctx, cancel, m.ID, sigil, req)
 	}()
 }
 
@@ -461,9 +437,9 @@ func (c *wsConn) cancel(id string) {
 
 // run answers one ask and queues its last message (and, when the ask
 // started a new epoch, an epoch notice).
-func (c *wsConn) run(ctx context.Context, cancel context.CancelCauseFunc, id string, req ctxd.AskRequest) {
+func (c *wsConn) run(ctx context.Context, cancel context.CancelCauseFunc, id string, sigil runcontext.Sigil, req ctxd.AskRequest) {
 	defer cancel(nil)
-	last, notice := c.answer(ctx, id, req)
+	last, notice := c.answer(ctx, id, sigil, req)
 	// Off the list before the last message is queued: a client that has
 	// it may use the id again.
 	c.mu.Lock()
@@ -484,7 +460,7 @@ func (c *wsConn) run(ctx context.Context, cancel context.CancelCauseFunc, id str
 
 // answer runs the ask through the orchestrator, streaming its tokens, and
 // returns its last message.
-func (c *wsConn) answer(ctx context.Context, id string, req ctxd.AskRequest) (last ctxd.WSMessage, notice *ctxd.WSMessage) {
+func (c *wsConn) answer(ctx context.Context, id string, sigil runcontext.Sigil, req ctxd.AskRequest) (last ctxd.WSMessage, notice *ctxd.WSMessage) {
 	// Each ask is a request of its own in the log and the summary: the
 	// connection's id and the ask's.
 	rid := reqid.From(ctx) + "." + id
@@ -498,7 +474,7 @@ func (c *wsConn) answer(ctx context.Context, id string, req ctxd.AskRequest) (la
 			last, notice = wsError(id, ctxd.Errorf(ctxd.KindInternal, "internal error; see the daemon log")), nil
 		}
 	}()
-	sum, err := c.e.orch.Ask(ctx, req, func(text string) error {
+	sum, err := c.e.Orch.AskAs(ctx, sigil, req, func(text string) error {
 		return c.token(ctx, id, text)
 	})
 	if err != nil {
@@ -564,7 +540,7 @@ func (c *wsConn) watchStop() {
 	select {
 	case <-c.ctx.Done():
 		return
-	case <-c.e.hub.stopping:
+	case <-c.srv.hub.stopping:
 	}
 	c.mu.Lock()
 	c.draining = true
@@ -594,7 +570,7 @@ func (c *wsConn) goAway() {
 // messages and the hub's notices, one at a time. A client that does not
 // take one within daemon.write_timeout is treated as gone.
 func (c *wsConn) write() {
-	timeout := c.d.cfg.Daemon.WriteTimeout.Duration
+	timeout := c.srv.cfg.Daemon.WriteTimeout.Duration
 	for {
 		var o wsOut
 		select {
@@ -645,8 +621,8 @@ func (c *wsConn) closeGoingAway() {
 // ping pings the peer every so often and drops it when it does not
 // answer in time. A pong is read by the handler's reads.
 func (c *wsConn) ping() {
-	every := time.Duration(c.e.hub.pingEvery.Load())
-	timeout := time.Duration(c.e.hub.pingTimeout.Load())
+	every := time.Duration(c.srv.hub.pingEvery.Load())
+	timeout := time.Duration(c.srv.hub.pingTimeout.Load())
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {

@@ -1,4 +1,4 @@
-package daemon
+package httpapi
 
 import (
 	"context"
@@ -14,6 +14,7 @@ import (
 	"github.com/ctxd/ctxd/client"
 	"github.com/ctxd/ctxd/mcpserver"
 	"github.com/ctxd/ctxd/reqid"
+	"github.com/ctxd/ctxd/runcontext"
 )
 
 // MCP over streamable HTTP (/v1/mcp): the server `ctxd mcp` runs over
@@ -30,10 +31,8 @@ const mcpSessionTimeout = 30 * time.Minute
 
 // mcpHTTP serves /v1/mcp on both listeners.
 type mcpHTTP struct {
-	d        *Daemon
-	api      func() http.Handler // the daemon's routes behind authentication, counted as requests; set by routes
-	stopping <-chan struct{}     // closed when the daemon begins to shut down
-	requests context.Context     // the daemon's requests' context: it ends when the daemon stops them
+	srv *Server
+	api func() http.Handler // the daemon's routes behind authentication, counted as requests; set by routes
 
 	mu      sync.Mutex
 	bySigil map[string]mcpSigil // guarded by mu
@@ -45,9 +44,9 @@ type mcpSigil struct {
 	h   http.Handler
 }
 
-// newMCPHTTP returns the MCP endpoint of a daemon's run.
-func newMCPHTTP(d *Daemon, stopping <-chan struct{}, requests context.Context) *mcpHTTP {
-	return &mcpHTTP{d: d, stopping: stopping, requests: requests, bySigil: map[string]mcpSigil{}}
+// newMCPHTTP returns the MCP endpoint of a server.
+func newMCPHTTP(srv *Server) *mcpHTTP {
+	return &mcpHTTP{srv: srv, bySigil: map[string]mcpSigil{}}
 }
 
 // close ends every MCP session, once the daemon has stopped serving.
@@ -62,17 +61,14 @@ func (m *mcpHTTP) close() {
 }
 
 func (m *mcpHTTP) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	name, err := m.d.doorSigil(r)
-	if err == nil && len(requestScopes(r)) > 0 {
+	var sigil runcontext.Sigil
+	var err error
+	if len(requestScopes(r)) > 0 {
 		// Sessions are kept per sigil, with the sigil's scopes: narrowing
 		// is refused rather than ignored.
 		err = ctxd.Errorf(ctxd.KindInvalid, "X-Ctxd-Scopes: the MCP endpoint serves a sigil's own scopes; make a sigil with fewer scopes instead")
-	}
-	if err == nil {
-		_, err = m.d.sigils.Resolve(name)
-		if err != nil {
-			err = ctxd.Errorf(ctxd.KindForbidden, "%v", err)
-		}
+	} else {
+		sigil, err = m.srv.doorSigil(r)
 	}
 	if err != nil {
 		writeError(w, err)
@@ -86,7 +82,7 @@ func (m *mcpHTTP) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		defer cancel()
 		go func() {
 			select {
-			case <-m.stopping:
+			case <-m.srv.stopping:
 				cancel()
 			case <-ctx.Done():
 			}
@@ -94,7 +90,7 @@ func (m *mcpHTTP) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		r = r.WithContext(ctx)
 	}
 	a, _ := r.Context().Value(authKey{}).(authInfo)
-	h, err := m.sessions(r.Context(), authInfo{name: name, byToken: a.byToken, token: a.token})
+	h, err := m.sessions(r.Context(), authInfo{name: sigil.Name, byToken: a.byToken, token: a.token})
 	if err != nil {
 		writeError(w, err)
 		return
@@ -114,15 +110,15 @@ func (m *mcpHTTP) sessions(ctx context.Context, sigil authInfo) (http.Handler, e
 	if s, ok := m.bySigil[key]; ok {
 		return s.h, nil
 	}
-	log := m.d.log.With("component", "mcp")
-	c := client.New("", client.WithTransport(inProcess{api: m.api, sigil: sigil, base: m.requests}))
-	srv, err := mcpserver.New(ctx, c, mcpserver.Options{Version: m.d.version, Logger: log})
+	log := m.srv.log.With("component", "mcp")
+	c := client.New("", client.WithTransport(inProcess{api: m.api, sigil: sigil, base: m.srv.requests}))
+	srv, err := mcpserver.New(ctx, c, mcpserver.Options{Version: m.srv.cfg.Version, Logger: log})
 	if err != nil {
-		return nil, ctxd.Errorf(ctxd.KindInternal, "daemon: MCP server for sigil %q: %w", sigil.name, err)
+		return nil, ctxd.Errorf(ctxd.KindInternal, "httpapi: MCP server for sigil %q: %w", sigil.name, err)
 	}
 	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv.MCP() }, &mcp.StreamableHTTPOptions{
 		SessionTimeout:      mcpSessionTimeout,
-		MaxRequestBodyBytes: m.d.cfg.Daemon.MaxBodyBytes,
+		MaxRequestBodyBytes: m.srv.cfg.Daemon.MaxBodyBytes,
 		Logger:              log,
 	})
 	m.bySigil[key] = mcpSigil{srv: srv, h: h}
@@ -160,7 +156,7 @@ func (t inProcess) RoundTrip(req *http.Request) (*http.Response, error) {
 	go func() {
 		defer func() {
 			if v := recover(); v != nil { // http.ErrAbortHandler, which the recoverer passes on: drop the answer
-				pw.CloseWithError(fmt.Errorf("daemon: in-process request %s %s aborted: %v", r.Method, r.URL.Path, v))
+				pw.CloseWithError(fmt.Errorf("httpapi: in-process request %s %s aborted: %v", r.Method, r.URL.Path, v))
 			}
 			w.WriteHeader(http.StatusOK) // a handler that wrote nothing
 			pw.Close()

@@ -1,4 +1,4 @@
-package daemon
+package httpapi
 
 import (
 	"context"
@@ -17,12 +17,12 @@ var errKarmaOff = ctxd.Errorf(ctxd.KindUnavailable, "karma is off: the daemon ke
 
 // karmaActor is the request's sigil, checked to hold scope, and the
 // daemon's karma store; or the error answered.
-func (d *Daemon) karmaActor(w http.ResponseWriter, r *http.Request, scope string) (runcontext.Sigil, bool) {
-	s, err := d.actor(r, r.URL.Query().Get("sigil"))
+func (srv *Server) karmaActor(w http.ResponseWriter, r *http.Request, scope string) (runcontext.Sigil, bool) {
+	s, err := srv.actor(r, r.URL.Query().Get("sigil"))
 	if err == nil {
 		err = requireScope(s, scope)
 	}
-	if err == nil && d.karma == nil {
+	if err == nil && srv.cfg.Karma == nil {
 		err = errKarmaOff
 	}
 	if err != nil {
@@ -34,12 +34,12 @@ func (d *Daemon) karmaActor(w http.ResponseWriter, r *http.Request, scope string
 
 // ownTrace is trace idText if it is sigil s's; another sigil's trace is
 // not found, so its existence is not disclosed.
-func (d *Daemon) ownTrace(ctx context.Context, s runcontext.Sigil, idText string) (ctxd.Trace, []ctxd.KarmaEvent, error) {
+func (srv *Server) ownTrace(ctx context.Context, s runcontext.Sigil, idText string) (ctxd.Trace, []ctxd.KarmaEvent, error) {
 	id, err := strconv.ParseInt(idText, 10, 64)
 	if err != nil || id <= 0 {
 		return ctxd.Trace{}, nil, ctxd.Errorf(ctxd.KindInvalid, "trace id %q must be a positive number", idText)
 	}
-	t, events, err := d.karma.Trace(ctx, id)
+	t, events, err := srv.cfg.Karma.Trace(ctx, id)
 	if err == nil && t.Sigil != s.Name {
 		err = ctxd.Errorf(ctxd.KindNotFound, "no trace %d of sigil %q", id, s.Name)
 	}
@@ -61,8 +61,8 @@ func karmaError(err error) error {
 // handleKarmaList is GET /v1/karma: the sigil's traces, newest first,
 // filtered by session, status, pinned, q (full text) and at (the record
 // as it stood then, RFC 3339).
-func (d *Daemon) handleKarmaList(w http.ResponseWriter, r *http.Request) {
-	s, ok := d.karmaActor(w, r, sigils.ScopeKarmaRead)
+func (srv *Server) handleKarmaList(w http.ResponseWriter, r *http.Request) {
+	s, ok := srv.karmaActor(w, r, sigils.ScopeKarmaRead)
 	if !ok {
 		return
 	}
@@ -90,7 +90,7 @@ func (d *Daemon) handleKarmaList(w http.ResponseWriter, r *http.Request) {
 		}
 		f.Limit = n
 	}
-	list, err := d.karma.Traces(r.Context(), f)
+	list, err := srv.cfg.Karma.Traces(r.Context(), f)
 	if err != nil {
 		writeError(w, karmaError(err))
 		return
@@ -102,12 +102,12 @@ func (d *Daemon) handleKarmaList(w http.ResponseWriter, r *http.Request) {
 }
 
 // handleKarmaTrace is GET /v1/karma/{id}: one trace and its events.
-func (d *Daemon) handleKarmaTrace(w http.ResponseWriter, r *http.Request) {
-	s, ok := d.karmaActor(w, r, sigils.ScopeKarmaRead)
+func (srv *Server) handleKarmaTrace(w http.ResponseWriter, r *http.Request) {
+	s, ok := srv.karmaActor(w, r, sigils.ScopeKarmaRead)
 	if !ok {
 		return
 	}
-	t, events, err := d.ownTrace(r.Context(), s, r.PathValue("id"))
+	t, events, err := srv.ownTrace(r.Context(), s, r.PathValue("id"))
 	if err != nil {
 		writeError(w, err)
 		return
@@ -121,20 +121,20 @@ func (d *Daemon) handleKarmaTrace(w http.ResponseWriter, r *http.Request) {
 // handleKarmaJudge is POST /v1/karma/{id}/{action}: verify, reject, pin,
 // unpin, or supersede (by another of the sigil's traces). The answer
 // comes once the event is durable.
-func (d *Daemon) handleKarmaJudge(w http.ResponseWriter, r *http.Request) {
-	s, err := d.actor(r, r.URL.Query().Get("sigil"))
+func (srv *Server) handleKarmaJudge(w http.ResponseWriter, r *http.Request) {
+	s, err := srv.actor(r, r.URL.Query().Get("sigil"))
 	if err != nil {
 		writeError(w, err)
 		return
 	}
 	var body ctxd.KarmaJudgement
 	if r.ContentLength != 0 {
-		if err := d.decodeJSON(w, r, &body, `{"note": "...", "by": TRACE}`); err != nil {
+		if err := srv.decodeJSON(w, r, &body, `{"note": "...", "by": TRACE}`); err != nil {
 			writeError(w, err)
 			return
 		}
 	}
-	after, err := d.judge(r.Context(), s, r.PathValue("id"), r.PathValue("action"), body)
+	after, err := srv.judge(r.Context(), s, r.PathValue("id"), r.PathValue("action"), body)
 	if err != nil {
 		writeError(w, err)
 		return
@@ -145,11 +145,11 @@ func (d *Daemon) handleKarmaJudge(w http.ResponseWriter, r *http.Request) {
 // judge applies one judgement of sigil s to its trace idText and returns
 // the trace after it, once the event is durable. s needs karma:write; a
 // trace of another sigil is not found.
-func (d *Daemon) judge(ctx context.Context, s runcontext.Sigil, idText, action string, j ctxd.KarmaJudgement) (ctxd.Trace, error) {
+func (srv *Server) judge(ctx context.Context, s runcontext.Sigil, idText, action string, j ctxd.KarmaJudgement) (ctxd.Trace, error) {
 	if err := requireScope(s, sigils.ScopeKarmaWrite); err != nil {
 		return ctxd.Trace{}, err
 	}
-	if d.karma == nil {
+	if srv.cfg.Karma == nil {
 		return ctxd.Trace{}, errKarmaOff
 	}
 	switch action {
@@ -157,7 +157,7 @@ func (d *Daemon) judge(ctx context.Context, s runcontext.Sigil, idText, action s
 	default:
 		return ctxd.Trace{}, ctxd.Errorf(ctxd.KindNotFound, "no karma action %q: verify, reject, pin, unpin or supersede", action)
 	}
-	t, _, err := d.ownTrace(ctx, s, idText)
+	t, _, err := srv.ownTrace(ctx, s, idText)
 	if err != nil {
 		return t, err
 	}
@@ -165,32 +165,32 @@ func (d *Daemon) judge(ctx context.Context, s runcontext.Sigil, idText, action s
 		if j.By == 0 {
 			return t, ctxd.Errorf(ctxd.KindInvalid, `supersede: "by" (the trace that replaces it) is required`)
 		}
-		if _, _, err := d.ownTrace(ctx, s, strconv.FormatInt(j.By, 10)); err != nil {
+		if _, _, err := srv.ownTrace(ctx, s, strconv.FormatInt(j.By, 10)); err != nil {
 			return t, err
 		}
 	} else if j.By != 0 {
 		return t, ctxd.Errorf(ctxd.KindInvalid, `"by" belongs to supersede only, not %s`, action)
 	}
-	after, err := d.karma.KarmaEvent(ctx, ctxd.KarmaEvent{Trace: t.ID, Action: action, Sigil: s.Name, Note: j.Note, Other: j.By, At: time.Now()})
+	after, err := srv.cfg.Karma.KarmaEvent(ctx, ctxd.KarmaEvent{Trace: t.ID, Action: action, Sigil: s.Name, Note: j.Note, Other: j.By, At: time.Now()})
 	if err != nil {
 		return t, karmaError(err)
 	}
-	d.log.Info("karma", "action", action, "trace", t.ID, "sigil", s.Name)
+	srv.log.Info("karma", "action", action, "trace", t.ID, "sigil", s.Name)
 	return after, nil
 }
 
 // handleSessionKarma is GET /v1/sessions/{id}/karma: every karma epoch of
 // the session that the request's sigil was shown, oldest first.
-func (d *Daemon) handleSessionKarma(w http.ResponseWriter, r *http.Request) {
+func (srv *Server) handleSessionKarma(w http.ResponseWriter, r *http.Request) {
 	id, ok := sessionID(w, r)
 	if !ok {
 		return
 	}
-	s, ok := d.karmaActor(w, r, sigils.ScopeKarmaRead)
+	s, ok := srv.karmaActor(w, r, sigils.ScopeKarmaRead)
 	if !ok {
 		return
 	}
-	all, err := d.karma.KarmaSnapshots(r.Context(), id)
+	all, err := srv.cfg.Karma.KarmaSnapshots(r.Context(), id)
 	if err != nil {
 		writeError(w, karmaError(err))
 		return

@@ -1,4 +1,4 @@
-package daemon
+package httpapi
 
 import (
 	"context"
@@ -52,7 +52,7 @@ func byToken(r *http.Request) bool {
 //
 // A client that cannot send a header (the ollama CLI) may put the token in
 // its base URL instead: /t/TOKEN/api/chat is /api/chat with that token.
-func (d *Daemon) authenticate(next http.Handler, required bool) http.Handler {
+func (srv *Server) authenticate(next http.Handler, required bool) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		r, pathTok, inPath := tokenInPath(r)
 		tok, has := bearer(r)
@@ -74,14 +74,14 @@ func (d *Daemon) authenticate(next http.Handler, required bool) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
-		s, err := d.sigils.Authenticate(tok)
+		s, err := srv.cfg.Sigils.Authenticate(tok)
 		if err != nil {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="ctxd", error="invalid_token"`)
 			why := "wrong"
 			if errors.Is(err, sigils.ErrRevoked) {
 				why = "revoked"
 			}
-			d.log.WarnContext(r.Context(), "request refused: token", "why", why, "path", r.URL.Path) // never the token
+			srv.log.WarnContext(r.Context(), "request refused: token", "why", why, "path", r.URL.Path) // never the token
 			writeErrorFor(w, r, ctxd.Errorf(ctxd.KindUnauthorized, "Authorization: %v", err))
 			return
 		}
@@ -138,74 +138,68 @@ func peer(r *http.Request) (sigils.Peer, bool) {
 	return p, ok
 }
 
-// sigilFor is the sigil a request acts as: the one its token
-// authenticated, which a request may not exchange for another, else the
-// one it names ("" for the default). The sigil must exist and not be
-// revoked, and a socket peer must be one the sigil allows (its uids and
-// gids); each refusal is an error of kind KindForbidden that says why.
-func (d *Daemon) sigilFor(r *http.Request, named string) (string, error) {
+// actor is the sigil a request acts as, checked, resolved and narrowed
+// once: the one its token authenticated, which a request may not exchange
+// for another, else the one it names ("" for the default). The sigil must
+// exist and not be revoked, and a socket peer must be one the sigil allows
+// (its uids and gids); each refusal is an error of kind KindForbidden (or
+// KindUnauthorized for a token that no longer holds) that says why. Its
+// scopes are narrowed to those the request asks for (requestScopes), never
+// widened. Handlers pass the value down; nothing below resolves it again.
+func (srv *Server) actor(r *http.Request, named string) (runcontext.Sigil, error) {
+	return srv.actorScoped(r, named, requestScopes(r))
+}
+
+// actorScoped is actor narrowed to scopes instead of the request's.
+func (srv *Server) actorScoped(r *http.Request, named string, scopes []string) (runcontext.Sigil, error) {
 	name := named
 	if a, _ := r.Context().Value(authKey{}).(authInfo); a.token != "" {
 		// Checked again: a reload may have revoked it since the
 		// connection began.
-		if s, err := d.sigils.Authenticate(a.token); err != nil || s.Name != a.name {
+		if s, err := srv.cfg.Sigils.Authenticate(a.token); err != nil || s.Name != a.name {
 			if err == nil {
 				err = fmt.Errorf("it now belongs to sigil %q", s.Name)
 			}
-			return "", ctxd.Errorf(ctxd.KindUnauthorized, "the token this connection began with no longer holds: %v", err)
+			return runcontext.Sigil{}, ctxd.Errorf(ctxd.KindUnauthorized, "the token this connection began with no longer holds: %v", err)
 		}
 	}
 	if auth := authenticated(r); auth != "" {
 		if named != "" && named != auth {
-			return "", ctxd.Errorf(ctxd.KindForbidden, "the token is sigil %q's; it may not act as sigil %q", auth, named)
+			return runcontext.Sigil{}, ctxd.Errorf(ctxd.KindForbidden, "the token is sigil %q's; it may not act as sigil %q", auth, named)
 		}
 		name = auth
 	}
-	if _, err := d.sigils.Resolve(name); err != nil {
-		return "", ctxd.Errorf(ctxd.KindForbidden, "%v", err)
+	s, err := srv.cfg.Sigils.Resolve(name)
+	if err != nil {
+		return runcontext.Sigil{}, ctxd.Errorf(ctxd.KindForbidden, "%v", err)
 	}
 	if p, ok := peer(r); ok {
-		if err := d.sigils.CheckPeer(name, p); err != nil {
-			d.log.WarnContext(r.Context(), "request refused: socket peer not allowed", "sigil", name, "uid", p.UID, "gid", p.GID, "pid", p.PID)
-			return "", ctxd.Errorf(ctxd.KindForbidden, "%v", err)
+		if err := srv.cfg.Sigils.CheckPeer(s.Name, p); err != nil {
+			srv.log.WarnContext(r.Context(), "request refused: socket peer not allowed", "sigil", s.Name, "uid", p.UID, "gid", p.GID, "pid", p.PID)
+			return runcontext.Sigil{}, ctxd.Errorf(ctxd.KindForbidden, "%v", err)
 		}
 	}
-	return name, nil
-}
-
-// doorSigil is the sigil a door's request acts as: its token's, else the
-// one its X-Ctxd-Sigil header names.
-func (d *Daemon) doorSigil(r *http.Request) (string, error) {
-	return d.sigilFor(r, r.Header.Get("X-Ctxd-Sigil"))
-}
-
-// actor is the sigil a request acts as (sigilFor) with the scopes it
-// asked for: the X-Ctxd-Scopes header (or the scopes parameter) narrows
-// the sigil's scopes for this request, and may not widen them.
-func (d *Daemon) actor(r *http.Request, named string) (runcontext.Sigil, error) {
-	name, err := d.sigilFor(r, named)
-	if err != nil {
-		return runcontext.Sigil{}, err
-	}
-	s, err := d.sigils.Resolve(name)
-	if err != nil {
-		return s, ctxd.Errorf(ctxd.KindForbidden, "%v", err)
-	}
-	if s, err = sigils.Narrow(s, requestScopes(r)); err != nil {
+	if s, err = sigils.Narrow(s, scopes); err != nil {
 		return s, ctxd.Errorf(ctxd.KindForbidden, "%v", err)
 	}
 	return s, nil
 }
 
-// requestScopes is the scopes a request narrows its sigil to: the
-// X-Ctxd-Scopes header, else the scopes query parameter, separated by
-// spaces or commas; none means the sigil's own.
+// doorSigil is the sigil a door's request acts as: its token's, else the
+// one its X-Ctxd-Sigil header names, narrowed as every request is.
+func (srv *Server) doorSigil(r *http.Request) (runcontext.Sigil, error) {
+	return srv.actor(r, r.Header.Get("X-Ctxd-Sigil"))
+}
+
+// requestScopes is the scopes a request narrows its sigil to, by one rule
+// on every door: the X-Ctxd-Scopes header, else the scopes query
+// parameter; none means the sigil's own.
 func requestScopes(r *http.Request) []string {
 	v := r.Header.Get("X-Ctxd-Scopes")
 	if v == "" {
 		v = r.URL.Query().Get("scopes")
 	}
-	return strings.FieldsFunc(v, func(c rune) bool { return c == ' ' || c == ',' })
+	return sigils.ParseScopes(v)
 }
 
 // requireScope is nil when s holds scope, else an error of kind

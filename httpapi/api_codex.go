@@ -1,4 +1,4 @@
-package daemon
+package httpapi
 
 import (
 	"fmt"
@@ -8,27 +8,28 @@ import (
 	"strings"
 
 	"github.com/ctxd/ctxd"
+	"github.com/ctxd/ctxd/engine"
 	"github.com/ctxd/ctxd/sigils"
 )
 
 // handleCodexStats reports the loaded codex from a snapshot: it never
 // waits for a load in progress.
-func (d *Daemon) handleCodexStats(w http.ResponseWriter, r *http.Request) {
+func (srv *Server) handleCodexStats(w http.ResponseWriter, r *http.Request) {
 	// The codex's files, sizes and redactions: for a sigil that may read
 	// the codex or load one.
-	s, err := d.actor(r, r.URL.Query().Get("sigil"))
+	s, err := srv.actor(r, r.URL.Query().Get("sigil"))
 	if err == nil && !sigils.Allows(s, sigils.ScopeCodexLoad) {
 		err = requireScope(s, sigils.ScopeSearchCodex)
 	}
-	var e *engine
+	var e *engine.Engine
 	if err == nil {
-		e, err = d.engine()
+		e, err = srv.core.Engine()
 	}
 	if err != nil {
 		writeError(w, err)
 		return
 	}
-	st, ok := e.codex.Stats()
+	st, ok := e.Codex.Stats()
 	if !ok {
 		writeError(w, ctxd.Errorf(ctxd.KindNotFound, "no codex is loaded (set codex.path, or POST /v1/codex/load)"))
 		return
@@ -39,11 +40,11 @@ func (d *Daemon) handleCodexStats(w http.ResponseWriter, r *http.Request) {
 // handleCodexLoad loads a codex from a path on this machine and makes it
 // the daemon's codex, streaming progress as NDJSON. A client that goes
 // away cancels the load; the current codex stays.
-func (d *Daemon) handleCodexLoad(w http.ResponseWriter, r *http.Request) {
+func (srv *Server) handleCodexLoad(w http.ResponseWriter, r *http.Request) {
 	var req struct {
 		Path string `json:"path"`
 	}
-	if err := d.decodeJSON(w, r, &req, `{"path": "/abs/path"}`); err != nil {
+	if err := srv.decodeJSON(w, r, &req, `{"path": "/abs/path"}`); err != nil {
 		writeError(w, err)
 		return
 	}
@@ -55,25 +56,25 @@ func (d *Daemon) handleCodexLoad(w http.ResponseWriter, r *http.Request) {
 		writeError(w, ctxd.Errorf(ctxd.KindInvalid, "path %q must be absolute: the daemon does not share your working directory", req.Path))
 		return
 	}
-	who, err := d.actor(r, r.URL.Query().Get("sigil"))
+	who, err := srv.actor(r, r.URL.Query().Get("sigil"))
 	if err == nil {
 		err = requireScope(who, sigils.ScopeCodexLoad)
 	}
 	if err == nil {
-		err = d.loadAllowed(req.Path)
+		err = srv.loadAllowed(req.Path)
 	}
 	if err != nil {
 		writeError(w, err)
 		return
 	}
-	e, err := d.engine()
+	e, err := srv.core.Engine()
 	if err != nil {
 		writeError(w, fmt.Errorf("a codex is counted with the model's tokenizer: %w", err))
 		return
 	}
-	s := &stream{w: w, timeout: d.cfg.Daemon.WriteTimeout.Duration}
+	s := &stream{w: w, timeout: srv.cfg.Daemon.WriteTimeout.Duration}
 	last := -1
-	st, err := e.codex.Load(r.Context(), req.Path, func(p ctxd.CodexProgress) {
+	st, err := e.Codex.Load(r.Context(), req.Path, func(p ctxd.CodexProgress) {
 		// About a hundred progress lines at most.
 		if pct := p.Files * 100 / max(1, p.TotalFiles); pct != last || p.Files == p.TotalFiles {
 			last = pct
@@ -94,9 +95,9 @@ func (d *Daemon) handleCodexLoad(w http.ResponseWriter, r *http.Request) {
 
 // handleCodexSearch is the search_codex tool: full-text search of the
 // codex for sigils with the search_codex scope.
-func (d *Daemon) handleCodexSearch(w http.ResponseWriter, r *http.Request) {
+func (srv *Server) handleCodexSearch(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	sigil, err := d.actor(r, q.Get("sigil"))
+	sigil, err := srv.actor(r, q.Get("sigil"))
 	if err == nil {
 		err = requireScope(sigil, sigils.ScopeSearchCodex)
 	}
@@ -116,12 +117,12 @@ func (d *Daemon) handleCodexSearch(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	e, err := d.engine()
+	e, err := srv.core.Engine()
 	if err != nil {
 		writeError(w, err)
 		return
 	}
-	ex, err := e.codex.Search(r.Context(), query, k)
+	ex, err := e.Codex.Search(r.Context(), query, k)
 	if err != nil {
 		writeError(w, err)
 		return
@@ -134,14 +135,14 @@ func (d *Daemon) handleCodexSearch(w http.ResponseWriter, r *http.Request) {
 
 // codexReader resolves the request's sigil and checks that it may read the
 // codex (the search_codex scope), or answers the error.
-func (d *Daemon) codexReader(w http.ResponseWriter, r *http.Request) (*engine, bool) {
-	sigil, err := d.actor(r, r.URL.Query().Get("sigil"))
+func (srv *Server) codexReader(w http.ResponseWriter, r *http.Request) (*engine.Engine, bool) {
+	sigil, err := srv.actor(r, r.URL.Query().Get("sigil"))
 	if err == nil {
 		err = requireScope(sigil, sigils.ScopeSearchCodex)
 	}
-	var e *engine
+	var e *engine.Engine
 	if err == nil {
-		e, err = d.engine()
+		e, err = srv.core.Engine()
 	}
 	if err != nil {
 		writeError(w, err)
@@ -151,12 +152,12 @@ func (d *Daemon) codexReader(w http.ResponseWriter, r *http.Request) (*engine, b
 }
 
 // handleCodexFiles lists the codex's files, for sigils that may read it.
-func (d *Daemon) handleCodexFiles(w http.ResponseWriter, r *http.Request) {
-	e, ok := d.codexReader(w, r)
+func (srv *Server) handleCodexFiles(w http.ResponseWriter, r *http.Request) {
+	e, ok := srv.codexReader(w, r)
 	if !ok {
 		return
 	}
-	files, ok := e.codex.Files()
+	files, ok := e.Codex.Files()
 	if !ok {
 		writeError(w, ctxd.Errorf(ctxd.KindNotFound, "no codex is loaded"))
 		return
@@ -166,12 +167,12 @@ func (d *Daemon) handleCodexFiles(w http.ResponseWriter, r *http.Request) {
 
 // handleCodexFile is one codex file's content as prompts see it (secrets
 // redacted), for sigils that may read the codex.
-func (d *Daemon) handleCodexFile(w http.ResponseWriter, r *http.Request) {
-	e, ok := d.codexReader(w, r)
+func (srv *Server) handleCodexFile(w http.ResponseWriter, r *http.Request) {
+	e, ok := srv.codexReader(w, r)
 	if !ok {
 		return
 	}
-	f, err := e.codex.File(r.PathValue("path"))
+	f, err := e.Codex.File(r.PathValue("path"))
 	if err != nil {
 		writeError(w, err)
 		return
@@ -181,29 +182,26 @@ func (d *Daemon) handleCodexFile(w http.ResponseWriter, r *http.Request) {
 
 // handleSigil says which sigil a request acts as and its scopes: what a
 // client (the MCP server) may offer.
-func (d *Daemon) handleSigil(w http.ResponseWriter, r *http.Request) {
-	sigil, err := d.actor(r, r.URL.Query().Get("sigil"))
+func (srv *Server) handleSigil(w http.ResponseWriter, r *http.Request) {
+	sigil, err := srv.actor(r, r.URL.Query().Get("sigil"))
 	if err != nil {
 		writeError(w, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, ctxd.SigilInfo{Name: sigil.Name, Scopes: sigil.Scopes, Authenticated: byToken(r),
-		Description: d.sigils.Description(sigil.Name)})
+		Description: srv.cfg.Sigils.Description(sigil.Name)})
 }
 
 // loadAllowed is nil for a codex path the operator allows: the configured
 // codex.path or a directory under one of codex.load_roots, after symlinks
 // are resolved (a link inside a root to a directory outside it is not
 // under the root).
-func (d *Daemon) loadAllowed(path string) error {
+func (srv *Server) loadAllowed(path string) error {
 	real, err := filepath.EvalSymlinks(path)
 	if err != nil {
 		return ctxd.Errorf(ctxd.KindInvalid, "path %q: %v", path, err)
 	}
-	roots := d.cfg.Codex.LoadRoots
-	if d.cfg.Codex.Path != "" {
-		roots = append([]string{d.cfg.Codex.Path}, roots...)
-	}
+	roots := srv.cfg.LoadRoots
 	for _, root := range roots {
 		rr, err := filepath.EvalSymlinks(root)
 		if err != nil {

@@ -1,4 +1,4 @@
-package daemon
+package httpapi
 
 import (
 	"context"
@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/ctxd/ctxd"
-	"github.com/ctxd/ctxd/metrics"
 	"github.com/ctxd/ctxd/reqid"
 	"github.com/ctxd/ctxd/sigils"
 )
@@ -38,7 +37,7 @@ func noteOutcome(ctx context.Context, err error) {
 // client's X-Request-Id when valid, else a new one; echoed in the
 // response), logs it at debug level, and counts it in the metrics by
 // route and outcome.
-func (d *Daemon) instrument(next http.Handler) http.Handler {
+func (srv *Server) instrument(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		id := r.Header.Get(reqid.Header)
 		if !reqid.Valid(id) {
@@ -64,8 +63,8 @@ func (d *Daemon) instrument(next http.Handler) http.Handler {
 		case code >= 400:
 			outcome = string(kindOfStatus(code))
 		}
-		d.metrics.Request(info.pattern, code, outcome)
-		d.log.DebugContext(ctx, "request", "method", r.Method, "route", info.pattern, "code", code, "outcome", outcome,
+		srv.cfg.Metrics.Request(info.pattern, code, outcome)
+		srv.log.DebugContext(ctx, "request", "method", r.Method, "route", info.pattern, "code", code, "outcome", outcome,
 			"ms", float64(time.Since(start).Microseconds())/1000)
 	})
 }
@@ -118,67 +117,32 @@ func (s *statusWriter) Write(b []byte) (int, error) {
 // Unwrap lets http.ResponseController reach the connection.
 func (s *statusWriter) Unwrap() http.ResponseWriter { return s.ResponseWriter }
 
-// metricsSnapshot is the daemon's state for a scrape. It reads snapshots
-// only, as status does.
-func (d *Daemon) metricsSnapshot() metrics.Snapshot {
-	var v metrics.Snapshot
-	if e := d.ready.Load(); e != nil {
-		v.Ready = true
-		if e.model.Restarts != nil {
-			v.BackendRestarts = e.model.Restarts()
-		}
-		st := e.sched.Status()
-		v.Slots, v.SlotsBusy, v.QueuedForSlot, v.QueuedForSession = len(st.Slots), st.Busy, len(st.Waiting), st.InSessions
-		if cs, ok := e.codex.Stats(); ok {
-			v.CodexMode, v.CodexLoadSeconds, v.CodexTokens = cs.Plan.Mode, cs.LoadMillis/1000, cs.Tokens
-		}
-	}
-	if p := d.probe; p != nil {
-		_, rd := p.Latest()
-		v.MemorySource, v.MemoryTotal, v.MemoryFree = rd.Source, rd.TotalBytes, rd.FreeBytes
-		v.HostTotal, v.HostAvailable = rd.Host.MemTotalBytes, rd.Host.MemAvailableBytes
-	}
-	return v
-}
-
 // serveMetrics serves GET /metrics alone, without tokens, on
 // daemon.metrics_listen (a loopback address) until the returned function
 // stops it.
-func (d *Daemon) serveMetrics(addr string) (func(), error) {
+func (srv *Server) serveMetrics(addr string) (func(), error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
-		return nil, fmt.Errorf("daemon: daemon.metrics_listen: %w", err)
+		return nil, fmt.Errorf("httpapi: daemon.metrics_listen: %w", err)
 	}
 	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", d.metrics.Handler())
+	mux.Handle("GET /metrics", srv.cfg.Metrics.Handler())
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, ctxd.Errorf(ctxd.KindUnknownRoute, "%s %s: this listener (daemon.metrics_listen) serves GET /metrics only", r.Method, r.URL.Path))
 	})
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: d.cfg.Daemon.IdleTimeout.Duration,
-		ErrorLog: slog.NewLogLogger(d.log.Handler(), slog.LevelWarn)}
+	ms := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: srv.cfg.Daemon.IdleTimeout.Duration,
+		ErrorLog: slog.NewLogLogger(srv.log.Handler(), slog.LevelWarn)}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		if err := srv.Serve(capConnections(ln, 64)); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			d.log.Warn("metrics listener", "err", err)
+		if err := ms.Serve(capConnections(ln, 64)); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			srv.log.Warn("metrics listener", "err", err)
 		}
 	}()
 	a := ln.Addr().String()
-	d.metricsAddr.Store(&a)
-	d.log.Info("listening", "metrics", a)
-	return func() { srv.Close(); <-done }, nil
-}
-
-// LogLevel is the log's level now.
-func (d *Daemon) LogLevel() slog.Level { return d.level.Level() }
-
-// SetLogLevel changes the log's level at once (SIGUSR1 and the log-level
-// API); a reload sets it back to daemon.log_level.
-func (d *Daemon) SetLogLevel(l slog.Level) {
-	if old := d.level.Level(); old != l {
-		d.level.Set(l)
-		d.log.Warn("log level changed", "from", strings.ToLower(old.String()), "to", strings.ToLower(l.String()))
-	}
+	srv.metricsAddr.Store(&a)
+	srv.log.Info("listening", "metrics", a)
+	return func() { ms.Close(); <-done }, nil
 }
 
 // logLevelBody is GET and PUT /v1/log/level's body.
@@ -188,22 +152,22 @@ type logLevelBody struct {
 
 // requireAdmin is nil when the request acts as a sigil with the admin
 // scope.
-func (d *Daemon) requireAdmin(r *http.Request) error {
-	s, err := d.actor(r, r.URL.Query().Get("sigil"))
+func (srv *Server) requireAdmin(r *http.Request) error {
+	s, err := srv.actor(r, r.URL.Query().Get("sigil"))
 	if err != nil {
 		return err
 	}
 	return requireScope(s, sigils.ScopeAdmin)
 }
 
-func (d *Daemon) handleLogLevel(w http.ResponseWriter, r *http.Request) {
-	if err := d.requireAdmin(r); err != nil {
+func (srv *Server) handleLogLevel(w http.ResponseWriter, r *http.Request) {
+	if err := srv.requireAdmin(r); err != nil {
 		writeError(w, err)
 		return
 	}
 	if r.Method == http.MethodPut {
 		var b logLevelBody
-		if err := d.decodeJSON(w, r, &b, `{"level": "debug"}`); err != nil {
+		if err := srv.decodeJSON(w, r, &b, `{"level": "debug"}`); err != nil {
 			writeError(w, err)
 			return
 		}
@@ -212,17 +176,17 @@ func (d *Daemon) handleLogLevel(w http.ResponseWriter, r *http.Request) {
 			writeError(w, ctxd.Errorf(ctxd.KindInvalid, "level %q: use debug, info, warn or error", b.Level))
 			return
 		}
-		d.SetLogLevel(l)
+		srv.core.SetLogLevel(l)
 	}
-	writeJSON(w, http.StatusOK, logLevelBody{Level: strings.ToLower(d.LogLevel().String())})
+	writeJSON(w, http.StatusOK, logLevelBody{Level: strings.ToLower(srv.core.LogLevel().String())})
 }
 
-func (d *Daemon) handleReload(w http.ResponseWriter, r *http.Request) {
-	if err := d.requireAdmin(r); err != nil {
+func (srv *Server) handleReload(w http.ResponseWriter, r *http.Request) {
+	if err := srv.requireAdmin(r); err != nil {
 		writeError(w, err)
 		return
 	}
-	st := d.Reload(r.Context())
+	st := srv.core.Reload(r.Context())
 	code := http.StatusOK
 	if !st.OK {
 		code = http.StatusUnprocessableEntity

@@ -1,4 +1,4 @@
-package daemon
+package bringup
 
 import (
 	"context"
@@ -17,36 +17,9 @@ import (
 	"github.com/ctxd/ctxd/runcontext"
 )
 
-// BackendInfo describes the backend once it is ready.
-type BackendInfo struct {
-	Kind         string `json:"kind"` // ollama or llamacpp
-	Mode         string `json:"mode"`
-	URL          string `json:"url"`
-	Version      string `json:"version"`
-	Model        string `json:"model"`
-	Architecture string `json:"architecture"`
-	TrainedCtx   int    `json:"trained_context_length"`
-	NumCtx       int    `json:"num_ctx"`
-	Slots        int    `json:"slots"`
-	Restarts     int    `json:"restarts,omitempty"`
-	// ModelLoads is how often the managed backend loaded the model (its
-	// log says so); one load since start means no client made it reload.
-	ModelLoads  *int       `json:"model_loads,omitempty"`
-	KVCacheType string     `json:"kv_cache_type"`
-	Format      FormatInfo `json:"format"`
-}
-
-// FormatInfo says how prompts are rendered, and why.
-type FormatInfo struct {
-	Name       string `json:"name"`        // "template" (the model's chat template) or "plain" (ctxd's own)
-	AppendOnly bool   `json:"append_only"` // turn n+1's prompt extends turn n's and its answer
-	Note       string `json:"note,omitempty"`
-	Reason     string `json:"reason"`
-}
-
 // chooseFormat picks the format backend.format asks for: the model's chat
 // template (checked), or ctxd's plain format for a model without one.
-func chooseFormat(want string, facts ollama.Facts, special runcontext.Specials) (runcontext.Format, FormatInfo, error) {
+func chooseFormat(want string, facts Facts, special runcontext.Specials) (runcontext.Format, FormatInfo, error) {
 	return pickFormat(want, special, "the model's chat template, rendered with Ollama's own template code",
 		func() (*chattemplate.Format, error) { return chattemplate.New(facts.Template, facts.Stop, special) })
 }
@@ -66,7 +39,7 @@ func pickFormat(want string, special runcontext.Specials, reason string, load fu
 		c := f.Check()
 		return f, FormatInfo{Name: f.Name(), AppendOnly: c.AppendOnly, Note: c.Note, Reason: reason}, nil
 	case want == "template":
-		return nil, FormatInfo{}, ctxd.Errorf(ctxd.KindInvalid, "daemon: backend.format = template: %v", err)
+		return nil, FormatInfo{}, ctxd.Errorf(ctxd.KindInvalid, "bringup: backend.format = template: %v", err)
 	case errors.Is(err, chattemplate.ErrNoTemplate):
 		return plain, FormatInfo{Name: plain.Name(), AppendOnly: true, Reason: "the model has no chat template"}, nil
 	}
@@ -77,16 +50,11 @@ func pickFormat(want string, special runcontext.Specials, reason string, load fu
 // `ollama serve` (supervised, restarted if it crashes) and imports the
 // configured GGUF; in external mode it connects to the configured URL.
 // Then it plans the window, loads the model and opens its tokenizer.
-func (d *Daemon) openOllama(ctx context.Context, onRestart func()) (_ *Model, err error) {
-	b := d.cfg.Backend
+func (c Config) openOllama(ctx context.Context, onRestart func()) (_ *Model, err error) {
+	b := c.Backend
 	m := &Model{Info: BackendInfo{Kind: b.Kind, Mode: b.Mode, Model: b.Model, Slots: b.Slots}}
-	var closers []func() error
-	m.Close = func() error {
-		for i := len(closers) - 1; i >= 0; i-- {
-			closers[i]()
-		}
-		return nil
-	}
+	var cl closers
+	m.Close = cl.close
 	defer func() {
 		if err != nil {
 			m.Close()
@@ -97,27 +65,27 @@ func (d *Daemon) openOllama(ctx context.Context, onRestart func()) (_ *Model, er
 		dial func(context.Context, string, string) (net.Conn, error) // managed: only to the process started
 	)
 	if b.Mode == "managed" {
-		dir := filepath.Join(d.cfg.Daemon.StateDir, "ollama")
+		dir := filepath.Join(c.StateDir, "ollama")
 		m.Loads = newLineCounter(filepath.Join(dir, "ollama.log"), ollamaLoadMarker).Count
 		s, err := ollama.Start(ctx, ollama.ServeConfig{
 			Binary: b.ServerBinary(), Addr: b.Listen, NumParallel: b.Slots,
 			ModelsDir: filepath.Join(dir, "models"), HomeDir: filepath.Join(dir, "home"),
 			LogPath: filepath.Join(dir, "ollama.log"),
-			Env:     append(d.opts.BackendEnv, kvCacheEnv(d.cfg.Limits.KVCacheType)...),
-			Logger:  d.log, OnRestart: onRestart,
+			Env:     append(c.Env, kvCacheEnv(c.Limits.KVCacheType)...),
+			Logger:  c.Logger, OnRestart: onRestart,
 		})
 		if err != nil {
 			return nil, err
 		}
-		closers = append(closers, func() error {
+		cl.add(func() error {
 			err := s.Close()
-			d.log.Info("managed ollama stopped")
+			c.Logger.Info("managed ollama stopped")
 			return err
 		})
 		m.Restarts = s.Restarts
 		base, dial = s.URL(), s.DialContext
 	} else if base, err = url.Parse(b.URL); err != nil {
-		return nil, ctxd.Errorf(ctxd.KindInvalid, "daemon: backend.url: %w", err)
+		return nil, ctxd.Errorf(ctxd.KindInvalid, "bringup: backend.url: %w", err)
 	}
 	m.Info.URL = base.String()
 
@@ -126,18 +94,20 @@ func (d *Daemon) openOllama(ctx context.Context, onRestart func()) (_ *Model, er
 		return nil, err
 	}
 	if b.Mode == "managed" && b.GGUF != "" {
-		d.log.Info("importing model", "model", b.Model, "gguf", b.GGUF)
+		c.Logger.Info("importing model", "model", b.Model, "gguf", b.GGUF)
 		if err := probe.Import(ctx, b.GGUF); err != nil {
 			return nil, err
 		}
 	}
-	facts, err := probe.Facts(ctx)
+	of, err := probe.Facts(ctx)
 	if err != nil {
 		return nil, err
 	}
+	facts := Facts{Architecture: of.Architecture, ContextLength: of.ContextLength, GGUFPath: of.GGUFPath,
+		Info: of.Info, Template: of.Template, Stop: of.Stop}
 	m.Info.Architecture, m.Info.TrainedCtx = facts.Architecture, facts.ContextLength
 	m.ModelInfo = facts.Info
-	if m.Facts, m.Window, err = d.planWindow(facts); err != nil {
+	if m.Facts, m.Window, err = c.planWindow(facts); err != nil {
 		return nil, err
 	}
 	m.Info.NumCtx, m.Info.KVCacheType = m.Window.NumCtx, string(m.Window.CacheType)
@@ -148,19 +118,19 @@ func (d *Daemon) openOllama(ctx context.Context, onRestart func()) (_ *Model, er
 	})
 	tok, err := llamatok.Open(facts.GGUFPath)
 	if err != nil {
-		return nil, fmt.Errorf("daemon: tokenizer for %s: %w", b.Model, err)
+		return nil, fmt.Errorf("bringup: tokenizer for %s: %w", b.Model, err)
 	}
-	closers = append(closers, tok.Close)
+	cl.add(tok.Close)
 	if m.Format, m.Info.Format, err = chooseFormat(b.Format, facts, tok.Special()); err != nil {
 		return nil, err
 	}
-	d.log.Info("prompt format", "format", m.Info.Format.Name, "append_only", m.Info.Format.AppendOnly, "note", m.Info.Format.Note, "reason", m.Info.Format.Reason)
-	d.log.Info("loading model", "model", b.Model, "num_ctx", m.Window.NumCtx, "slots", m.Window.Slots, "num_batch", b.NumBatch,
+	c.Logger.Info("prompt format", "format", m.Info.Format.Name, "append_only", m.Info.Format.AppendOnly, "note", m.Info.Format.Note, "reason", m.Info.Format.Reason)
+	c.Logger.Info("loading model", "model", b.Model, "num_ctx", m.Window.NumCtx, "slots", m.Window.Slots, "num_batch", b.NumBatch,
 		"kv_cache", m.Window.CacheType, "kv_bytes", m.Window.KVBytes, "plan", m.Window.Reason)
 	if err := client.Load(ctx); err != nil {
 		return nil, err
 	}
-	d.probe.SetPlan(uint64(m.Window.WeightsBytes+m.Window.KVBytes), true) // loaded: the used memory holds it
+	c.Memory.SetPlan(uint64(m.Window.WeightsBytes+m.Window.KVBytes), true) // loaded: the used memory holds it
 	m.Backend, m.Tokenizer, m.TokenizerID = client, tok, filepath.Base(facts.GGUFPath)
 	return m, nil
 }
@@ -168,7 +138,7 @@ func (d *Daemon) openOllama(ctx context.Context, onRestart func()) (_ *Model, er
 // planWindow reads the model's facts and the memory there is, and chooses
 // num_ctx for this load. A window that cannot fit is a configuration
 // error: the daemon stops with the numbers.
-func (d *Daemon) planWindow(facts ollama.Facts) (governor.ModelFacts, governor.WindowPlan, error) {
+func (c Config) planWindow(facts Facts) (governor.ModelFacts, governor.WindowPlan, error) {
 	mf, err := governor.FactsFromModelInfo(facts.Info)
 	if err != nil {
 		return mf, governor.WindowPlan{}, err
@@ -176,27 +146,27 @@ func (d *Daemon) planWindow(facts ollama.Facts) (governor.ModelFacts, governor.W
 	if info, err := os.Stat(facts.GGUFPath); err == nil {
 		mf.WeightsBytes = info.Size()
 	}
-	reading := d.probe.Read()
-	cacheType, _ := governor.ParseCacheType(d.cfg.Limits.KVCacheType) // validated with the config
+	reading := c.Memory.Read()
+	cacheType, _ := governor.ParseCacheType(c.Limits.KVCacheType) // validated with the config
 	if cacheType != governor.CacheF16 && reading.GPUs == 0 {
-		d.log.Warn("a quantized KV cache needs flash attention, which Ollama enables on GPUs only; budgeting f16", "configured", cacheType)
+		c.Logger.Warn("a quantized KV cache needs flash attention, which Ollama enables on GPUs only; budgeting f16", "configured", cacheType)
 		cacheType = governor.CacheF16
 	}
-	b := d.cfg.Backend
+	b := c.Backend
 	plan, err := governor.PlanWindow(governor.PlanRequest{
 		Facts: mf, CacheType: cacheType, Slots: b.Slots,
 		Memory: governor.Memory{Source: reading.Source, Total: reading.TotalBytes, Free: reading.FreeBytes},
 		// A managed llama-server's prompt cache is memory like the headroom.
-		Headroom:  int64(d.cfg.Limits.MemoryHeadroomMB+b.CacheRAMMB) << 20,
-		Requested: b.NumCtx, Max: b.MaxNumCtx, Min: 2*d.cfg.Limits.AnswerReserve + 256,
-		Critical: d.sensor.Environment().VRAM == "critical",
+		Headroom:  int64(c.Limits.MemoryHeadroomMB+b.CacheRAMMB) << 20,
+		Requested: b.NumCtx, Max: b.MaxNumCtx, Min: 2*c.Limits.AnswerReserve + 256,
+		Critical: c.Critical(),
 	})
 	if err != nil {
-		return mf, plan, ctxd.Errorf(ctxd.KindInvalid, "daemon: backend.num_ctx: %w", err)
+		return mf, plan, ctxd.Errorf(ctxd.KindInvalid, "bringup: backend.num_ctx: %w", err)
 	}
 	// Until the model is loaded, VRAM pressure counts the planned window.
-	d.probe.SetPlan(uint64(max(0, plan.WeightsBytes+plan.KVBytes)), false)
-	d.log.Info("window planned", "num_ctx", plan.NumCtx, "slots", plan.Slots, "kv_cache", plan.CacheType, "kv_bytes", plan.KVBytes,
+	c.Memory.SetPlan(uint64(max(0, plan.WeightsBytes+plan.KVBytes)), false)
+	c.Logger.Info("window planned", "num_ctx", plan.NumCtx, "slots", plan.Slots, "kv_cache", plan.CacheType, "kv_bytes", plan.KVBytes,
 		"weights_bytes", plan.WeightsBytes, "headroom_bytes", plan.HeadroomBytes, "memory_source", reading.Source, "free_bytes", reading.FreeBytes, "reason", plan.Reason)
 	return mf, plan, nil
 }

@@ -1,21 +1,17 @@
-package daemon
+package httpapi
 
 import (
 	"encoding/json"
 	"errors"
 	"io"
-	"maps"
 	"net/http"
-	"slices"
 	"strings"
 	"time"
 
 	"github.com/ctxd/ctxd"
+	"github.com/ctxd/ctxd/engine"
 	"github.com/ctxd/ctxd/frontdoor"
-	"github.com/ctxd/ctxd/governor"
-	"github.com/ctxd/ctxd/hostenv"
 	"github.com/ctxd/ctxd/runcontext"
-	"github.com/ctxd/ctxd/scheduler"
 	"github.com/ctxd/ctxd/sigils"
 )
 
@@ -33,35 +29,35 @@ var allowed = map[string]string{
 // routes is every route of both listeners: the native API under /v1/ and
 // the front doors (OpenAI under /v1/, Ollama under /api/). tokens says
 // whether every request must carry a sigil's token (the TCP listener).
-// The MCP endpoint is given mcp: its in-process requests run through the
-// same routes.
-func (d *Daemon) routes(tokens bool, mcp *mcpHTTP) http.Handler {
+// The MCP endpoint's in-process requests run through the same routes.
+func (srv *Server) routes(tokens bool) http.Handler {
+	mcp := srv.mcp
 	mux := http.NewServeMux()
 	var api http.Handler // the routes behind authentication
-	d.doors().Register(mux)
-	mux.HandleFunc("GET /v1/health", d.handleHealth)
-	mux.HandleFunc("GET /v1/status", d.handleStatus)
-	mux.HandleFunc("GET /v1/schema", d.handleSchema)
-	mux.HandleFunc("POST /v1/ask", d.handleAsk)
-	mux.HandleFunc("GET /v1/sessions", d.handleSessions)
-	mux.HandleFunc("GET /v1/sessions/{id}", d.handleSession)
-	mux.HandleFunc("DELETE /v1/sessions/{id}", d.handleDeleteSession)
-	mux.HandleFunc("GET /v1/sessions/{id}/prompt", d.handleLastPrompt)
-	mux.HandleFunc("GET /v1/codex", d.handleCodexStats)
-	mux.HandleFunc("POST /v1/codex/load", d.handleCodexLoad)
-	mux.HandleFunc("GET /v1/codex/search", d.handleCodexSearch)
-	mux.HandleFunc("GET /v1/codex/files", d.handleCodexFiles)
-	mux.HandleFunc("GET /v1/codex/files/{path...}", d.handleCodexFile)
-	mux.HandleFunc("GET /v1/sigil", d.handleSigil)
-	mux.HandleFunc("GET /v1/karma", d.handleKarmaList)
-	mux.HandleFunc("GET /v1/karma/{id}", d.handleKarmaTrace)
-	mux.HandleFunc("POST /v1/karma/{id}/{action}", d.handleKarmaJudge)
-	mux.HandleFunc("GET /v1/sessions/{id}/karma", d.handleSessionKarma)
-	mux.HandleFunc("GET /v1/ws", d.handleWS)
-	mux.Handle("GET /metrics", d.metrics.Handler())
-	mux.HandleFunc("GET /v1/log/level", d.handleLogLevel)
-	mux.HandleFunc("PUT /v1/log/level", d.handleLogLevel)
-	mux.HandleFunc("POST /v1/reload", d.handleReload)
+	srv.doors().Register(mux)
+	mux.HandleFunc("GET /v1/health", srv.handleHealth)
+	mux.HandleFunc("GET /v1/status", srv.handleStatus)
+	mux.HandleFunc("GET /v1/schema", srv.handleSchema)
+	mux.HandleFunc("POST /v1/ask", srv.handleAsk)
+	mux.HandleFunc("GET /v1/sessions", srv.handleSessions)
+	mux.HandleFunc("GET /v1/sessions/{id}", srv.handleSession)
+	mux.HandleFunc("DELETE /v1/sessions/{id}", srv.handleDeleteSession)
+	mux.HandleFunc("GET /v1/sessions/{id}/prompt", srv.handleLastPrompt)
+	mux.HandleFunc("GET /v1/codex", srv.handleCodexStats)
+	mux.HandleFunc("POST /v1/codex/load", srv.handleCodexLoad)
+	mux.HandleFunc("GET /v1/codex/search", srv.handleCodexSearch)
+	mux.HandleFunc("GET /v1/codex/files", srv.handleCodexFiles)
+	mux.HandleFunc("GET /v1/codex/files/{path...}", srv.handleCodexFile)
+	mux.HandleFunc("GET /v1/sigil", srv.handleSigil)
+	mux.HandleFunc("GET /v1/karma", srv.handleKarmaList)
+	mux.HandleFunc("GET /v1/karma/{id}", srv.handleKarmaTrace)
+	mux.HandleFunc("POST /v1/karma/{id}/{action}", srv.handleKarmaJudge)
+	mux.HandleFunc("GET /v1/sessions/{id}/karma", srv.handleSessionKarma)
+	mux.HandleFunc("GET /v1/ws", srv.handleWS)
+	mux.Handle("GET /metrics", srv.cfg.Metrics.Handler())
+	mux.HandleFunc("GET /v1/log/level", srv.handleLogLevel)
+	mux.HandleFunc("PUT /v1/log/level", srv.handleLogLevel)
+	mux.HandleFunc("POST /v1/reload", srv.handleReload)
 	if mcp.api == nil { // the first listener's routes serve the in-process requests of both
 		mcp.api = func() http.Handler { return api }
 	}
@@ -80,32 +76,14 @@ func (d *Daemon) routes(tokens bool, mcp *mcpHTTP) http.Handler {
 		writeError(w, ctxd.Errorf(ctxd.KindUnknownRoute, "no route %s %s; ctxd's own routes are under /v1/ (health, status, schema, ask, sessions, codex, sigil, karma, ws, mcp, log/level, reload) and /metrics, the OpenAI door's are /v1/chat/completions, /v1/completions and /v1/models, the Ollama door's under /api/", r.Method, r.URL.Path))
 	})
 	h := patterns(mux)
-	api = d.instrument(d.track(d.recoverer(h)))                          // in-process requests are named, counted and drained like the others
-	return d.instrument(d.track(d.authenticate(d.recoverer(h), tokens))) // the recoverer logs paths: it sees none with a token
-}
-
-// track counts the requests being served, so a shutdown can wait for
-// their handlers to send their last event; once the daemon is shutting
-// down it refuses new ones.
-func (d *Daemon) track(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		d.drainMu.Lock()
-		if d.draining {
-			d.drainMu.Unlock()
-			writeError(w, ctxd.Errorf(ctxd.KindUnavailable, "ctxd is shutting down"))
-			return
-		}
-		d.handled.Add(1)
-		d.drainMu.Unlock()
-		defer d.handled.Done()
-		next.ServeHTTP(w, r)
-	})
+	api = srv.instrument(srv.track(srv.recoverer(h)))                            // in-process requests are named, counted and drained like the others
+	return srv.instrument(srv.track(srv.authenticate(srv.recoverer(h), tokens))) // the recoverer logs paths: it sees none with a token
 }
 
 // recoverer keeps a panic in one handler from taking the daemon down. It
 // answers in the error shape of the route's door; a panic after a stream
 // started ends the stream with an error event of that door's shape.
-func (d *Daemon) recoverer(next http.Handler) http.Handler {
+func (srv *Server) recoverer(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		tw := &trackedWriter{ResponseWriter: w}
 		defer func() {
@@ -113,7 +91,7 @@ func (d *Daemon) recoverer(next http.Handler) http.Handler {
 				if v == http.ErrAbortHandler {
 					panic(v)
 				}
-				d.log.ErrorContext(r.Context(), "handler panic", "method", r.Method, "path", r.URL.Path, "panic", v)
+				srv.log.ErrorContext(r.Context(), "handler panic", "method", r.Method, "path", r.URL.Path, "panic", v)
 				err := ctxd.Errorf(ctxd.KindInternal, "internal error; see the daemon log")
 				if !tw.wrote {
 					writeErrorFor(w, r, err) // in the door's shape on a door's path
@@ -170,126 +148,29 @@ func writeError(w http.ResponseWriter, err error) {
 	writeJSON(w, k.Status(), errorBody{Error: err.Error(), Kind: k})
 }
 
-func (d *Daemon) handleHealth(w http.ResponseWriter, r *http.Request) {
-	if _, err := d.engine(); err != nil {
-		body := map[string]string{"status": "starting"}
-		if msg := d.initErr.Load(); msg != nil {
-			body["error"] = *msg
-		}
-		writeJSON(w, http.StatusServiceUnavailable, body)
+func (srv *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
+	if _, err := srv.core.Engine(); err != nil {
+		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "starting", "error": err.Error()})
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
 }
 
-// Status is the body of GET /v1/status.
-type Status struct {
-	Version      string               `json:"version"`
-	Ready        bool                 `json:"ready"`
-	Error        string               `json:"error,omitempty"`
-	Backend      BackendInfo          `json:"backend"`
-	Codex        *ctxd.CodexStats     `json:"codex,omitempty"`
-	Limits       governor.Limits      `json:"limits"`
-	Window       *governor.WindowPlan `json:"window,omitempty"`
-	Model        *governor.ModelFacts `json:"model,omitempty"`
-	Scheduler    *scheduler.Status    `json:"scheduler,omitempty"`
-	LastRequest  *ctxd.Summary        `json:"last_request,omitempty"`
-	Environment  ctxd.Environment     `json:"environment"`
-	MemorySource string               `json:"memory_source"`
-	// Hardware is the probe's raw reading (never part of a prompt), and
-	// Bands counts its readings and band changes.
-	Hardware  *hostenv.Reading  `json:"hardware,omitempty"`
-	Bands     *hostenv.Counters `json:"bands,omitempty"`
-	Sigils    []SigilStatus     `json:"sigils"`
-	Karma     bool              `json:"karma"` // answers are recorded as traces
-	Sessions  int               `json:"sessions"`
-	Listeners Listeners         `json:"listeners"`
-	LogLevel  string            `json:"log_level"`
-	// Config is the file the configuration was read from ("" for the
-	// built-in defaults); Reload how the last reload went (nil: none yet).
-	Config string        `json:"config,omitempty"`
-	Reload *ReloadStatus `json:"reload,omitempty"`
-}
-
-// SigilStatus is one configured sigil as status shows it: never a token
-// or its hash.
-type SigilStatus struct {
-	Name        string   `json:"name"`
-	Description string   `json:"description,omitempty"`
-	Scopes      []string `json:"scopes"`
-	Token       bool     `json:"token"`
-	Revoked     bool     `json:"revoked,omitempty"`
-	UIDs        []int    `json:"uids,omitempty"`
-	GIDs        []int    `json:"gids,omitempty"`
-}
-
-// Listeners says where the daemon listens and how it trusts requests.
-type Listeners struct {
-	Socket string `json:"socket"`
-	TCP    string `json:"tcp,omitempty"` // every request on it needs a sigil's token
-	Trust  string `json:"trust"`
-}
-
 // handleStatus reports the daemon's state. It reads snapshots only: it
-// never waits for a generation or a codex load.
-func (d *Daemon) handleStatus(w http.ResponseWriter, r *http.Request) {
-	st := Status{Version: d.version, Backend: BackendInfo{Mode: d.cfg.Backend.Mode, Model: d.cfg.Backend.Model}}
-	if e := d.ready.Load(); e != nil {
-		m := e.model
-		st.Ready, st.Backend, st.Limits = true, m.Info, e.orch.Limits()
-		if m.Restarts != nil {
-			st.Backend.Restarts = m.Restarts()
-		}
-		if m.Loads != nil {
-			if n := m.Loads(); n >= 0 {
-				st.Backend.ModelLoads = &n
-			}
-		}
-		window, facts, sched := m.Window, m.Facts, e.sched.Status()
-		st.Window, st.Model, st.Scheduler, st.LastRequest = &window, &facts, &sched, e.orch.LastSummary()
-		if cs, ok := e.codex.Stats(); ok {
-			st.Codex = &cs
-		}
-	} else if msg := d.initErr.Load(); msg != nil {
-		st.Error = *msg
-	}
-	st.Listeners = Listeners{Socket: d.cfg.Daemon.Socket, TCP: d.TCPAddr(),
-		Trust: "no sigil has a token: requests are trusted by uid only (the socket is its owner's, mode 0600) and act as the sigil they name; sigils with uids or gids are checked against the socket peer's"}
-	if d.sigils.HasTokens() {
-		st.Listeners.Trust = "a request with a token acts as its sigil; one without, on the socket only, is trusted by uid (the socket's owner) and acts as the sigil it names; sigils with uids or gids are checked against the socket peer's"
-	}
-	st.Environment = d.sensor.Environment()
-	_, rd := d.probe.Latest()
-	counters := d.probe.Counters()
-	st.Hardware, st.Bands = &rd, &counters
-	if d.sensor == ctxd.Sensor(d.probe) {
-		st.MemorySource = rd.Source
-	}
-	st.Karma = d.karma != nil
-	st.Sigils = []SigilStatus{}
-	defs := d.sigils.Defs()
-	for _, name := range slices.Sorted(maps.Keys(defs)) {
-		s := defs[name]
-		st.Sigils = append(st.Sigils, SigilStatus{Name: name, Description: s.Description, Scopes: s.Scopes,
-			Token: s.TokenSHA256 != "", Revoked: s.Revoked, UIDs: s.UIDs, GIDs: s.GIDs})
-	}
-	if list, err := d.store.Sessions(r.Context()); err == nil {
-		st.Sessions = len(list)
-	}
-	st.LogLevel = strings.ToLower(d.LogLevel().String())
-	st.Config, st.Reload = d.opts.ConfigPath, d.lastReload.Load()
-	writeJSON(w, http.StatusOK, st)
+// never waits for a generation, a codex load or the session store.
+func (srv *Server) handleStatus(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, srv.core.Status(r.Context()))
 }
 
-func (d *Daemon) handleSchema(w http.ResponseWriter, r *http.Request) {
+func (srv *Server) handleSchema(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "application/schema+json")
 	_, _ = w.Write(runcontext.Schema())
 }
 
 // handleSessions lists the sessions of the request's sigil
 // (sessions:read); others' are not shown.
-func (d *Daemon) handleSessions(w http.ResponseWriter, r *http.Request) {
-	s, err := d.actor(r, r.URL.Query().Get("sigil"))
+func (srv *Server) handleSessions(w http.ResponseWriter, r *http.Request) {
+	s, err := srv.actor(r, r.URL.Query().Get("sigil"))
 	if err == nil {
 		err = requireScope(s, sigils.ScopeSessRead)
 	}
@@ -297,14 +178,14 @@ func (d *Daemon) handleSessions(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	all, err := d.store.Sessions(r.Context())
+	all, err := srv.cfg.Store.Sessions(r.Context())
 	if err != nil {
 		writeError(w, ctxd.Errorf(ctxd.KindInternal, "%w", err))
 		return
 	}
 	list := []ctxd.SessionInfo{}
 	for _, si := range all {
-		if d.owns(s.Name, si.Sigil) {
+		if srv.owns(s.Name, si.Sigil) {
 			list = append(list, si)
 		}
 	}
@@ -314,26 +195,26 @@ func (d *Daemon) handleSessions(w http.ResponseWriter, r *http.Request) {
 // owns reports whether sigil owns a session whose recorded owner is
 // owner: its own, or one recorded before owners were, which is the
 // default sigil's.
-func (d *Daemon) owns(sigil, owner string) bool {
-	return owner == sigil || owner == "" && sigil == d.sigils.Default()
+func (srv *Server) owns(sigil, owner string) bool {
+	return owner == sigil || owner == "" && sigil == srv.cfg.Sigils.Default()
 }
 
 // ownSession is session id if the request's sigil holds scope and owns
 // it; another sigil's session is not found (its existence is not
 // disclosed), and so is one never seen.
-func (d *Daemon) ownSession(r *http.Request, id, scope string) (ctxd.Session, error) {
-	s, err := d.actor(r, r.URL.Query().Get("sigil"))
+func (srv *Server) ownSession(r *http.Request, id, scope string) (ctxd.Session, error) {
+	s, err := srv.actor(r, r.URL.Query().Get("sigil"))
 	if err == nil {
 		err = requireScope(s, scope)
 	}
 	if err != nil {
 		return ctxd.Session{}, err
 	}
-	sess, err := d.store.Session(r.Context(), id)
+	sess, err := srv.cfg.Store.Session(r.Context(), id)
 	if err != nil {
 		return sess, ctxd.Errorf(ctxd.KindInternal, "%w", err)
 	}
-	if sess.Count > 0 && !d.owns(s.Name, sess.Owner) || sess.Count == 0 && sess.Owner != "" && sess.Owner != s.Name {
+	if sess.Count > 0 && !srv.owns(s.Name, sess.Owner) || sess.Count == 0 && sess.Owner != "" && sess.Owner != s.Name {
 		return ctxd.Session{}, ctxd.Errorf(ctxd.KindNotFound, "sigil %q has no session %q", s.Name, id)
 	}
 	return sess, nil
@@ -351,12 +232,12 @@ func sessionID(w http.ResponseWriter, r *http.Request) (string, bool) {
 
 // handleSession reads a session from the store: it sees the turns recorded
 // so far and never waits for the session's running request.
-func (d *Daemon) handleSession(w http.ResponseWriter, r *http.Request) {
+func (srv *Server) handleSession(w http.ResponseWriter, r *http.Request) {
 	id, ok := sessionID(w, r)
 	if !ok {
 		return
 	}
-	s, err := d.ownSession(r, id, sigils.ScopeSessRead)
+	s, err := srv.ownSession(r, id, sigils.ScopeSessRead)
 	if err != nil {
 		writeError(w, err)
 		return
@@ -367,18 +248,18 @@ func (d *Daemon) handleSession(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, ctxd.SessionTurns{Session: id, Epoch: s.Epoch, Turns: s.Turns})
 }
 
-func (d *Daemon) handleLastPrompt(w http.ResponseWriter, r *http.Request) {
+func (srv *Server) handleLastPrompt(w http.ResponseWriter, r *http.Request) {
 	id, ok := sessionID(w, r)
 	if !ok {
 		return
 	}
-	e := d.ready.Load()
+	e, _ := srv.core.Engine()
 	if e == nil {
 		writeError(w, ctxd.Errorf(ctxd.KindNotFound, "session %q sent no prompt since the daemon started (the backend is not ready)", id))
 		return
 	}
 	// The prompt holds its sigil's karma and tools: only that sigil reads it.
-	s, err := d.actor(r, r.URL.Query().Get("sigil"))
+	s, err := srv.actor(r, r.URL.Query().Get("sigil"))
 	if err == nil {
 		err = requireScope(s, sigils.ScopeSessRead)
 	}
@@ -387,7 +268,7 @@ func (d *Daemon) handleLastPrompt(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	caller := s.Name
-	rendered, sentAs, ok := e.orch.LastPrompt(id)
+	rendered, sentAs, ok := e.Orch.LastPrompt(id)
 	if ok && sentAs != caller {
 		ok = false
 	}
@@ -395,7 +276,7 @@ func (d *Daemon) handleLastPrompt(w http.ResponseWriter, r *http.Request) {
 		writeError(w, ctxd.Errorf(ctxd.KindNotFound, "session %q sent no prompt as sigil %q since the daemon started", id, caller))
 		return
 	}
-	lp := ctxd.LastPrompt{Session: id, Prompt: rendered.Prompt(), Stop: e.orch.Stop()}
+	lp := ctxd.LastPrompt{Session: id, Prompt: rendered.Prompt(), Stop: e.Orch.Stop()}
 	for k, name := range runcontext.BlockNames {
 		lp.Blocks = append(lp.Blocks, ctxd.PromptBlock{Name: name, Offset: rendered.Offset(k), Bytes: len(rendered.Blocks[k])})
 	}
@@ -404,18 +285,18 @@ func (d *Daemon) handleLastPrompt(w http.ResponseWriter, r *http.Request) {
 
 // handleDeleteSession deletes through the orchestrator, which waits for the
 // session's running request and forgets what it holds of the session.
-func (d *Daemon) handleDeleteSession(w http.ResponseWriter, r *http.Request) {
+func (srv *Server) handleDeleteSession(w http.ResponseWriter, r *http.Request) {
 	id, ok := sessionID(w, r)
 	if !ok {
 		return
 	}
-	_, err := d.ownSession(r, id, sigils.ScopeSessWrite)
-	var e *engine
+	_, err := srv.ownSession(r, id, sigils.ScopeSessWrite)
+	var e *engine.Engine
 	if err == nil {
-		e, err = d.engine()
+		e, err = srv.core.Engine()
 	}
 	if err == nil {
-		err = e.orch.DeleteSession(r.Context(), id)
+		err = e.Orch.DeleteSession(r.Context(), id)
 	}
 	if err != nil {
 		writeError(w, err)
@@ -426,11 +307,11 @@ func (d *Daemon) handleDeleteSession(w http.ResponseWriter, r *http.Request) {
 
 // decodeJSON reads a JSON body into v: the right content type, at most
 // daemon.max_body_bytes, one value, no unknown fields.
-func (d *Daemon) decodeJSON(w http.ResponseWriter, r *http.Request, v any, example string) error {
+func (srv *Server) decodeJSON(w http.ResponseWriter, r *http.Request, v any, example string) error {
 	if ct := r.Header.Get("Content-Type"); ct != "" && !strings.HasPrefix(ct, "application/json") {
 		return ctxd.Errorf(ctxd.KindUnsupported, "content type %q: send application/json", ct)
 	}
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, d.cfg.Daemon.MaxBodyBytes))
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, srv.cfg.Daemon.MaxBodyBytes))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
 		var mbe *http.MaxBytesError
@@ -457,33 +338,34 @@ func (d *Daemon) decodeJSON(w http.ResponseWriter, r *http.Request, v any, examp
 
 // handleAsk answers POST /v1/ask; the orchestrator checks the request's
 // fields.
-func (d *Daemon) handleAsk(w http.ResponseWriter, r *http.Request) {
+func (srv *Server) handleAsk(w http.ResponseWriter, r *http.Request) {
 	var req ctxd.AskRequest
-	if err := d.decodeJSON(w, r, &req, `{"session": ..., "query": ...}`); err != nil {
+	if err := srv.decodeJSON(w, r, &req, `{"session": ..., "query": ...}`); err != nil {
 		writeError(w, err)
 		return
 	}
-	var err error
-	if req.Sigil, err = d.sigilFor(r, req.Sigil); err != nil {
-		writeError(w, err)
-		return
+	scopes := req.Scopes
+	if len(scopes) == 0 {
+		scopes = requestScopes(r)
 	}
-	if len(req.Scopes) == 0 {
-		req.Scopes = requestScopes(r)
-	}
-	e, err := d.engine()
+	sigil, err := srv.actorScoped(r, req.Sigil, scopes)
 	if err != nil {
 		writeError(w, err)
 		return
 	}
-	s := &stream{w: w, timeout: d.cfg.Daemon.WriteTimeout.Duration}
-	sum, err := e.orch.Ask(r.Context(), req, s.token)
+	e, err := srv.core.Engine()
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	s := &stream{w: w, timeout: srv.cfg.Daemon.WriteTimeout.Duration}
+	sum, err := e.Orch.AskAs(r.Context(), sigil, req, s.token)
 	if err != nil {
 		switch k := ctxd.KindOf(err); k {
 		case ctxd.KindInternal, ctxd.KindNotRecorded:
-			d.log.ErrorContext(r.Context(), "ask failed", "session", req.Session, "kind", k, "err", err)
+			srv.log.ErrorContext(r.Context(), "ask failed", "session", req.Session, "kind", k, "err", err)
 		case ctxd.KindBackend, ctxd.KindUnavailable:
-			d.log.WarnContext(r.Context(), "ask failed", "session", req.Session, "kind", k, "err", err)
+			srv.log.WarnContext(r.Context(), "ask failed", "session", req.Session, "kind", k, "err", err)
 		}
 		if !s.started {
 			writeError(w, err)

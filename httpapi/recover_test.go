@@ -1,4 +1,4 @@
-package daemon
+package httpapi
 
 import (
 	"io"
@@ -13,7 +13,7 @@ import (
 // an error its client can read, in the shape of the route's door, before
 // and after its stream started, and the daemon goes on.
 func TestRecovererAnswersInTheDoorsShape(t *testing.T) {
-	d := &Daemon{log: slog.New(slog.DiscardHandler)}
+	d := &Server{log: slog.New(slog.DiscardHandler)}
 	cases := []struct {
 		path, before, after string
 	}{

@@ -1,4 +1,4 @@
-package daemon
+package bringup
 
 import (
 	"context"
@@ -16,7 +16,6 @@ import (
 	"github.com/ctxd/ctxd/governor"
 	"github.com/ctxd/ctxd/llamacpp"
 	"github.com/ctxd/ctxd/llamatok"
-	"github.com/ctxd/ctxd/ollama"
 	"github.com/ctxd/ctxd/orchestrator"
 	"github.com/ctxd/ctxd/runcontext"
 )
@@ -27,16 +26,11 @@ import (
 // external mode it reads the server's slots and window from /props. ctxd
 // counts tokens with the model file where it can read it, else with the
 // server's /tokenize, and sends the prompt as token ids.
-func (d *Daemon) openLlamaCpp(ctx context.Context, onRestart func()) (_ *Model, err error) {
-	b := d.cfg.Backend
+func (c Config) openLlamaCpp(ctx context.Context, onRestart func()) (_ *Model, err error) {
+	b := c.Backend
 	m := &Model{Info: BackendInfo{Mode: b.Mode, Kind: b.Kind, Model: b.Model}, ChoosesSlots: true}
-	var closers []func() error
-	m.Close = func() error {
-		for i := len(closers) - 1; i >= 0; i-- {
-			closers[i]()
-		}
-		return nil
-	}
+	var cl closers
+	m.Close = cl.close
 	defer func() {
 		if err != nil {
 			m.Close()
@@ -50,30 +44,30 @@ func (d *Daemon) openLlamaCpp(ctx context.Context, onRestart func()) (_ *Model, 
 		if err != nil {
 			return nil, err
 		}
-		if m.Facts, m.Window, err = d.planWindow(facts); err != nil {
+		if m.Facts, m.Window, err = c.planWindow(facts); err != nil {
 			return nil, err
 		}
-		dir := filepath.Join(d.cfg.Daemon.StateDir, "llamacpp")
+		dir := filepath.Join(c.StateDir, "llamacpp")
 		slotDir = filepath.Join(dir, "slots")
 		srv, err := llamacpp.Start(ctx, llamacpp.ServeConfig{
 			Binary: b.ServerBinary(), Addr: b.Listen, Model: gguf,
 			CtxPerSlot: m.Window.NumCtx, Slots: b.Slots, SlotSavePath: slotDir, CacheRAMMiB: b.CacheRAMMB,
 			Threads: b.NumThread, BatchSize: b.NumBatch,
-			LogPath: filepath.Join(dir, "llama-server.log"), Env: d.opts.BackendEnv,
-			Logger: d.log, OnRestart: onRestart,
+			LogPath: filepath.Join(dir, "llama-server.log"), Env: c.Env,
+			Logger: c.Logger, OnRestart: onRestart,
 		}, opts)
 		if err != nil {
 			return nil, err
 		}
-		closers = append(closers, func() error {
+		cl.add(func() error {
 			err := srv.Process.Close()
-			d.log.Info("managed llama-server stopped")
+			c.Logger.Info("managed llama-server stopped")
 			return err
 		})
 		m.Restarts = srv.Restarts
 		client = srv.Client
 	} else if client, err = llamacpp.New(b.URL, opts); err != nil {
-		return nil, ctxd.Errorf(ctxd.KindInvalid, "daemon: backend.url: %w", err)
+		return nil, ctxd.Errorf(ctxd.KindInvalid, "bringup: backend.url: %w", err)
 	}
 	props, err := client.Props(ctx)
 	if err != nil {
@@ -88,10 +82,10 @@ func (d *Daemon) openLlamaCpp(ctx context.Context, onRestart func()) (_ *Model, 
 		statErr := readable(gguf)
 		switch {
 		case statErr != nil && b.GGUF != "":
-			return nil, ctxd.Errorf(ctxd.KindInvalid, "daemon: backend.gguf %s is not readable (%v): name the server's model file as ctxd sees it, or leave it empty to count tokens with the server", gguf, statErr)
+			return nil, ctxd.Errorf(ctxd.KindInvalid, "bringup: backend.gguf %s is not readable (%v): name the server's model file as ctxd sees it, or leave it empty to count tokens with the server", gguf, statErr)
 		case statErr != nil:
 			local = false
-			d.log.Info("the server's model file is not readable here: counting tokens with the server's /tokenize (a request per count; set backend.gguf to count locally)", "model", gguf, "err", statErr)
+			c.Logger.Info("the server's model file is not readable here: counting tokens with the server's /tokenize (a request per count; set backend.gguf to count locally)", "model", gguf, "err", statErr)
 			if m.Facts, err = remoteFacts(ctx, client); err != nil {
 				return nil, err
 			}
@@ -108,10 +102,10 @@ func (d *Daemon) openLlamaCpp(ctx context.Context, onRestart func()) (_ *Model, 
 			Reason: "set by the external server (/props: its slots and each slot's window)"}
 	}
 	if props.TotalSlots != max(1, m.Window.Slots) {
-		return nil, ctxd.Errorf(ctxd.KindInvalid, "daemon: llama-server has %d slots, ctxd planned %d", props.TotalSlots, m.Window.Slots)
+		return nil, ctxd.Errorf(ctxd.KindInvalid, "bringup: llama-server has %d slots, ctxd planned %d", props.TotalSlots, m.Window.Slots)
 	}
 	if props.Settings.NCtx > 0 && props.Settings.NCtx != m.Window.NumCtx {
-		return nil, ctxd.Errorf(ctxd.KindInvalid, "daemon: llama-server gives each slot %d tokens, ctxd planned %d", props.Settings.NCtx, m.Window.NumCtx)
+		return nil, ctxd.Errorf(ctxd.KindInvalid, "bringup: llama-server gives each slot %d tokens, ctxd planned %d", props.Settings.NCtx, m.Window.NumCtx)
 	}
 	m.Info.NumCtx, m.Info.Slots, m.Info.KVCacheType = m.Window.NumCtx, m.Window.Slots, string(m.Window.CacheType)
 	m.Info.Architecture = m.Facts.Architecture
@@ -125,7 +119,7 @@ func (d *Daemon) openLlamaCpp(ctx context.Context, onRestart func()) (_ *Model, 
 	if local {
 		lt, err := llamatok.Open(gguf)
 		if err != nil {
-			return nil, fmt.Errorf("daemon: tokenizer for %s: %w", gguf, err)
+			return nil, fmt.Errorf("bringup: tokenizer for %s: %w", gguf, err)
 		}
 		tok = lt
 		if _, jinja, err = llamacpp.ModelInfo(gguf); err != nil {
@@ -136,13 +130,13 @@ func (d *Daemon) openLlamaCpp(ctx context.Context, onRestart func()) (_ *Model, 
 		if tok, err = llamacpp.NewTokenizer(ctx, client, props); err != nil {
 			return nil, err
 		}
-		jinja = ownTemplate(jinja, tok.Special(), d.log)
+		jinja = ownTemplate(jinja, tok.Special(), c.Logger)
 	}
-	closers = append(closers, tok.Close)
+	cl.add(tok.Close)
 	if m.Format, m.Info.Format, err = chooseLlamaFormat(ctx, b.Format, jinja, tok.Special(), client, props.BOS); err != nil {
 		return nil, err
 	}
-	d.log.Info("prompt format", "format", m.Info.Format.Name, "append_only", m.Info.Format.AppendOnly, "reason", m.Info.Format.Reason)
+	c.Logger.Info("prompt format", "format", m.Info.Format.Name, "append_only", m.Info.Format.AppendOnly, "reason", m.Info.Format.Reason)
 	name := filepath.Base(gguf)
 	if gguf == "" {
 		name = b.Model
@@ -151,21 +145,21 @@ func (d *Daemon) openLlamaCpp(ctx context.Context, onRestart func()) (_ *Model, 
 	if slotDir != "" {
 		m.Warm = &orchestrator.WarmConfig{Store: client, Dir: slotDir, Model: name + "@" + m.Info.Version}
 	} else {
-		d.log.Info("warm restarts are off: set backend.slot_save_path to the server's --slot-save-path to turn them on")
+		c.Logger.Info("warm restarts are off: set backend.slot_save_path to the server's --slot-save-path to turn them on")
 	}
-	d.probe.SetPlan(uint64(max(0, m.Window.WeightsBytes+m.Window.KVBytes)), true) // the server holds its model
+	c.Memory.SetPlan(uint64(max(0, m.Window.WeightsBytes+m.Window.KVBytes)), true) // the server holds its model
 	return m, nil
 }
 
 // ggufFacts reads what the window plan needs from the model file.
-func ggufFacts(path string) (facts ollama.Facts, err error) {
+func ggufFacts(path string) (facts Facts, err error) {
 	info, _, err := llamacpp.ModelInfo(path)
 	if err != nil {
-		return facts, ctxd.Errorf(ctxd.KindInvalid, "daemon: backend.gguf: %w", err)
+		return facts, ctxd.Errorf(ctxd.KindInvalid, "bringup: backend.gguf: %w", err)
 	}
 	arch, _ := info["general.architecture"].(string)
 	ctxLen, _ := info[arch+".context_length"].(float64)
-	return ollama.Facts{Architecture: arch, ContextLength: int(ctxLen), GGUFPath: path, Info: info}, nil
+	return Facts{Architecture: arch, ContextLength: int(ctxLen), GGUFPath: path, Info: info}, nil
 }
 
 // chooseLlamaFormat picks the format for llama-server: the model's chat
@@ -190,7 +184,7 @@ func chooseLlamaFormat(ctx context.Context, want, jinja string, special runconte
 func remoteFacts(ctx context.Context, c *llamacpp.Client) (governor.ModelFacts, error) {
 	meta, err := c.ModelMeta(ctx)
 	if err != nil {
-		return governor.ModelFacts{}, fmt.Errorf("daemon: the served model's facts: %w", err)
+		return governor.ModelFacts{}, fmt.Errorf("bringup: the served model's facts: %w", err)
 	}
 	return governor.ModelFacts{Architecture: "unknown (model file not readable here)", ContextLength: meta.NCtxTrain,
 		Embedding: meta.NEmbd, WeightsBytes: meta.Size}, nil

@@ -1,4 +1,4 @@
-package daemon
+package httpapi
 
 import (
 	"context"
@@ -13,7 +13,6 @@ import (
 	"github.com/ctxd/ctxd"
 	"github.com/ctxd/ctxd/client"
 	"github.com/ctxd/ctxd/config"
-	"github.com/ctxd/ctxd/governor"
 	"github.com/ctxd/ctxd/internal/fake"
 	"github.com/ctxd/ctxd/sigils"
 )
@@ -74,14 +73,7 @@ func TestOpenAIClientToolCalls(t *testing.T) {
 		t.Fatal(err)
 	}
 	f := newFixture(t, fixtureOptions{
-		open: func(context.Context, func()) (*Model, error) {
-			return &Model{
-				Backend: toolModel{fake.NewBackend()}, Tokenizer: fake.Tokenizer{}, TokenizerID: "fake",
-				Info:   BackendInfo{Kind: "fake", Mode: "fake", Model: "scripted", NumCtx: 100000, Slots: 1},
-				Window: governor.WindowPlan{NumCtx: 100000, Slots: 1, CacheType: governor.CacheF16},
-				Close:  func() error { return nil },
-			}, nil
-		},
+		model: toolModel{fake.NewBackend()},
 		config: func(c *config.Config) {
 			c.Daemon.TCPListen = "127.0.0.1:0"
 			c.Sigils["agent"] = config.Sigil{Scopes: []string{"ask", "tool:grep", "sessions:read"}, TokenSHA256: hash}
@@ -91,7 +83,7 @@ func TestOpenAIClientToolCalls(t *testing.T) {
 	defer cancel()
 	cmd := exec.CommandContext(ctx, node, "openai-tools.mjs")
 	cmd.Dir = nodeClients
-	cmd.Env = append(os.Environ(), "CTXD_BASE_URL=http://"+f.daemon.TCPAddr()+"/v1", "CTXD_TOKEN="+tok)
+	cmd.Env = append(os.Environ(), "CTXD_BASE_URL=http://"+f.srv.TCPAddr()+"/v1", "CTXD_TOKEN="+tok)
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	b, err := cmd.Output()

@@ -1,0 +1,178 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"time"
+
+	"github.com/ctxd/ctxd"
+	"github.com/ctxd/ctxd/bringup"
+	"github.com/ctxd/ctxd/codexsvc"
+	"github.com/ctxd/ctxd/config"
+	"github.com/ctxd/ctxd/formatters"
+	"github.com/ctxd/ctxd/governor"
+	"github.com/ctxd/ctxd/karma"
+	"github.com/ctxd/ctxd/metrics"
+	"github.com/ctxd/ctxd/orchestrator"
+	"github.com/ctxd/ctxd/runcontext"
+	"github.com/ctxd/ctxd/scheduler"
+	"github.com/ctxd/ctxd/sigils"
+	"github.com/ctxd/ctxd/tokencount"
+)
+
+// Engine is the request path on one model load. Its fields are set by New
+// and never change; each is safe for concurrent use.
+type Engine struct {
+	Model *bringup.Model
+	Sched *scheduler.Scheduler
+	Orch  *orchestrator.Orchestrator
+	Codex *codexsvc.Service
+	Since time.Time // when it became ready
+}
+
+// Config is what the request path is built from besides the model.
+type Config struct {
+	Identity runcontext.Identity
+	Codex    config.Codex // the codex to load at once (Path "": none) and how
+	Karma    config.Karma
+	// LowPowerAnswerReserve caps answers while on low power (0: no cap).
+	LowPowerAnswerReserve int
+	StateDir              string          // the codex's caches and index go here
+	Limits                governor.Limits // the governor's limits on this model's window
+	Sigils                *sigils.Registry
+	Formatters            *formatters.Registry
+	Store                 ctxd.Store
+	KarmaStore            ctxd.KarmaStore // nil: no karma
+	Sensor                ctxd.Sensor
+	// Observe is told of every answer's summary; nil: nobody.
+	Observe func(ctx context.Context, sum *ctxd.Summary)
+	// OnCodex is told of every new codex, once requests see it; nil: nobody.
+	OnCodex func(plan ctxd.CodexPlan)
+	Logger  *slog.Logger
+}
+
+// New builds the request path on m and loads the configured codex. It
+// takes m: Close closes it, and so does a New that fails.
+func New(ctx context.Context, cfg Config, m *bringup.Model) (_ *Engine, err error) {
+	e := &Engine{Model: m}
+	defer func() {
+		if err != nil {
+			e.Close()
+		}
+	}()
+	if err := cfg.Limits.Validate(); err != nil {
+		return nil, ctxd.Errorf(ctxd.KindInvalid, "engine: %w", err)
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if m.Format == nil {
+		m.Format = runcontext.Plain{}
+	}
+	counter := tokencount.New(m.Tokenizer, cfg.Logger)
+	e.Sched = scheduler.New(scheduler.Options{Slots: m.Window.Slots, LeastRecentTies: m.ChoosesSlots})
+	if e.Orch, err = newOrchestrator(cfg, e, counter); err != nil {
+		return nil, ctxd.Errorf(ctxd.KindInvalid, "%w", err)
+	}
+	e.Codex = codexsvc.New(codexsvc.Config{
+		Codex: cfg.Codex, StateDir: cfg.StateDir, Limits: cfg.Limits,
+		Tokenizer: m.Tokenizer, TokenizerID: m.TokenizerID, Counter: counter,
+		Specials: m.Format.Specials(), Sink: sink{next: e.Orch, onCodex: cfg.OnCodex}, Logger: cfg.Logger,
+		Stable: e.Orch.StableBlocks,
+	})
+	if cfg.Codex.Path != "" {
+		if _, err := e.Codex.Load(ctx, cfg.Codex.Path, nil); err != nil {
+			return nil, err
+		}
+	}
+	e.Since = time.Now()
+	return e, nil
+}
+
+// newOrchestrator is the orchestrator of e's model, reading codex files
+// through e's codex service.
+func newOrchestrator(cfg Config, e *Engine, counter *tokencount.Counter) (*orchestrator.Orchestrator, error) {
+	m := e.Model
+	mf, cacheType := m.Facts, m.Window.CacheType
+	kvBytes := func(n int) int64 { return mf.KVBytes(cacheType, n) }
+	if len(mf.HeadCountKV) == 0 { // layer shapes unknown: not reported, rather than 0
+		kvBytes = nil
+	}
+	k := cfg.Karma
+	return orchestrator.New(orchestrator.Config{
+		Identity: cfg.Identity,
+		Format:   m.Format,
+		Limits:   cfg.Limits,
+		KVBytes:  kvBytes,
+		Sigils:   cfg.Sigils,
+		TopK:     cfg.Codex.TopK,
+		Warm:     m.Warm,
+		Karma: orchestrator.KarmaConfig{Store: cfg.KarmaStore, Model: m.Info.Model, Options: karma.Options{
+			TopK: k.TopK, MaxChars: k.MaxChars, MaxEntryChars: k.MaxEntryChars, HalfLife: k.HalfLife.Duration}},
+		LowPowerReserve: cfg.LowPowerAnswerReserve,
+		Observe:         cfg.Observe,
+		Formatters:      cfg.Formatters,
+		CodexFile: func(path string) (string, error) {
+			f, err := e.Codex.File(path)
+			if ctxd.KindOf(err) == ctxd.KindNotFound {
+				return "", fmt.Errorf("%w: %v", fs.ErrNotExist, err)
+			}
+			return f.Content, err
+		},
+		Logger: cfg.Logger,
+	}, m.Backend, counter, cfg.Store, cfg.Sensor, e.Sched)
+}
+
+// SetLimits puts new limits in force: the codex is planned against them
+// first, and requests get them once it is. An error leaves the old ones.
+func (e *Engine) SetLimits(ctx context.Context, l governor.Limits) error {
+	if err := e.Codex.SetLimits(ctx, l); err != nil {
+		return err
+	}
+	return e.Orch.SetLimits(l)
+}
+
+// Close stops the codex service and then the model; the store is not
+// the engine's.
+func (e *Engine) Close() error {
+	if e.Codex != nil {
+		if err := e.Codex.Close(); err != nil {
+			return fmt.Errorf("engine: codex service: %w", err)
+		}
+	}
+	if e.Model != nil && e.Model.Close != nil {
+		if err := e.Model.Close(); err != nil {
+			return fmt.Errorf("engine: backend: %w", err)
+		}
+	}
+	return nil
+}
+
+// sink hands each new codex to the request path, then tells OnCodex.
+type sink struct {
+	next    codexsvc.Sink
+	onCodex func(ctxd.CodexPlan)
+}
+
+func (s sink) SetCodex(block runcontext.Codex, plan ctxd.CodexPlan, r ctxd.Retriever) {
+	s.next.SetCodex(block, plan, r)
+	if s.onCodex != nil {
+		s.onCodex(plan)
+	}
+}
+
+// FillMetrics fills the request path's gauges of a metrics scrape: ready,
+// backend restarts, slots and queues, the codex. It reads snapshots only.
+func (e *Engine) FillMetrics(v *metrics.Snapshot) {
+	v.Ready = true
+	if e.Model.Restarts != nil {
+		v.BackendRestarts = e.Model.Restarts()
+	}
+	st := e.Sched.Status()
+	v.Slots, v.SlotsBusy, v.QueuedForSlot, v.QueuedForSession = len(st.Slots), st.Busy, len(st.Waiting), st.InSessions
+	if cs, ok := e.Codex.Stats(); ok {
+		v.CodexMode, v.CodexLoadSeconds, v.CodexTokens = cs.Plan.Mode, cs.LoadMillis/1000, cs.Tokens
+	}
+}
