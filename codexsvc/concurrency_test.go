@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/ctxd/ctxd"
+	"github.com/ctxd/ctxd/governor"
 	"github.com/ctxd/ctxd/internal/fake"
 	"github.com/ctxd/ctxd/runcontext"
 	"github.com/ctxd/ctxd/tokencount"
@@ -196,5 +197,123 @@ func TestWorkingSetMoveCommitsOnlyOntoItsGeneration(t *testing.T) {
 	v, err = w.commit(&wsMove{reason: "drifted", gen: 1}, next, 0, nil)
 	if err != nil || v.cur != next || v.gen != 2 || v.moved != "drifted" || w.cur != next || w.misses != 0 || w.moving {
 		t.Fatalf("a move onto its generation: view %+v, working set %+v misses %d moving %t, %v", v, w.cur, w.misses, w.moving, err)
+	}
+}
+
+// planFor reports whether plan was made under limits: its threshold is
+// its ratio of their prompt budget.
+func planFor(limits governor.Limits, plan ctxd.CodexPlan) bool {
+	return plan.Threshold == int(plan.Ratio*float64(limits.PromptBudget()))
+}
+
+// TestReplanSwapsLimitsAndPlanTogether: readers racing with re-plans never
+// see new limits with the old plan; while a re-plan is held (its render of
+// the stable blocks blocks), readers do not wait for it and see the old
+// pair; a re-plan that fails leaves the old pair.
+func TestReplanSwapsLimitsAndPlanTogether(t *testing.T) {
+	t.Parallel()
+	var g *gate
+	var fail atomic.Bool
+	s, _ := newServiceWith(t, 100000, false, func(c *Config) {
+		g = newGate(t)
+		stable := c.Stable
+		c.Stable = func(b runcontext.Codex) (runcontext.Rendered, error) {
+			g.pass()
+			if fail.Load() {
+				return runcontext.Rendered{}, errors.New("the stable blocks did not render")
+			}
+			return stable(b)
+		}
+	})
+	dir := tree(t, 3, 500)
+	if _, err := s.Load(t.Context(), dir, nil); err != nil {
+		t.Fatal(err)
+	}
+	a, b := s.cfg.Limits, s.cfg.Limits
+	b.AnswerReserve = 20000
+	if l, p, ok := s.Plan(); !ok || l != a || !planFor(l, p) || p.Mode != runcontext.ModeCAG {
+		t.Fatalf("after the load: limits %+v, plan %+v, %t", l, p, ok)
+	}
+
+	// Readers race with re-plans: every pair they see belongs together.
+	stop := make(chan struct{})
+	var readers sync.WaitGroup
+	var reads, mismatched atomic.Int64
+	for range 4 {
+		readers.Add(1)
+		go func() {
+			defer readers.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				l, p, ok := s.Plan()
+				if !ok || !planFor(l, p) {
+					mismatched.Add(1)
+				}
+				reads.Add(1)
+			}
+		}()
+	}
+	for i := range 10 {
+		if err := s.SetLimits(t.Context(), []governor.Limits{b, a}[i%2]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eventually(t, wait, "readers reading beside the re-plans", func() bool { return reads.Load() > 100 })
+	close(stop)
+	readers.Wait()
+	if n := mismatched.Load(); n > 0 {
+		t.Errorf("%d of %d reads saw limits with a plan not made under them", n, reads.Load())
+	}
+
+	// A re-plan held in the middle: readers see the old pair at once.
+	g.close()
+	replanned := make(chan error, 1)
+	go func() { replanned <- s.SetLimits(t.Context(), b) }()
+	within(t, "the re-plan reaching its render of the stable blocks", g.arrived)
+	type read struct {
+		limits governor.Limits
+		plan   ctxd.CodexPlan
+		stats  ctxd.CodexStats
+		files  int
+		err    error
+	}
+	got := make(chan read, 1)
+	go func() {
+		var r read
+		r.limits, r.plan, _ = s.Plan()
+		r.stats, _ = s.Stats()
+		fs, _ := s.Files()
+		r.files = len(fs)
+		_, r.err = s.File(fs[0].Path)
+		got <- r
+	}()
+	r := within(t, "readers while a re-plan is held", got)
+	if r.limits != a || !planFor(r.limits, r.plan) || r.stats.Plan != r.plan || r.files != 3 || r.err != nil {
+		t.Errorf("read during a re-plan: limits %+v, plan %+v, stats' plan %+v, %d files, %v", r.limits, r.plan, r.stats.Plan, r.files, r.err)
+	}
+	select {
+	case err := <-replanned:
+		t.Fatalf("the re-plan finished while its render was held: %v", err)
+	default:
+	}
+	g.release()
+	if err := within(t, "the re-plan once its render goes on", replanned); err != nil {
+		t.Fatal(err)
+	}
+	if l, p, _ := s.Plan(); l != b || !planFor(l, p) {
+		t.Errorf("after the re-plan: limits %+v, plan %+v", l, p)
+	}
+
+	// A re-plan that fails leaves the pair as it was.
+	fail.Store(true)
+	if err := s.SetLimits(t.Context(), a); err == nil {
+		t.Fatal("a re-plan whose render failed succeeded")
+	}
+	if l, p, _ := s.Plan(); l != b || !planFor(l, p) {
+		t.Errorf("after a failed re-plan: limits %+v, plan %+v; want the pair before it", l, p)
 	}
 }
