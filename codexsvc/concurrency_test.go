@@ -317,3 +317,47 @@ func TestReplanSwapsLimitsAndPlanTogether(t *testing.T) {
 		t.Errorf("after a failed re-plan: limits %+v, plan %+v; want the pair before it", l, p)
 	}
 }
+
+// panicTokenizer panics at its first count while armed.
+type panicTokenizer struct {
+	fake.Tokenizer
+	armed *atomic.Bool
+}
+
+func (t panicTokenizer) CountText(s string) (int, error) {
+	if t.armed.CompareAndSwap(true, false) {
+		panic("tokenizer failed")
+	}
+	return t.Tokenizer.CountText(s)
+}
+
+// TestWorkingSetMoveThatPanicsEnds: a move that panics (a request handler's
+// panic, which net/http recovers) is ended, so the next question moves the
+// working set rather than finding a move forever in progress.
+func TestWorkingSetMoveThatPanicsEnds(t *testing.T) {
+	t.Parallel()
+	var armed atomic.Bool
+	s, snk := newServiceWith(t, 6000, false, func(c *Config) {
+		tok := panicTokenizer{armed: &armed}
+		c.Tokenizer, c.Counter = tok, tokencount.New(tok, nil)
+	})
+	if _, err := s.Load(t.Context(), packages(t, 8, 4, 1500), nil); err != nil {
+		t.Fatal(err)
+	}
+	exactStats(t, s)
+	_, _, r, _ := snk.published()
+	ws := r.(*workingSet)
+	armed.Store(true)
+	func() {
+		defer func() {
+			if recover() == nil {
+				t.Error("the tokenizer's panic did not reach the caller")
+			}
+		}()
+		ws.Retrieve(t.Context(), "what do pkgc frobs turn into", 3)
+	}()
+	_, _, rep, err := ws.Retrieve(t.Context(), "what do pkgc frobs turn into", 3)
+	if err != nil || rep.Moved == "" || rep.Generation != 1 {
+		t.Errorf("the question after a move that panicked: %+v, %v", rep, err)
+	}
+}

@@ -218,8 +218,15 @@ func (w *workingSet) drift(top []sqlite.Hit, learn bool) string {
 }
 
 // move chooses the working set m was decided on, without the lock, and
-// commits it.
+// commits it. A move that panics is ended too (net/http recovers a
+// handler's panic): the next may start.
 func (w *workingSet) move(ctx context.Context, m *wsMove) (wsView, error) {
+	defer func() {
+		if r := recover(); r != nil {
+			_, _ = w.commit(m, nil, 0, fmt.Errorf("codex working set: %v", r))
+			panic(r)
+		}
+	}()
 	choice, baseTokens, err := w.choose(ctx, m.recent, m.baseTokens)
 	view, err := w.commit(m, choice, baseTokens, err)
 	if err == nil && view.moved != "" {
