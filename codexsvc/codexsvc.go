@@ -4,9 +4,12 @@
 // it to the request path, and reloads it when its files change.
 //
 // Loads are serialized and cancellable; reads of the current codex never
-// wait for a load. It does not render prompts or talk to a backend: the
-// stable blocks it plans with come from the daemon, and their tokens are
-// counted once, in a tokencount.Counter shared with the request path.
+// wait for a load, and never see new limits with the plan of the old
+// ones: the limits and the codex planned under them are one state,
+// swapped whole when a load or a re-plan is done. It does not render
+// prompts or talk to a backend: the stable blocks it plans with come from
+// the daemon, and their tokens are counted once, in a tokencount.Counter
+// shared with the request path.
 package codexsvc
 
 import (
@@ -60,10 +63,11 @@ type Service struct {
 	ctx    context.Context // ends at Close: watchers and their reloads stop
 	cancel context.CancelFunc
 
-	current atomic.Pointer[loaded]          // nil until a load succeeded
-	limits  atomic.Pointer[governor.Limits] // the window loads plan against (SetLimits swaps it)
+	state atomic.Pointer[state] // what readers see; never nil
 
-	loadMu sync.Mutex // serializes loads; guards cache, index, closed
+	// loadMu serializes loads and re-plans (the writers); guards cache,
+	// index, closed and bgCancel. No reader takes it.
+	loadMu sync.Mutex
 	cache  *codex.Cache
 	index  *sqlite.Index
 	closed bool
@@ -74,6 +78,14 @@ type Service struct {
 
 	bgCancel   context.CancelFunc // stops the background count of the current codex; guarded by loadMu
 	background sync.WaitGroup
+}
+
+// state is the limits loads plan against and the codex last planned
+// under them: immutable, swapped whole, so a reader pairs the plan it
+// sees with the limits it was made for.
+type state struct {
+	limits governor.Limits
+	cur    *loaded // nil until a load succeeded
 }
 
 // loaded is one load's outcome, swapped whole.
@@ -93,7 +105,7 @@ func New(cfg Config) *Service {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	s := &Service{cfg: cfg, log: cfg.Logger.With("component", "codex")}
-	s.limits.Store(&cfg.Limits)
+	s.state.Store(&state{limits: cfg.Limits})
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	return s
 }
@@ -101,22 +113,38 @@ func New(cfg Config) *Service {
 // SetLimits makes l the window loads plan against. If the plan depends
 // on what changed (the window, the answer reserve, the character cap),
 // the current codex is planned again under l at once: it may switch
-// between CAG and RAG. If that fails, the old limits stay and the error
-// says why.
+// between CAG and RAG. Until the new plan is made, readers see the old
+// limits with the old plan, and then the new limits with the new plan,
+// never one with the other; they do not wait for it (only other loads
+// do). If it fails, the old limits stay and the error says why.
 func (s *Service) SetLimits(ctx context.Context, l governor.Limits) error {
 	s.loadMu.Lock()
 	defer s.loadMu.Unlock()
-	old := s.limits.Load()
-	s.limits.Store(&l)
-	cur := s.current.Load()
-	if cur == nil || old.NumCtx == l.NumCtx && old.AnswerReserve == l.AnswerReserve && old.MaxChars == l.MaxChars {
+	st := s.state.Load()
+	if st.cur == nil || !replans(st.limits, l) {
+		s.state.Store(&state{limits: l, cur: st.cur})
 		return nil
 	}
-	if _, err := s.loadTwice(ctx, cur.path, nil); err != nil {
-		s.limits.Store(old)
-		return err
+	_, err := s.loadTwice(ctx, st.cur.path, l, nil)
+	return err
+}
+
+// replans reports whether a codex planned under a must be planned again
+// under b: the window, the answer reserve or the character cap changed.
+func replans(a, b governor.Limits) bool {
+	return a.NumCtx != b.NumCtx || a.AnswerReserve != b.AnswerReserve || a.MaxChars != b.MaxChars
+}
+
+// Plan is the current codex's plan with the limits it was made under, one
+// pair: a reader never sees new limits with an old plan. false if no codex
+// is loaded (the limits are those the next load plans against). It never
+// waits for a load or a re-plan.
+func (s *Service) Plan() (governor.Limits, ctxd.CodexPlan, bool) {
+	st := s.state.Load()
+	if st.cur == nil {
+		return st.limits, ctxd.CodexPlan{}, false
 	}
-	return nil
+	return st.limits, st.cur.stats.Plan, true
 }
 
 // ErrClosed is returned by Load after Close.
@@ -125,7 +153,7 @@ var ErrClosed = errors.New("codexsvc: closed")
 // Stats describes the current codex; false if none is loaded. It never
 // waits for a load.
 func (s *Service) Stats() (ctxd.CodexStats, bool) {
-	l := s.current.Load()
+	l := s.state.Load().cur
 	if l == nil {
 		return ctxd.CodexStats{}, false
 	}
@@ -138,7 +166,7 @@ func (s *Service) Stats() (ctxd.CodexStats, bool) {
 // Search is the search_codex tool: full-text search of the current codex.
 // A codex loaded whole has no index: that is a KindConflict.
 func (s *Service) Search(ctx context.Context, query string, k int) ([]ctxd.Excerpt, error) {
-	l := s.current.Load()
+	l := s.state.Load().cur
 	if l == nil || l.retriever == nil {
 		return nil, ctxd.Errorf(ctxd.KindConflict, "the codex is not indexed for search: it is loaded whole (CAG mode) or not at all")
 	}
@@ -156,7 +184,7 @@ func (s *Service) Search(ctx context.Context, query string, k int) ([]ctxd.Excer
 func (s *Service) Load(ctx context.Context, path string, progress func(ctxd.CodexProgress)) (ctxd.CodexStats, error) {
 	s.loadMu.Lock()
 	defer s.loadMu.Unlock()
-	l, err := s.loadTwice(ctx, path, progress)
+	l, err := s.loadTwice(ctx, path, s.state.Load().limits, progress)
 	if err != nil {
 		return ctxd.CodexStats{}, err
 	}
@@ -176,17 +204,18 @@ func (s *Service) reload(ctx context.Context, path string) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	_, err := s.loadTwice(ctx, path, nil)
+	_, err := s.loadTwice(ctx, path, s.state.Load().limits, nil)
 	return err
 }
 
-// loadTwice loads path, and once more if a file changed while it loaded
-// (the second walk sees the change and reads the file again).
-func (s *Service) loadTwice(ctx context.Context, path string, progress func(ctxd.CodexProgress)) (*loaded, error) {
-	l, err := s.loadLocked(ctx, path, progress)
+// loadTwice loads path planned under limits, and once more if a file
+// changed while it loaded (the second walk sees the change and reads the
+// file again). The caller holds loadMu.
+func (s *Service) loadTwice(ctx context.Context, path string, limits governor.Limits, progress func(ctxd.CodexProgress)) (*loaded, error) {
+	l, err := s.loadLocked(ctx, path, limits, progress)
 	if errors.Is(err, codex.ErrChanged) {
 		s.log.Info("a file changed while the codex loaded; loading again", "err", err)
-		l, err = s.loadLocked(ctx, path, progress)
+		l, err = s.loadLocked(ctx, path, limits, progress)
 	}
 	if errors.Is(err, codex.ErrChanged) {
 		return nil, ctxd.Errorf(ctxd.KindConflict, "the tree changed while it loaded, twice: %w; the current codex stays", err)
@@ -194,20 +223,79 @@ func (s *Service) loadTwice(ctx context.Context, path string, progress func(ctxd
 	return l, err
 }
 
-func (s *Service) loadLocked(ctx context.Context, path string, progress func(ctxd.CodexProgress)) (*loaded, error) {
+// loadLocked loads the tree at path, plans it under limits and, for
+// retrieval, indexes it, then makes it the current codex with limits, in
+// one swap. The caller holds loadMu.
+func (s *Service) loadLocked(ctx context.Context, path string, limits governor.Limits, progress func(ctxd.CodexProgress)) (*loaded, error) {
 	if s.closed {
 		return nil, ErrClosed
 	}
 	start := time.Now()
+	opts, ratio, err := s.options(path, progress)
+	if err != nil {
+		return nil, err
+	}
+	prev := s.state.Load().cur
+	if prev != nil && prev.path == path {
+		opts.Previous = prev.codex
+	} else {
+		prev = nil
+	}
+	c, err := codex.Load(ctx, path, opts)
+	if err != nil {
+		var kinded *ctxd.Error
+		kind := ctxd.KindInvalid
+		if errors.As(err, &kinded) {
+			kind = "" // as it is
+		}
+		return nil, loadFailed(ctx, path, kind, err)
+	}
+	block, plan, err := s.plan(ctx, c, limits, ratio)
+	if err != nil {
+		return nil, loadFailed(ctx, path, "", err)
+	}
+	l := &loaded{path: path, codex: c, body: block.Body}
+	reindexed := 0
+	if plan.Mode == runcontext.ModeRAG {
+		if l.retriever, reindexed, err = s.retrieval(ctx, c, block, plan, prev, progress); err != nil {
+			return nil, loadFailed(ctx, path, ctxd.KindInternal, err)
+		}
+	}
+	if err := s.cache.Save(); err != nil {
+		s.log.Warn("codex cache not saved", "err", err)
+	}
+	l.stats = statsOf(c, plan, reindexed, time.Since(start), !opts.NoRedact)
+	s.publish(l, limits, block, plan, reindexed)
+	return l, nil
+}
+
+// loadFailed is the error of a load of path that failed with err:
+// KindCanceled if ctx ended; otherwise err made of kind, or as it is if
+// kind is "".
+func loadFailed(ctx context.Context, path string, kind ctxd.Kind, err error) error {
+	switch {
+	case ctx.Err() != nil:
+		return ctxd.Errorf(ctxd.KindCanceled, "codex load of %s cancelled: %w", path, err)
+	case kind == "":
+		return err
+	}
+	return ctxd.Errorf(kind, "%w", err)
+}
+
+// options are the load options of the tree at path (the daemon's [codex]
+// settings merged with the tree's own) and its CAG ratio; they open the
+// count cache on first use. A tree may only tighten: it cannot turn secret
+// redaction off unless the operator allowed it, nor raise the ratio.
+func (s *Service) options(path string, progress func(ctxd.CodexProgress)) (codex.Options, float64, error) {
 	settings, _, err := codex.LoadSettings(path)
 	if err != nil {
-		return nil, ctxd.Errorf(ctxd.KindInvalid, "%w", err)
+		return codex.Options{}, 0, ctxd.Errorf(ctxd.KindInvalid, "%w", err)
 	}
 	cc := s.cfg.Codex
 	if r := settings.Codex.Redact; r != nil && !*r && !cc.AllowCodexRedactOff {
 		// The tree is not the operator's to trust: a repository must not
 		// be able to put its own credentials into prompts.
-		return nil, ctxd.Errorf(ctxd.KindForbidden, "codex %s: its %s turns secret redaction off (redact = false), which the operator has not allowed (codex.allow_codex_redact_off)", filepath.Base(path), codex.SettingsFile)
+		return codex.Options{}, 0, ctxd.Errorf(ctxd.KindForbidden, "codex %s: its %s turns secret redaction off (redact = false), which the operator has not allowed (codex.allow_codex_redact_off)", filepath.Base(path), codex.SettingsFile)
 	}
 	opts := codex.Options{
 		MaxFileBytes: cc.MaxFileBytes, MaxTotalBytes: cc.MaxTotalBytes,
@@ -216,73 +304,58 @@ func (s *Service) loadLocked(ctx context.Context, path string, progress func(ctx
 	}.Merge(settings.Codex)
 	if s.cache == nil {
 		if s.cache, err = codex.OpenCache(filepath.Join(s.cfg.StateDir, "codex-cache.bin"), s.cfg.TokenizerID); err != nil {
-			return nil, ctxd.Errorf(ctxd.KindInternal, "%w", err)
+			return codex.Options{}, 0, ctxd.Errorf(ctxd.KindInternal, "%w", err)
 		}
 		os.Remove(filepath.Join(s.cfg.StateDir, "codex-cache.gob")) // the cache before the stat index; never read again
 	}
 	opts.Cache = s.cache
-	if old := s.current.Load(); old != nil && old.path == path {
-		opts.Previous = old.codex
-	}
-	c, err := codex.Load(ctx, path, opts)
-	if err != nil {
-		var kinded *ctxd.Error
-		switch {
-		case ctx.Err() != nil:
-			return nil, ctxd.Errorf(ctxd.KindCanceled, "codex load of %s cancelled: %w", path, err)
-		case errors.As(err, &kinded):
-			return nil, err
-		}
-		return nil, ctxd.Errorf(ctxd.KindInvalid, "%w", err)
-	}
 	ratio := cc.CAGRatio
 	if settings.Codex.CAGRatio > 0 {
 		ratio = min(ratio, settings.Codex.CAGRatio) // a codex may only tighten
 	}
-	block, plan, err := s.plan(ctx, c, ratio)
+	return opts, ratio, nil
+}
+
+// retrieval indexes c for retrieval (opening the index on first use),
+// publishes the index, and returns c's working set, which starts from the
+// recent questions of prev's (the codex before, at the same path; nil if
+// none), and how many files were indexed again.
+func (s *Service) retrieval(ctx context.Context, c *codex.Codex, block runcontext.Codex, plan ctxd.CodexPlan, prev *loaded, progress func(ctxd.CodexProgress)) (*workingSet, int, error) {
+	var err error
+	if s.index == nil {
+		if s.index, err = sqlite.OpenIndex(ctx, filepath.Join(s.cfg.StateDir, "codex-index.db")); err != nil {
+			return nil, 0, err
+		}
+	}
+	var indexing func(done, total int)
+	if progress != nil {
+		indexing = func(done, total int) {
+			progress(ctxd.CodexProgress{Stage: ctxd.CodexStageIndexing, Files: done, TotalFiles: total})
+		}
+	}
+	reindexed, err := s.index.Sync(ctx, c, indexing)
 	if err != nil {
-		if ctx.Err() != nil {
-			return nil, ctxd.Errorf(ctxd.KindCanceled, "codex load of %s cancelled: %w", path, err)
-		}
-		return nil, err
+		return nil, 0, err
 	}
-	l := &loaded{path: path, codex: c, body: block.Body}
-	reindexed := 0
-	if plan.Mode == runcontext.ModeRAG {
-		if s.index == nil {
-			if s.index, err = sqlite.OpenIndex(ctx, filepath.Join(s.cfg.StateDir, "codex-index.db")); err != nil {
-				return nil, ctxd.Errorf(ctxd.KindInternal, "%w", err)
-			}
+	c.DropContent() // read again on demand: a large tree is not kept in memory
+	s.index.Publish()
+	var recent []string
+	if prev != nil {
+		if ws, ok := prev.retriever.(*workingSet); ok {
+			recent = ws.recentQueries() // the next question chooses from them too
 		}
-		var indexing func(done, total int)
-		if progress != nil {
-			indexing = func(done, total int) {
-				progress(ctxd.CodexProgress{Stage: ctxd.CodexStageIndexing, Files: done, TotalFiles: total})
-			}
-		}
-		if reindexed, err = s.index.Sync(ctx, c, indexing); err != nil {
-			if ctx.Err() != nil {
-				return nil, ctxd.Errorf(ctxd.KindCanceled, "codex load of %s cancelled: %w", path, err)
-			}
-			return nil, ctxd.Errorf(ctxd.KindInternal, "%w", err)
-		}
-		c.DropContent() // read again on demand: a large tree is not kept in memory
-		s.index.Publish()
-		var recent []string
-		if old := s.current.Load(); old != nil && old.path == path {
-			if ws, ok := old.retriever.(*workingSet); ok {
-				recent = ws.recentQueries() // the next question chooses from them too
-			}
-		}
-		l.retriever = newWorkingSet(s, c, s.index, block, plan.Threshold, recent)
 	}
-	if err := s.cache.Save(); err != nil {
-		s.log.Warn("codex cache not saved", "err", err)
-	}
-	l.stats = statsOf(c, plan, reindexed, time.Since(start), !opts.NoRedact)
-	old := s.current.Swap(l)
+	return newWorkingSet(s, c, s.index, block, plan.Threshold, recent), reindexed, nil
+}
+
+// publish makes l, planned under limits, the current codex (one swap of
+// the state readers see), hands it to the sink, starts its background
+// count, and logs what changed. The caller holds loadMu.
+func (s *Service) publish(l *loaded, limits governor.Limits, block runcontext.Codex, plan ctxd.CodexPlan, reindexed int) {
+	old := s.state.Swap(&state{limits: limits, cur: l}).cur
 	s.cfg.Sink.SetCodex(block, plan, l.retriever)
 	s.countInBackground(l)
+	c := l.codex
 	for _, sk := range c.Skipped {
 		s.log.Debug("codex file skipped", "path", sk.Path, "reason", sk.Reason)
 	}
@@ -295,7 +368,6 @@ func (s *Service) loadLocked(ctx context.Context, path string, progress func(ctx
 	case old != nil:
 		s.log.Info("codex replaced; a changed codex block makes the backend rebuild its cached prefix from there", "mode", plan.Mode, "files", l.stats.Files)
 	}
-	return l, nil
 }
 
 // plan decides CAG or RAG and returns the block requests will render,
@@ -306,8 +378,7 @@ func (s *Service) loadLocked(ctx context.Context, path string, progress func(ctx
 // counted. A codex that may fit is rendered with the stable blocks and
 // counted exactly, through the shared counter, so the first request that
 // renders them finds their tokens counted.
-func (s *Service) plan(ctx context.Context, c *codex.Codex, ratio float64) (runcontext.Codex, ctxd.CodexPlan, error) {
-	limits := *s.limits.Load()
+func (s *Service) plan(ctx context.Context, c *codex.Codex, limits governor.Limits, ratio float64) (runcontext.Codex, ctxd.CodexPlan, error) {
 	if len(c.Files) == 0 {
 		return runcontext.Codex{Mode: runcontext.ModeNone}, ctxd.CodexPlan{Mode: runcontext.ModeNone, Reason: "the codex has no usable files"}, nil
 	}
@@ -336,7 +407,7 @@ func (s *Service) plan(ctx context.Context, c *codex.Codex, ratio float64) (runc
 			plan.Reason += fmt.Sprintf(" (at least: %d of %d files counted exactly, the rest bounded by their bytes over the vocabulary's longest token, %d bytes)",
 				counted, len(c.Files), bound.MaxTokenBytes)
 		}
-		return s.ragBlock(c), plan, nil
+		return s.ragBlock(c, limits), plan, nil
 	}
 	if err := c.ReadContent(ctx); err != nil {
 		return runcontext.Codex{}, ctxd.CodexPlan{}, ctxd.Errorf(ctxd.KindInternal, "%w", err)
@@ -354,7 +425,7 @@ func (s *Service) plan(ctx context.Context, c *codex.Codex, ratio float64) (runc
 	if plan := limits.PlanCodex(n, c.Tokens, ratio); plan.Mode == runcontext.ModeCAG {
 		return cag, plan, nil
 	} else {
-		return s.ragBlock(c), plan, nil
+		return s.ragBlock(c, limits), plan, nil
 	}
 }
 
@@ -370,8 +441,8 @@ func (s *Service) bound() codex.Bound {
 
 // ragBlock is the map of a codex too large to load whole. It may take a
 // tenth of the prompt budget (at a conservative two characters a token).
-func (s *Service) ragBlock(c *codex.Codex) runcontext.Codex {
-	b := c.BlockWithMap(runcontext.ModeRAG, s.limits.Load().PromptBudget()/10*2)
+func (s *Service) ragBlock(c *codex.Codex, limits governor.Limits) runcontext.Codex {
+	b := c.BlockWithMap(runcontext.ModeRAG, limits.PromptBudget()/10*2)
 	b.Prerender(s.cfg.Specials)
 	return b
 }
@@ -490,7 +561,7 @@ func (s *Service) Close() error {
 // Files lists the current codex's files in path order; false if no codex
 // is loaded.
 func (s *Service) Files() ([]ctxd.CodexFile, bool) {
-	l := s.current.Load()
+	l := s.state.Load().cur
 	if l == nil {
 		return nil, false
 	}
@@ -505,7 +576,7 @@ func (s *Service) Files() ([]ctxd.CodexFile, bool) {
 // it (secrets redacted). An unknown path is KindNotFound; a file that
 // changed since the load is KindConflict (the watcher's reload follows).
 func (s *Service) File(path string) (ctxd.CodexFileContent, error) {
-	l := s.current.Load()
+	l := s.state.Load().cur
 	if l == nil {
 		return ctxd.CodexFileContent{}, ctxd.Errorf(ctxd.KindNotFound, "no codex is loaded")
 	}

@@ -44,10 +44,17 @@ func (s *sink) published() (runcontext.Codex, ctxd.CodexPlan, ctxd.Retriever, in
 
 func newService(t *testing.T, numCtx int, watch bool) (*Service, *sink) {
 	t.Helper()
+	return newServiceWith(t, numCtx, watch, nil)
+}
+
+// newServiceWith is newService with its configuration changed by edit
+// (nil: as it is) before the service is made.
+func newServiceWith(t *testing.T, numCtx int, watch bool, edit func(*Config)) (*Service, *sink) {
+	t.Helper()
 	cc := config.Default(config.Env{Home: t.TempDir()}).Codex
 	cc.Watch = watch
 	snk := &sink{}
-	s := New(Config{
+	cfg := Config{
 		Codex: cc, StateDir: t.TempDir(),
 		Limits:    governor.Limits{NumCtx: numCtx, AnswerReserve: 64},
 		Tokenizer: fake.Tokenizer{}, TokenizerID: "bytes", Counter: tokencount.New(fake.Tokenizer{}, nil),
@@ -58,9 +65,26 @@ func newService(t *testing.T, numCtx int, watch bool) (*Service, *sink) {
 			})
 		},
 		Sink: snk,
-	})
+	}
+	if edit != nil {
+		edit(&cfg)
+	}
+	s := New(cfg)
 	t.Cleanup(func() { s.Close() })
 	return s, snk
+}
+
+// eventually polls cond until it holds, failing the test if it does not
+// within d: every poll in these tests has a deadline.
+func eventually(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %s", what, d)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 // tree writes n Go files of about size bytes each.
@@ -157,16 +181,7 @@ func TestWatchReloadsAndCloseStopsIt(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "new.go"), []byte("package x\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		if st, _ := s.Stats(); st.Files == 3 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the change was not reloaded within 20s")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	eventually(t, 20*time.Second, "the change reloaded", func() bool { st, _ := s.Stats(); return st.Files == 3 })
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -223,16 +238,7 @@ func TestWatchIgnoresTheDaemonsOwnState(t *testing.T) {
 			if err := os.WriteFile(filepath.Join(dir, "new.go"), []byte("package x\n"), 0o644); err != nil {
 				t.Fatal(err)
 			}
-			deadline := time.Now().Add(20 * time.Second)
-			for {
-				if _, _, _, n := snk.published(); n == 2 {
-					break
-				}
-				if time.Now().After(deadline) {
-					t.Fatal("a codex change was not reloaded within 20s")
-				}
-				time.Sleep(20 * time.Millisecond)
-			}
+			eventually(t, 20*time.Second, "a codex change reloaded", func() bool { _, _, _, n := snk.published(); return n == 2 })
 		})
 	}
 }
@@ -272,17 +278,9 @@ func newBoundedService(t *testing.T, numCtx int, tok *boundedTok) *Service {
 // exactStats waits for the background count to finish.
 func exactStats(t *testing.T, s *Service) ctxd.CodexStats {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		st, _ := s.Stats()
-		if st.TokensExact {
-			return st
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the background count did not finish: %+v", st.Counting)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	var st ctxd.CodexStats
+	eventually(t, 30*time.Second, "the background count finished", func() bool { st, _ = s.Stats(); return st.TokensExact })
+	return st
 }
 
 // TestBoundsDecideWithoutCounting: a tree whose bytes alone prove it over

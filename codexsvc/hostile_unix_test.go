@@ -100,13 +100,7 @@ func TestWatchIgnoresIgnoredDirectories(t *testing.T) {
 	}
 	waitFor := func(what string, cond func() bool) {
 		t.Helper()
-		deadline := time.Now().Add(20 * time.Second)
-		for !cond() {
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: not within 20s", what)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+		eventually(t, 20*time.Second, what, cond)
 	}
 	writeFile(".gitignore", "*.log\n")
 	waitFor("a changed ignore file reloads", func() bool { st, _ := s.Stats(); return st.Files > files })
@@ -141,14 +135,5 @@ func TestWatchOfAOneFileCodex(t *testing.T) {
 	if err := os.WriteFile(file, []byte("package x // changed\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		if _, _, _, n := snk.published(); n == 2 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("a change to the codex's file was not reloaded within 20s")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	eventually(t, 20*time.Second, "a change to the codex's file reloaded", func() bool { _, _, _, n := snk.published(); return n == 2 })
 }

@@ -47,62 +47,15 @@ func (s *Service) watch(path string) {
 // and changes there are not reacted to: with make run's layout, build
 // outputs and every answer's writes land in the codex's ignored var/.
 func (s *Service) watchTree(ctx context.Context, root string, watching chan<- struct{}) {
-	w, err := fsnotify.NewWatcher()
+	fw, err := fsnotify.NewWatcher()
 	if err != nil {
 		close(watching)
 		s.log.Warn("codex changes will not be watched", "err", err)
 		return
 	}
-	defer w.Close()
-	dir, file := root, ""
-	if info, err := os.Stat(root); err == nil && !info.IsDir() {
-		// A one-file codex: its directory is watched, not the tree below
-		// it, for the file and the settings file beside it.
-		dir, file = filepath.Dir(root), filepath.Base(root)
-	}
-	// The daemon's own state (sessions, caches, saved slots) may lie inside
-	// the codex tree, as with make run's: its writes are not the codex's
-	// changes, and watching them would reload on every answer.
-	own := s.ownDir(dir)
-	ig := s.ignorer(dir)
-	// ignored reports whether a change at p cannot change the codex.
-	ignored := func(p string) bool {
-		if own(p) {
-			return true
-		}
-		rel, err := filepath.Rel(dir, p)
-		if err != nil || rel == "." || rel == ".." || strings.HasPrefix(rel, ".."+string(filepath.Separator)) {
-			return false
-		}
-		if file != "" {
-			return rel != file && rel != codex.SettingsFile
-		}
-		rel = filepath.ToSlash(rel)
-		if info, err := os.Stat(p); err == nil {
-			return ig.Ignored(rel, info.IsDir())
-		}
-		// Gone: it was a file or a directory, left out only if either would be.
-		return ig.Ignored(rel, false) && ig.Ignored(rel, true)
-	}
-	addTree := func(top string) {
-		_ = filepath.WalkDir(top, func(p string, e fs.DirEntry, err error) error {
-			if err != nil || !e.IsDir() {
-				return nil
-			}
-			if p != dir && ignored(p) {
-				return filepath.SkipDir
-			}
-			if err := w.Add(p); err != nil {
-				s.log.Warn("cannot watch codex directory", "dir", p, "err", err)
-				return filepath.SkipAll
-			}
-			if file != "" {
-				return filepath.SkipDir // the directory alone
-			}
-			return nil
-		})
-	}
-	addTree(dir)
+	defer fw.Close()
+	t := s.newTreeWatch(fw, root)
+	t.addTree(t.dir)
 	close(watching)
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
@@ -111,40 +64,25 @@ func (s *Service) watchTree(ctx context.Context, root string, watching chan<- st
 		select {
 		case <-ctx.Done():
 			return
-		case ev, ok := <-w.Events:
+		case ev, ok := <-fw.Events:
 			if !ok {
 				return
 			}
-			if ignored(ev.Name) {
-				continue
+			relevant, rules := t.event(ev)
+			if relevant {
+				rulesChanged = rulesChanged || rules
+				pending++
+				timer.Reset(debounce)
 			}
-			if rel, err := filepath.Rel(dir, ev.Name); err == nil && file == "" && ig.Rules(filepath.ToSlash(rel)) {
-				rulesChanged = true // what is ignored changes with the reload
-			}
-			if ev.Has(fsnotify.Create) && file == "" {
-				if info, err := os.Stat(ev.Name); err == nil && info.IsDir() {
-					addTree(ev.Name)
-				}
-			}
-			pending++
-			timer.Reset(debounce)
-		case err, ok := <-w.Errors:
+		case err, ok := <-fw.Errors:
 			if !ok {
 				return
 			}
 			s.log.Warn("codex watcher", "err", err)
 		case <-timer.C:
 			if rulesChanged {
-				// Directories newly ignored are unwatched, and those no
-				// longer ignored are watched.
 				rulesChanged = false
-				ig = s.ignorer(dir)
-				for _, p := range w.WatchList() {
-					if p != dir && ignored(p) {
-						_ = w.Remove(p)
-					}
-				}
-				addTree(dir)
+				t.rulesChanged()
 			}
 			s.log.Info("codex files changed; reloading", "events", pending)
 			pending = 0
@@ -153,6 +91,103 @@ func (s *Service) watchTree(ctx context.Context, root string, watching chan<- st
 			}
 		}
 	}
+}
+
+// treeWatch is one watch of a codex: the directories it watches and what
+// in them it ignores. It is used by its watchTree goroutine alone.
+type treeWatch struct {
+	s    *Service
+	w    *fsnotify.Watcher
+	dir  string            // the directory watched: the root, or a one-file codex's directory
+	file string            // a one-file codex's name in dir; "" for a tree
+	own  func(string) bool // the daemon's own state directory
+	ig   *codex.Ignorer    // what a load of the tree leaves out
+}
+
+func (s *Service) newTreeWatch(w *fsnotify.Watcher, root string) *treeWatch {
+	t := &treeWatch{s: s, w: w, dir: root}
+	if info, err := os.Stat(root); err == nil && !info.IsDir() {
+		// A one-file codex: its directory is watched, not the tree below
+		// it, for the file and the settings file beside it.
+		t.dir, t.file = filepath.Dir(root), filepath.Base(root)
+	}
+	// The daemon's own state (sessions, caches, saved slots) may lie inside
+	// the codex tree, as with make run's: its writes are not the codex's
+	// changes, and watching them would reload on every answer.
+	t.own = s.ownDir(t.dir)
+	t.ig = s.ignorer(t.dir)
+	return t
+}
+
+// ignored reports whether a change at p cannot change the codex.
+func (t *treeWatch) ignored(p string) bool {
+	if t.own(p) {
+		return true
+	}
+	rel, err := filepath.Rel(t.dir, p)
+	if err != nil || rel == "." || rel == ".." || strings.HasPrefix(rel, ".."+string(filepath.Separator)) {
+		return false
+	}
+	if t.file != "" {
+		return rel != t.file && rel != codex.SettingsFile
+	}
+	rel = filepath.ToSlash(rel)
+	if info, err := os.Stat(p); err == nil {
+		return t.ig.Ignored(rel, info.IsDir())
+	}
+	// Gone: it was a file or a directory, left out only if either would be.
+	return t.ig.Ignored(rel, false) && t.ig.Ignored(rel, true)
+}
+
+// addTree watches top and the directories below it that are not ignored
+// (top alone for a one-file codex).
+func (t *treeWatch) addTree(top string) {
+	_ = filepath.WalkDir(top, func(p string, e fs.DirEntry, err error) error {
+		if err != nil || !e.IsDir() {
+			return nil
+		}
+		if p != t.dir && t.ignored(p) {
+			return filepath.SkipDir
+		}
+		if err := t.w.Add(p); err != nil {
+			t.s.log.Warn("cannot watch codex directory", "dir", p, "err", err)
+			return filepath.SkipAll
+		}
+		if t.file != "" {
+			return filepath.SkipDir // the directory alone
+		}
+		return nil
+	})
+}
+
+// event takes one change: whether it can change the codex (relevant),
+// and whether it changed what is ignored (rules). A directory created is
+// watched at once.
+func (t *treeWatch) event(ev fsnotify.Event) (relevant, rules bool) {
+	if t.ignored(ev.Name) {
+		return false, false
+	}
+	if rel, err := filepath.Rel(t.dir, ev.Name); err == nil && t.file == "" && t.ig.Rules(filepath.ToSlash(rel)) {
+		rules = true // what is ignored changes with the reload
+	}
+	if ev.Has(fsnotify.Create) && t.file == "" {
+		if info, err := os.Stat(ev.Name); err == nil && info.IsDir() {
+			t.addTree(ev.Name)
+		}
+	}
+	return true, rules
+}
+
+// rulesChanged reads what is ignored again: directories newly ignored are
+// unwatched, and those no longer ignored are watched.
+func (t *treeWatch) rulesChanged() {
+	t.ig = t.s.ignorer(t.dir)
+	for _, p := range t.w.WatchList() {
+		if p != t.dir && t.ignored(p) {
+			_ = t.w.Remove(p)
+		}
+	}
+	t.addTree(t.dir)
 }
 
 // ignorer is what a load of the tree at dir leaves out, with the daemon's

@@ -45,6 +45,13 @@ const (
 
 // workingSet is the RAG retriever the request path uses: it implements
 // ctxd.Retriever (the search_codex tool) and Retrieve.
+//
+// Its lock is held only to read or write the fields it guards, never
+// across a search, a disk read or a token count: a question takes what it
+// needs under the lock (observe), and a move's working set is chosen
+// without it (choose) and committed under it (commit), if no other move
+// came first. So one session moving the working set never holds up
+// another's retrieval: that one answers from the working set as it was.
 type workingSet struct {
 	svc       *Service
 	codex     *codex.Codex
@@ -53,21 +60,40 @@ type workingSet struct {
 	threshold int              // the CAG threshold: the stable blocks with the working set stay under it
 	bound     codex.Bound      // the vocabulary's, if known
 
-	mu         sync.Mutex // guards the fields below; held while a working set is chosen
+	mu         sync.Mutex // guards the fields below; held only to read or write them
 	baseTokens int        // the stable blocks with the map alone; 0 until counted
-	cur        *wsChoice  // nil until the first question
-	gen        int
+	cur        *wsChoice  // nil until the first question; never modified once made
+	gen        int        // counts the moves: a move commits only onto the generation it was decided on
 	misses     int
+	moving     bool     // a move is being chosen: no other starts until it commits or fails
 	recent     []string // the latest questions, newest last
 }
 
-// wsChoice is one working set.
+// wsChoice is one working set. It is not modified once made, so it is
+// read without the lock.
 type wsChoice struct {
 	block  runcontext.Codex
 	whole  map[string]bool // paths held whole
 	chunks map[string]bool // "path:lines" held
 	files  int
 	tokens int // the stable blocks with it
+}
+
+// wsView is the working set one question answers from: a choice, its
+// generation, and why it moved on this question, if it did.
+type wsView struct {
+	cur   *wsChoice
+	gen   int
+	moved string
+}
+
+// wsMove is a move decided under the lock, to be chosen without it: what
+// it was decided on.
+type wsMove struct {
+	reason     string
+	gen        int      // the generation it moves from
+	recent     []string // the questions that choose it, a copy
+	baseTokens int      // as known when it was decided; 0: not yet counted
 }
 
 var _ ctxd.Retriever = (*workingSet)(nil)
@@ -133,59 +159,122 @@ func (w *workingSet) retrieve(ctx context.Context, query string, k int, learn bo
 	if err != nil {
 		return runcontext.Codex{}, nil, ctxd.WorkingSet{}, err
 	}
+	view, move := w.observe(query, top, learn)
+	if move != nil {
+		if view, err = w.move(ctx, move); err != nil {
+			return runcontext.Codex{}, nil, ctxd.WorkingSet{}, err
+		}
+	}
+	block, out, report := view.answer(w.base, top)
+	return block, out, report, nil
+}
+
+// observe learns the question (if learn), counts whether its top hits
+// drifted from the working set, and returns the working set as it is and,
+// if the question moves it and no other move is being chosen, the move.
+// It holds the lock only for that.
+func (w *workingSet) observe(query string, top []sqlite.Hit, learn bool) (wsView, *wsMove) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	var report ctxd.WorkingSet
-	moved := ""
 	if learn {
 		w.recent = append(w.recent, query)
 		w.recent = w.recent[max(0, len(w.recent)-recentQuestions):]
 	}
+	view := wsView{cur: w.cur, gen: w.gen}
+	reason := w.drift(top, learn)
+	if reason == "" || w.moving {
+		// While another question's move is chosen, this one answers
+		// from the working set as it is; that move's commit follows.
+		return view, nil
+	}
+	w.moving = true
+	return view, &wsMove{reason: reason, gen: w.gen, recent: slices.Clone(w.recent), baseTokens: w.baseTokens}
+}
+
+// drift says why the working set moves on a question with these top
+// hits, or "" if it stays. The caller holds w.mu.
+func (w *workingSet) drift(top []sqlite.Hit, learn bool) string {
 	switch {
 	case !learn, len(top) == 0:
+		return ""
 	case w.cur == nil:
-		moved = "chosen for the first question"
-	default:
-		in := 0
-		for _, h := range top {
-			if w.cur.holds(h) {
-				in++
-			}
-		}
-		if 2*in < len(top) {
-			w.misses++
-		} else {
-			w.misses = 0
-		}
-		if w.misses >= driftQuestions {
-			moved = fmt.Sprintf("the questions drifted: %d in a row found under half of their top-%d excerpts in it", w.misses, len(top))
-		}
+		return "chosen for the first question"
 	}
-	if moved != "" {
-		choice, err := w.choose(ctx)
-		if err != nil {
-			return runcontext.Codex{}, nil, report, err
-		}
-		w.cur, w.misses = choice, 0
-		w.gen++
-		report.Moved = moved
-		w.svc.log.Info("codex working set chosen", "generation", w.gen, "files", choice.files, "tokens", choice.tokens, "reason", moved)
-	}
-	block := w.base
-	if w.cur != nil {
-		block = w.cur.block
-		report.Files, report.Tokens = w.cur.files, w.cur.tokens
-	}
-	report.Generation = w.gen
-	var out []ctxd.Excerpt
+	in := 0
 	for _, h := range top {
 		if w.cur.holds(h) {
+			in++
+		}
+	}
+	if 2*in < len(top) {
+		w.misses++
+	} else {
+		w.misses = 0
+	}
+	if w.misses >= driftQuestions {
+		return fmt.Sprintf("the questions drifted: %d in a row found under half of their top-%d excerpts in it", w.misses, len(top))
+	}
+	return ""
+}
+
+// move chooses the working set m was decided on, without the lock, and
+// commits it. A move that panics is ended too (net/http recovers a
+// handler's panic): the next may start.
+func (w *workingSet) move(ctx context.Context, m *wsMove) (wsView, error) {
+	defer func() {
+		if r := recover(); r != nil {
+			_, _ = w.commit(m, nil, 0, fmt.Errorf("codex working set: %v", r))
+			panic(r)
+		}
+	}()
+	choice, baseTokens, err := w.choose(ctx, m.recent, m.baseTokens)
+	view, err := w.commit(m, choice, baseTokens, err)
+	if err == nil && view.moved != "" {
+		w.svc.log.Info("codex working set chosen", "generation", view.gen, "files", choice.files, "tokens", choice.tokens, "reason", view.moved)
+	}
+	return view, err
+}
+
+// commit ends move m: its choice becomes the working set if no other move
+// came since m was decided (the generation is still m's); otherwise the
+// working set that came first stays, whole, and this question answers
+// from it. A move that failed changes nothing but the base count it made.
+func (w *workingSet) commit(m *wsMove, choice *wsChoice, baseTokens int, err error) (wsView, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.moving = false
+	if w.baseTokens == 0 {
+		w.baseTokens = baseTokens
+	}
+	if err != nil {
+		return wsView{}, err
+	}
+	if w.gen != m.gen {
+		return wsView{cur: w.cur, gen: w.gen}, nil
+	}
+	w.cur, w.misses = choice, 0
+	w.gen++
+	return wsView{cur: choice, gen: w.gen, moved: m.reason}, nil
+}
+
+// answer is the codex block to render from this view of the working set,
+// the top hits it does not hold, as excerpts, and its report.
+func (v wsView) answer(base runcontext.Codex, top []sqlite.Hit) (runcontext.Codex, []ctxd.Excerpt, ctxd.WorkingSet) {
+	report := ctxd.WorkingSet{Moved: v.moved, Generation: v.gen}
+	block := base
+	if v.cur != nil {
+		block = v.cur.block
+		report.Files, report.Tokens = v.cur.files, v.cur.tokens
+	}
+	var out []ctxd.Excerpt
+	for _, h := range top {
+		if v.cur.holds(h) {
 			report.Hits++
 			continue
 		}
 		out = append(out, h.Excerpt())
 	}
-	return block, out, report, nil
+	return block, out, report
 }
 
 // scoredChunk is a chunk a recent question found, with its weighted score.
@@ -194,26 +283,54 @@ type scoredChunk struct {
 	score float64
 }
 
-// choose picks the working set for the recent questions: files ranked by their chunks' scores and by their
-// directory's best file, whole where they fit and their best chunks where
-// not, until the stable blocks reach the CAG threshold. The caller holds
-// w.mu.
-func (w *workingSet) choose(ctx context.Context) (*wsChoice, error) {
-	if w.baseTokens == 0 {
+// ranking is the codex's files in the order a working set takes them, with
+// the chunks the recent questions found in each, best first, one per
+// start line.
+type ranking struct {
+	files  []int
+	chunks map[int][]scoredChunk
+}
+
+// choose picks the working set for the recent questions: files ranked by
+// their chunks' scores and by their directory's best file, whole where they
+// fit and their best chunks where not, until the stable blocks reach the
+// CAG threshold. It reads, counts and searches without the lock, from what
+// it is given: the questions, and the stable blocks' tokens with the map
+// alone (0: it counts them, and returns them for the next move).
+func (w *workingSet) choose(ctx context.Context, recent []string, baseTokens int) (*wsChoice, int, error) {
+	if baseTokens == 0 {
 		n, err := w.stableTokens(w.base)
 		if err != nil {
-			return nil, err
+			return nil, 0, err
 		}
-		w.baseTokens = n
+		baseTokens = n
 	}
+	perQuestion, err := w.candidates(ctx, recent)
+	if err != nil {
+		return nil, baseTokens, err
+	}
+	choice, err := w.fit(ctx, w.rank(perQuestion), w.threshold-baseTokens)
+	return choice, baseTokens, err
+}
+
+// candidates are each recent question's best chunks, newest question
+// first.
+func (w *workingSet) candidates(ctx context.Context, recent []string) ([][]sqlite.Hit, error) {
 	var perQuestion [][]sqlite.Hit
-	for i := len(w.recent) - 1; i >= 0; i-- { // newest first
-		hs, err := w.hits(ctx, w.recent[i], candidates)
+	for i := len(recent) - 1; i >= 0; i-- {
+		hs, err := w.hits(ctx, recent[i], candidates)
 		if err != nil {
 			return nil, err
 		}
 		perQuestion = append(perQuestion, hs)
 	}
+	return perQuestion, nil
+}
+
+// rank orders the files the questions found: by their chunks' scores, the
+// newer question weighing more (1, ½, ¼), then the other files of their
+// directories at a share of its best file's score; ties in path order.
+func (w *workingSet) rank(perQuestion [][]sqlite.Hit) ranking {
 	scores := map[int]float64{}
 	chunks := map[int][]scoredChunk{}
 	weight := 1.0
@@ -224,6 +341,29 @@ func (w *workingSet) choose(ctx context.Context) (*wsChoice, error) {
 		}
 		weight /= 2
 	}
+	w.linkDirectories(scores)
+	r := ranking{files: make([]int, 0, len(scores)), chunks: chunks}
+	for i := range scores {
+		r.files = append(r.files, i)
+	}
+	slices.SortFunc(r.files, func(a, b int) int {
+		if scores[a] != scores[b] {
+			if scores[a] > scores[b] {
+				return -1
+			}
+			return 1
+		}
+		return strings.Compare(w.codex.Files[a].Path, w.codex.Files[b].Path)
+	})
+	for i, cs := range chunks {
+		chunks[i] = bestChunks(cs)
+	}
+	return r
+}
+
+// linkDirectories scores the files no question found beside those it did:
+// a share of their directory's best file's score.
+func (w *workingSet) linkDirectories(scores map[int]float64) {
 	dirBest := map[string]float64{}
 	for i, s := range scores {
 		d := path.Dir(w.codex.Files[i].Path)
@@ -236,87 +376,41 @@ func (w *workingSet) choose(ctx context.Context) (*wsChoice, error) {
 			}
 		}
 	}
-	ranked := make([]int, 0, len(scores))
-	for i := range scores {
-		ranked = append(ranked, i)
-	}
-	slices.SortFunc(ranked, func(a, b int) int {
-		if scores[a] != scores[b] {
-			if scores[a] > scores[b] {
-				return -1
-			}
+}
+
+// bestChunks orders a file's chunks best first (earlier lines first among
+// equals) and keeps the best of those found more than once.
+func bestChunks(cs []scoredChunk) []scoredChunk {
+	slices.SortStableFunc(cs, func(a, b scoredChunk) int {
+		switch {
+		case a.score > b.score:
+			return -1
+		case a.score < b.score:
 			return 1
 		}
-		return strings.Compare(w.codex.Files[a].Path, w.codex.Files[b].Path)
+		return a.chunk.Start - b.chunk.Start
 	})
-	// pick fills budget with the ranked files: whole where they fit, their
-	// best chunks where not. Piece sizes are estimates (pieceOverhead).
-	pick := func(budget int) ([]codex.Piece, error) {
-		var pieces []codex.Piece
-		used := 0
-		for _, i := range ranked {
-			if budget-used < 64 {
-				break
-			}
-			if err := ctx.Err(); err != nil {
-				return nil, err
-			}
-			f := w.codex.Files[i]
-			// A file whose bytes alone prove it too large is not read or
-			// counted whole: its chunks are tried.
-			if w.bound.Lower(f.Size) <= int64(budget-used-pieceOverhead) {
-				content, err := w.codex.Content(i)
-				if err != nil {
-					// Changed since the load: the watcher's reload follows.
-					w.svc.log.Debug("working set: file skipped", "path", f.Path, "err", err)
-					continue
-				}
-				n, err := w.svc.cfg.Tokenizer.CountText(content)
-				if err != nil {
-					return nil, err
-				}
-				if used+n+pieceOverhead <= budget {
-					pieces = append(pieces, codex.Piece{Path: f.Path, Content: content})
-					used += n + pieceOverhead
-					continue
-				}
-			}
-			cs := chunks[i]
-			slices.SortStableFunc(cs, func(a, b scoredChunk) int {
-				switch {
-				case a.score > b.score:
-					return -1
-				case a.score < b.score:
-					return 1
-				}
-				return a.chunk.Start - b.chunk.Start
-			})
-			seen := map[int]bool{}
-			for _, c := range cs {
-				if seen[c.chunk.Start] {
-					continue
-				}
-				seen[c.chunk.Start] = true
-				m, err := w.svc.cfg.Tokenizer.CountText(c.chunk.Text)
-				if err != nil {
-					return nil, err
-				}
-				if used+m+pieceOverhead <= budget {
-					pieces = append(pieces, codex.Piece{Path: f.Path, Lines: fmt.Sprintf("%d-%d", c.chunk.Start, c.chunk.End), Content: c.chunk.Text})
-					used += m + pieceOverhead
-				}
-			}
+	seen := map[int]bool{}
+	out := cs[:0]
+	for _, c := range cs {
+		if !seen[c.chunk.Start] {
+			seen[c.chunk.Start] = true
+			out = append(out, c)
 		}
-		return pieces, nil
 	}
-	budget := w.threshold - w.baseTokens
-	pieces, err := pick(budget)
+	return out
+}
+
+// fit picks the ranked files into budget and renders them, checked
+// exactly. When the exact count overshoots the estimate, the budget
+// shrinks by the overshoot and the files are picked again, so chunks can
+// take the place of a whole file that did not fit after all; after three
+// tries the lowest-ranked pieces are dropped while over the threshold.
+func (w *workingSet) fit(ctx context.Context, r ranking, budget int) (*wsChoice, error) {
+	pieces, err := w.pick(ctx, r, budget)
 	if err != nil {
 		return nil, err
 	}
-	// When the exact count overshoots the estimate, the budget shrinks by
-	// the overshoot and the files are picked again, so chunks can take the
-	// place of a whole file that did not fit after all.
 	for range 3 {
 		choice, err := w.render(pieces)
 		if err != nil {
@@ -326,13 +420,10 @@ func (w *workingSet) choose(ctx context.Context) (*wsChoice, error) {
 			return choice, nil
 		}
 		budget -= choice.tokens - w.threshold
-		if pieces, err = pick(budget); err != nil {
+		if pieces, err = w.pick(ctx, r, budget); err != nil {
 			return nil, err
 		}
 	}
-	// The pieces in path and line order, so the block's bytes depend on
-	// what it holds, not on scores; then checked exactly, dropping the
-	// lowest-ranked pieces while over the threshold.
 	for {
 		choice, err := w.render(pieces)
 		if err != nil {
@@ -343,6 +434,65 @@ func (w *workingSet) choose(ctx context.Context) (*wsChoice, error) {
 		}
 		pieces = pieces[:len(pieces)-1]
 	}
+}
+
+// pick fills budget with the ranked files, in rank order: whole where they
+// fit, their best chunks where not. Piece sizes are estimates
+// (pieceOverhead).
+func (w *workingSet) pick(ctx context.Context, r ranking, budget int) ([]codex.Piece, error) {
+	var pieces []codex.Piece
+	used := 0
+	for _, i := range r.files {
+		if budget-used < 64 {
+			break
+		}
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		p, n, changed, err := w.wholeFile(i, budget-used)
+		switch {
+		case err != nil:
+			return nil, err
+		case changed:
+			continue // the watcher's reload follows
+		case n > 0:
+			pieces = append(pieces, p)
+			used += n
+			continue
+		}
+		for _, c := range r.chunks[i] {
+			m, err := w.svc.cfg.Tokenizer.CountText(c.chunk.Text)
+			if err != nil {
+				return nil, err
+			}
+			if used+m+pieceOverhead <= budget {
+				pieces = append(pieces, codex.Piece{Path: w.codex.Files[i].Path, Lines: fmt.Sprintf("%d-%d", c.chunk.Start, c.chunk.End), Content: c.chunk.Text})
+				used += m + pieceOverhead
+			}
+		}
+	}
+	return pieces, nil
+}
+
+// wholeFile is file i as one piece and its estimated tokens, if it fits in
+// room; 0 tokens if it does not. A file whose bytes alone prove it too
+// large is not read or counted; one changed since the load is not used at
+// all (changed).
+func (w *workingSet) wholeFile(i, room int) (p codex.Piece, tokens int, changed bool, err error) {
+	f := w.codex.Files[i]
+	if w.bound.Lower(f.Size) > int64(room-pieceOverhead) {
+		return codex.Piece{}, 0, false, nil
+	}
+	content, err := w.codex.Content(i)
+	if err != nil {
+		w.svc.log.Debug("working set: file skipped", "path", f.Path, "err", err)
+		return codex.Piece{}, 0, true, nil
+	}
+	n, err := w.svc.cfg.Tokenizer.CountText(content)
+	if err != nil || n+pieceOverhead > room {
+		return codex.Piece{}, 0, false, err
+	}
+	return codex.Piece{Path: f.Path, Content: content}, n + pieceOverhead, false, nil
 }
 
 // pieceOverhead is a generous count of a piece's fence lines in tokens;
