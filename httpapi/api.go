@@ -33,7 +33,6 @@ var allowed = map[string]string{
 func (srv *Server) routes(tokens bool) http.Handler {
 	mcp := srv.mcp
 	mux := http.NewServeMux()
-	var api http.Handler // the routes behind authentication
 	srv.doors().Register(mux)
 	mux.HandleFunc("GET /v1/health", srv.handleHealth)
 	mux.HandleFunc("GET /v1/status", srv.handleStatus)
@@ -58,9 +57,6 @@ func (srv *Server) routes(tokens bool) http.Handler {
 	mux.HandleFunc("GET /v1/log/level", srv.handleLogLevel)
 	mux.HandleFunc("PUT /v1/log/level", srv.handleLogLevel)
 	mux.HandleFunc("POST /v1/reload", srv.handleReload)
-	if mcp.api == nil { // the first listener's routes serve the in-process requests of both
-		mcp.api = func() http.Handler { return api }
-	}
 	for _, m := range []string{"GET", "POST", "DELETE"} {
 		mux.Handle(m+" /v1/mcp", mcp)
 	}
@@ -76,7 +72,6 @@ func (srv *Server) routes(tokens bool) http.Handler {
 		writeError(w, ctxd.Errorf(ctxd.KindUnknownRoute, "no route %s %s; ctxd's own routes are under /v1/ (health, status, schema, ask, sessions, codex, sigil, karma, ws, mcp, log/level, reload) and /metrics, the OpenAI door's are /v1/chat/completions, /v1/completions and /v1/models, the Ollama door's under /api/", r.Method, r.URL.Path))
 	})
 	h := patterns(mux)
-	api = srv.instrument(srv.track(srv.recoverer(h)))                            // in-process requests are named, counted and drained like the others
 	return srv.instrument(srv.track(srv.authenticate(srv.recoverer(h), tokens))) // the recoverer logs paths: it sees none with a token
 }
 

@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"path/filepath"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/ctxd/ctxd"
 	"github.com/ctxd/ctxd/engine"
+	"github.com/ctxd/ctxd/runcontext"
 	"github.com/ctxd/ctxd/sigils"
 )
 
@@ -98,81 +100,109 @@ func (srv *Server) handleCodexLoad(w http.ResponseWriter, r *http.Request) {
 func (srv *Server) handleCodexSearch(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	sigil, err := srv.actor(r, q.Get("sigil"))
-	if err == nil {
-		err = requireScope(sigil, sigils.ScopeSearchCodex)
-	}
 	if err != nil {
 		writeError(w, err)
 		return
 	}
-	query := strings.TrimSpace(q.Get("q"))
-	if query == "" {
-		writeError(w, ctxd.Errorf(ctxd.KindInvalid, "q: required"))
-		return
-	}
-	k := 5
+	k := 0 // the default
 	if ks := q.Get("k"); ks != "" {
-		if k, err = strconv.Atoi(ks); err != nil || k < 1 || k > 50 {
-			writeError(w, ctxd.Errorf(ctxd.KindInvalid, "k %q must be a number from 1 to 50", ks))
-			return
+		if k, err = strconv.Atoi(ks); err != nil || k < 1 {
+			k = -1 // refused, naming the parameter
 		}
 	}
-	e, err := srv.core.Engine()
+	query := strings.TrimSpace(q.Get("q"))
+	ex, err := srv.searchCodex(r.Context(), sigil, query, k)
 	if err != nil {
 		writeError(w, err)
 		return
-	}
-	ex, err := e.Codex.Search(r.Context(), query, k)
-	if err != nil {
-		writeError(w, err)
-		return
-	}
-	if ex == nil {
-		ex = []ctxd.Excerpt{}
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"query": query, "excerpts": ex})
 }
 
-// codexReader resolves the request's sigil and checks that it may read the
-// codex (the search_codex scope), or answers the error.
-func (srv *Server) codexReader(w http.ResponseWriter, r *http.Request) (*engine.Engine, bool) {
-	sigil, err := srv.actor(r, r.URL.Query().Get("sigil"))
-	if err == nil {
-		err = requireScope(sigil, sigils.ScopeSearchCodex)
+// searchCodex is the search_codex tool for sigil, on every door: the
+// query's k best excerpts (k from 1 to 50; 0: 5).
+func (srv *Server) searchCodex(ctx context.Context, sigil runcontext.Sigil, query string, k int) ([]ctxd.Excerpt, error) {
+	if err := requireScope(sigil, sigils.ScopeSearchCodex); err != nil {
+		return nil, err
 	}
-	var e *engine.Engine
-	if err == nil {
-		e, err = srv.core.Engine()
+	if query == "" {
+		return nil, ctxd.Errorf(ctxd.KindInvalid, "q: required")
 	}
+	if k == 0 {
+		k = 5
+	}
+	if k < 1 || k > 50 {
+		return nil, ctxd.Errorf(ctxd.KindInvalid, "k: must be a number from 1 to 50")
+	}
+	e, err := srv.core.Engine()
 	if err != nil {
-		writeError(w, err)
-		return nil, false
+		return nil, err
 	}
-	return e, true
+	ex, err := e.Codex.Search(ctx, query, k)
+	if err != nil {
+		return nil, err
+	}
+	if ex == nil {
+		ex = []ctxd.Excerpt{}
+	}
+	return ex, nil
 }
 
-// handleCodexFiles lists the codex's files, for sigils that may read it.
-func (srv *Server) handleCodexFiles(w http.ResponseWriter, r *http.Request) {
-	e, ok := srv.codexReader(w, r)
-	if !ok {
-		return
+// codexReader is the request path for a sigil that may read the codex
+// (the search_codex scope), or the error.
+func (srv *Server) codexReader(sigil runcontext.Sigil) (*engine.Engine, error) {
+	if err := requireScope(sigil, sigils.ScopeSearchCodex); err != nil {
+		return nil, err
+	}
+	return srv.core.Engine()
+}
+
+// codexFiles lists the codex's files, for sigils that may read it.
+func (srv *Server) codexFiles(sigil runcontext.Sigil) ([]ctxd.CodexFile, error) {
+	e, err := srv.codexReader(sigil)
+	if err != nil {
+		return nil, err
 	}
 	files, ok := e.Codex.Files()
 	if !ok {
-		writeError(w, ctxd.Errorf(ctxd.KindNotFound, "no codex is loaded"))
+		return nil, ctxd.Errorf(ctxd.KindNotFound, "no codex is loaded")
+	}
+	return files, nil
+}
+
+// codexFile is one codex file's content as prompts see it (secrets
+// redacted), for sigils that may read the codex.
+func (srv *Server) codexFile(sigil runcontext.Sigil, path string) (*ctxd.CodexFileContent, error) {
+	e, err := srv.codexReader(sigil)
+	if err != nil {
+		return nil, err
+	}
+	f, err := e.Codex.File(path)
+	if err != nil {
+		return nil, err
+	}
+	return &f, nil
+}
+
+func (srv *Server) handleCodexFiles(w http.ResponseWriter, r *http.Request) {
+	sigil, err := srv.actor(r, r.URL.Query().Get("sigil"))
+	var files []ctxd.CodexFile
+	if err == nil {
+		files, err = srv.codexFiles(sigil)
+	}
+	if err != nil {
+		writeError(w, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"files": files})
 }
 
-// handleCodexFile is one codex file's content as prompts see it (secrets
-// redacted), for sigils that may read the codex.
 func (srv *Server) handleCodexFile(w http.ResponseWriter, r *http.Request) {
-	e, ok := srv.codexReader(w, r)
-	if !ok {
-		return
+	sigil, err := srv.actor(r, r.URL.Query().Get("sigil"))
+	var f *ctxd.CodexFileContent
+	if err == nil {
+		f, err = srv.codexFile(sigil, r.PathValue("path"))
 	}
-	f, err := e.Codex.File(r.PathValue("path"))
 	if err != nil {
 		writeError(w, err)
 		return

@@ -2,16 +2,16 @@ package httpapi
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/ctxd/ctxd"
-	"github.com/ctxd/ctxd/client"
 	"github.com/ctxd/ctxd/mcpserver"
 	"github.com/ctxd/ctxd/reqid"
 	"github.com/ctxd/ctxd/runcontext"
@@ -111,8 +111,7 @@ func (m *mcpHTTP) sessions(ctx context.Context, sigil authInfo) (http.Handler, e
 		return s.h, nil
 	}
 	log := m.srv.log.With("component", "mcp")
-	c := client.New("", client.WithTransport(inProcess{api: m.api, sigil: sigil, base: m.srv.requests}))
-	srv, err := mcpserver.New(ctx, c, mcpserver.Options{Version: m.srv.cfg.Version, Logger: log})
+	srv, err := mcpserver.New(ctx, mcpDaemon{srv: m.srv, auth: sigil}, mcpserver.Options{Version: m.srv.cfg.Version, Logger: log})
 	if err != nil {
 		return nil, ctxd.Errorf(ctxd.KindInternal, "httpapi: MCP server for sigil %q: %w", sigil.name, err)
 	}
@@ -125,82 +124,144 @@ func (m *mcpHTTP) sessions(ctx context.Context, sigil authInfo) (http.Handler, e
 	return h, nil
 }
 
-// inProcess is an http.RoundTripper that serves a request with the
-// daemon's routes in this process, bound to a sigil as a token would bind
-// it. The answer streams through a pipe: the handler runs in its own
-// goroutine, which ends when it returns; a reader that closes the body
-// early makes its next write fail, and it returns. The request is also
-// stopped when base ends (the daemon stops its requests): an MCP tool's
-// context does not end with its client.
-type inProcess struct {
-	api   func() http.Handler
-	sigil authInfo
-	base  context.Context
+// mcpDaemon is the request path as one sigil's MCP server sees it, in
+// process: each tool call is served by the functions the HTTP routes
+// serve, with no HTTP and no JSON in between. It is a request like the
+// others: named (after the MCP request it serves), counted in the metrics
+// under its route's pattern, refused once the server is shutting down and
+// drained with the rest, and stopped when the server stops its requests
+// (an MCP tool's context does not end with its client).
+type mcpDaemon struct {
+	srv  *Server
+	auth authInfo // the sigil the MCP session was opened as
 }
 
-func (t inProcess) RoundTrip(req *http.Request) (*http.Response, error) {
-	ctx, cancel := context.WithCancelCause(req.Context())
-	stop := context.AfterFunc(t.base, func() { cancel(context.Cause(t.base)) })
-	r := req.Clone(context.WithValue(ctx, authKey{}, t.sigil))
-	if r.Body == nil {
-		r.Body = http.NoBody
-	}
-	r.RequestURI, r.RemoteAddr = r.URL.RequestURI(), "in-process"
-	// Each tool call is a request of its own in the log, the metrics and
-	// its summary, named after the MCP request it serves.
-	if id := reqid.From(req.Context()) + "." + reqid.New()[:8]; reqid.Valid(id) {
-		r.Header.Set(reqid.Header, id)
-	}
-	pr, pw := io.Pipe()
-	w := &pipeResponse{header: http.Header{}, body: pw, started: make(chan struct{})}
-	go func() {
-		defer func() {
-			if v := recover(); v != nil { // http.ErrAbortHandler, which the recoverer passes on: drop the answer
-				pw.CloseWithError(fmt.Errorf("httpapi: in-process request %s %s aborted: %v", r.Method, r.URL.Path, v))
+var _ mcpserver.Daemon = mcpDaemon{}
+
+// sigil is the session's sigil as it stands now: a reload may have
+// revoked the token the session was opened with, or changed its scopes.
+func (m mcpDaemon) sigil() (runcontext.Sigil, error) {
+	if m.auth.token != "" {
+		if s, err := m.srv.cfg.Sigils.Authenticate(m.auth.token); err != nil || s.Name != m.auth.name {
+			if err == nil {
+				err = fmt.Errorf("it now belongs to sigil %q", s.Name)
 			}
-			w.WriteHeader(http.StatusOK) // a handler that wrote nothing
-			pw.Close()
-			stop()
-			cancel(nil)
-		}()
-		t.api().ServeHTTP(w, r)
-	}()
-	select {
-	case <-w.started:
-	case <-req.Context().Done():
-		pr.CloseWithError(req.Context().Err()) // the handler's writes fail: it returns
-		return nil, req.Context().Err()
+			return runcontext.Sigil{}, ctxd.Errorf(ctxd.KindUnauthorized, "the token this MCP session began with no longer holds: %v", err)
+		}
 	}
-	return &http.Response{
-		Status: http.StatusText(w.code), StatusCode: w.code, Header: w.sent,
-		Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
-		Body: pr, ContentLength: -1, Request: req,
-	}, nil
+	s, err := m.srv.cfg.Sigils.Resolve(m.auth.name)
+	if err != nil {
+		return s, ctxd.Errorf(ctxd.KindForbidden, "%v", err)
+	}
+	return s, nil
 }
 
-// pipeResponse is the http.ResponseWriter of an in-process request.
-type pipeResponse struct {
-	header  http.Header
-	body    *io.PipeWriter
-	once    sync.Once
-	started chan struct{} // closed by WriteHeader: code and sent are set
-	code    int
-	sent    http.Header // the header as it was when the answer started
+// call serves one tool call as a request of route (a route's pattern).
+func (m mcpDaemon) call(ctx context.Context, route string, fn func(context.Context, runcontext.Sigil) error) (err error) {
+	srv := m.srv
+	srv.mu.Lock()
+	if srv.draining {
+		srv.mu.Unlock()
+		return ctxd.Errorf(ctxd.KindUnavailable, "ctxd is shutting down")
+	}
+	srv.handled.Add(1)
+	srv.mu.Unlock()
+	defer srv.handled.Done()
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	stop := context.AfterFunc(srv.requests, func() { cancel(context.Cause(srv.requests)) })
+	defer stop()
+	id := reqid.From(ctx) + "." + reqid.New()[:8]
+	if !reqid.Valid(id) {
+		id = reqid.New()
+	}
+	ctx = reqid.With(ctx, id)
+	start := time.Now()
+	defer func() {
+		if v := recover(); v != nil {
+			srv.log.ErrorContext(ctx, "MCP tool call panic", "route", route, "panic", v)
+			err = ctxd.Errorf(ctxd.KindInternal, "internal error; see the daemon log")
+		}
+		code, outcome := http.StatusOK, "ok"
+		if err != nil {
+			k := ctxd.KindOf(err)
+			code, outcome = k.Status(), string(k)
+		}
+		srv.cfg.Metrics.Request(route, code, outcome)
+		srv.log.DebugContext(ctx, "request", "via", "mcp", "route", route, "code", code, "outcome", outcome,
+			"ms", float64(time.Since(start).Microseconds())/1000)
+	}()
+	s, err := m.sigil()
+	if err != nil {
+		return err
+	}
+	return fn(ctx, s)
 }
 
-func (p *pipeResponse) Header() http.Header { return p.header }
+func (m mcpDaemon) Sigil(ctx context.Context) (*ctxd.SigilInfo, error) {
+	var info *ctxd.SigilInfo
+	err := m.call(ctx, "GET /v1/sigil", func(_ context.Context, s runcontext.Sigil) error {
+		info = &ctxd.SigilInfo{Name: s.Name, Scopes: s.Scopes, Authenticated: m.auth.byToken,
+			Description: m.srv.cfg.Sigils.Description(s.Name)}
+		return nil
+	})
+	return info, err
+}
 
-func (p *pipeResponse) WriteHeader(code int) {
-	p.once.Do(func() {
-		p.code, p.sent = code, p.header.Clone()
-		close(p.started)
+func (m mcpDaemon) Ask(ctx context.Context, req ctxd.AskRequest, onToken func(string)) (*ctxd.Summary, error) {
+	var sum *ctxd.Summary
+	err := m.call(ctx, "POST /v1/ask", func(ctx context.Context, s runcontext.Sigil) error {
+		e, err := m.srv.core.Engine()
+		if err != nil {
+			return err
+		}
+		req.Sigil, req.Scopes = s.Name, s.Scopes
+		sum, err = e.Orch.AskAs(ctx, s, req, func(t string) error {
+			if onToken != nil {
+				onToken(t)
+			}
+			return nil
+		})
+		return err
+	})
+	return sum, err
+}
+
+func (m mcpDaemon) SearchCodex(ctx context.Context, q string, k int) ([]ctxd.Excerpt, error) {
+	var ex []ctxd.Excerpt
+	err := m.call(ctx, "GET /v1/codex/search", func(ctx context.Context, s runcontext.Sigil) (err error) {
+		ex, err = m.srv.searchCodex(ctx, s, strings.TrimSpace(q), k)
+		return err
+	})
+	return ex, err
+}
+
+func (m mcpDaemon) CodexFiles(ctx context.Context) ([]ctxd.CodexFile, error) {
+	var files []ctxd.CodexFile
+	err := m.call(ctx, "GET /v1/codex/files", func(_ context.Context, s runcontext.Sigil) (err error) {
+		files, err = m.srv.codexFiles(s)
+		return err
+	})
+	return files, err
+}
+
+func (m mcpDaemon) CodexFile(ctx context.Context, path string) (*ctxd.CodexFileContent, error) {
+	var f *ctxd.CodexFileContent
+	err := m.call(ctx, "GET /v1/codex/files/{path...}", func(_ context.Context, s runcontext.Sigil) (err error) {
+		f, err = m.srv.codexFile(s, path)
+		return err
+	})
+	return f, err
+}
+
+// Status is the daemon's status as the status tool shows it: v (a map)
+// gets its JSON fields.
+func (m mcpDaemon) Status(ctx context.Context, v any) error {
+	return m.call(ctx, "GET /v1/status", func(ctx context.Context, _ runcontext.Sigil) error {
+		b, err := json.Marshal(m.srv.core.Status(ctx))
+		if err != nil {
+			return ctxd.Errorf(ctxd.KindInternal, "status: %w", err)
+		}
+		return json.Unmarshal(b, v)
 	})
 }
-
-func (p *pipeResponse) Write(b []byte) (int, error) {
-	p.WriteHeader(http.StatusOK)
-	return p.body.Write(b)
-}
-
-// Flush: every write reaches the reader at once.
-func (p *pipeResponse) Flush() {}

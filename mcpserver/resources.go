@@ -58,8 +58,7 @@ func (s *Server) listCodexMiddleware(next mcp.MethodHandler) mcp.MethodHandler {
 			return next(ctx, method, req)
 		}
 		files, err := s.daemon.CodexFiles(ctx)
-		var ae *client.APIError
-		if errors.As(err, &ae) && ae.Kind == ctxd.KindNotFound {
+		if err != nil && kindOf(err) == ctxd.KindNotFound {
 			err, files = nil, nil
 		}
 		if err != nil {
@@ -91,8 +90,7 @@ func (s *Server) readCodexFile(ctx context.Context, req *mcp.ReadResourceRequest
 		return nil, mcp.ResourceNotFoundError(uri)
 	}
 	f, err := s.daemon.CodexFile(ctx, p)
-	var ae *client.APIError
-	if errors.As(err, &ae) && ae.Kind == ctxd.KindNotFound {
+	if err != nil && kindOf(err) == ctxd.KindNotFound {
 		return nil, mcp.ResourceNotFoundError(uri)
 	}
 	if err != nil {
@@ -102,4 +100,14 @@ func (s *Server) readCodexFile(ctx context.Context, req *mcp.ReadResourceRequest
 	res := &mcp.ReadResourceResult{Contents: []*mcp.ResourceContents{{URI: uri, MIMEType: "text/plain", Text: f.Content}}}
 	res.CacheScope = "private" // and stale at once (TTL 0): the file may change
 	return res, nil
+}
+
+// kindOf is an error's kind, whether the daemon's client or the request
+// path in process returned it.
+func kindOf(err error) ctxd.Kind {
+	var ae *client.APIError
+	if errors.As(err, &ae) {
+		return ae.Kind
+	}
+	return ctxd.KindOf(err)
 }

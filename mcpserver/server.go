@@ -25,11 +25,28 @@ type Options struct {
 	Logger  *slog.Logger // nil: discard
 }
 
+// Daemon is what the MCP server asks of ctxd, as one sigil: the daemon's
+// client over its socket (*client.Client, for `ctxd mcp`), or the request
+// path in process (the daemon's own /v1/mcp endpoint). Errors carry a
+// ctxd.Kind (ctxd.KindOf).
+type Daemon interface {
+	// Sigil is the sigil the requests act as, and its scopes.
+	Sigil(ctx context.Context) (*ctxd.SigilInfo, error)
+	Ask(ctx context.Context, req ctxd.AskRequest, onToken func(string)) (*ctxd.Summary, error)
+	SearchCodex(ctx context.Context, q string, k int) ([]ctxd.Excerpt, error)
+	CodexFiles(ctx context.Context) ([]ctxd.CodexFile, error)
+	CodexFile(ctx context.Context, path string) (*ctxd.CodexFileContent, error)
+	// Status decodes the daemon's status into v (a map).
+	Status(ctx context.Context, v any) error
+}
+
+var _ Daemon = (*client.Client)(nil)
+
 // Server is an MCP server in front of one daemon, offering what its
-// client's sigil allows.
+// sigil allows.
 type Server struct {
 	mcp    *mcp.Server
-	daemon *client.Client
+	daemon Daemon
 	sigil  ctxd.SigilInfo
 	log    *slog.Logger
 
@@ -42,7 +59,7 @@ type Server struct {
 // New asks the daemon which sigil c acts as and returns a server offering
 // the tools and resources its scopes allow. An unreachable daemon, or a
 // token no sigil holds, is an error.
-func New(ctx context.Context, c *client.Client, opts Options) (*Server, error) {
+func New(ctx context.Context, c Daemon, opts Options) (*Server, error) {
 	log := opts.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -146,12 +163,16 @@ func (s *Server) defaultSession(ss *mcp.ServerSession) string {
 // daemon's own message, with its kind and status.
 func describe(err error) string {
 	var ae *client.APIError
-	if errors.As(err, &ae) {
+	var ce *ctxd.Error
+	switch {
+	case errors.As(err, &ae):
 		kind := string(ae.Kind)
 		if kind == "" {
 			kind = "error"
 		}
 		return fmt.Sprintf("%s [%s, HTTP %d]", ae.Message, kind, ae.Status)
+	case errors.As(err, &ce):
+		return fmt.Sprintf("%s [%s, HTTP %d]", ce.Error(), ce.Kind, ce.Kind.Status())
 	}
 	return err.Error()
 }
