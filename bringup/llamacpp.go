@@ -9,8 +9,6 @@ import (
 	"path/filepath"
 	"slices"
 
-	"github.com/ollama/ollama/api"
-
 	"github.com/ctxd/ctxd"
 	"github.com/ctxd/ctxd/chattemplate"
 	"github.com/ctxd/ctxd/governor"
@@ -173,7 +171,7 @@ func chooseLlamaFormat(ctx context.Context, want, jinja string, special runconte
 		if err != nil {
 			return nil, err
 		}
-		return f, f.Agrees(func(msgs []api.Message) (string, error) { return c.ApplyTemplate(ctx, msgs) }, bos)
+		return f, f.Agrees(func(msgs []chattemplate.Message) (string, error) { return c.ApplyTemplate(ctx, msgs) }, bos)
 	})
 }
 

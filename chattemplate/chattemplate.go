@@ -272,7 +272,7 @@ var ErrUnknownJinja = errors.New("chattemplate: no Go template matches the model
 // conversation, one turn longer each time, must render the same, but for
 // the BOS token's text, which the other may write first (ctxd's prompt
 // carries BOS as a token).
-func (f *Format) Agrees(other func([]api.Message) (string, error), bos string) error {
+func (f *Format) Agrees(other func([]Message) (string, error), bos string) error {
 	rc := probe()
 	for n := 0; n <= len(rc.State.Turns); n++ {
 		cur := *rc
@@ -284,7 +284,7 @@ func (f *Format) Agrees(other func([]api.Message) (string, error), bos string) e
 		if err != nil {
 			return err
 		}
-		theirs, err := other(f.Messages(&cur))
+		theirs, err := other(plainMessages(f.Messages(&cur)))
 		if err != nil {
 			return fmt.Errorf("chattemplate: the other renderer: %w", err)
 		}
@@ -304,3 +304,20 @@ func (f *Format) Agrees(other func([]api.Message) (string, error), bos string) e
 }
 
 func clip(s string) string { return s[:min(len(s), 60)] }
+
+// Message is one message of a conversation as another renderer of the
+// template takes it (llama-server's /apply-template): a role and its text.
+type Message struct {
+	Role    string `json:"role"`
+	Content string `json:"content"`
+}
+
+// plainMessages are msgs as Messages (the probe conversation has no tool
+// calls or images).
+func plainMessages(msgs []api.Message) []Message {
+	out := make([]Message, len(msgs))
+	for i, m := range msgs {
+		out[i] = Message{Role: m.Role, Content: m.Content}
+	}
+	return out
+}

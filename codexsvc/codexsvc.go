@@ -27,7 +27,6 @@ import (
 
 	"github.com/ctxd/ctxd"
 	"github.com/ctxd/ctxd/codex"
-	"github.com/ctxd/ctxd/config"
 	"github.com/ctxd/ctxd/governor"
 	"github.com/ctxd/ctxd/runcontext"
 	"github.com/ctxd/ctxd/sqlite"
@@ -39,9 +38,20 @@ type Sink interface {
 	SetCodex(block runcontext.Codex, plan ctxd.CodexPlan, r ctxd.Retriever)
 }
 
+// Settings are the operator's codex settings (the daemon's [codex]
+// section), applied to every tree the service loads; a tree's own
+// .ctxd.toml may only tighten them.
+type Settings struct {
+	Walk     codex.Options // caps, include and exclude patterns, redaction (Progress is set per load)
+	CAGRatio float64       // share of the prompt budget the codex may fill whole
+	Watch    bool          // reload when files change
+	// AllowRedactOff lets a tree's .ctxd.toml turn redaction off.
+	AllowRedactOff bool
+}
+
 // Config is what the service needs.
 type Config struct {
-	Codex       config.Codex    // the daemon's [codex] settings
+	Settings    Settings        // the operator's codex settings
 	StateDir    string          // holds codex-cache.bin and codex-index.db
 	Limits      governor.Limits // the window the codex is planned against
 	Tokenizer   ctxd.Tokenizer  // counts each file's tokens
@@ -188,7 +198,7 @@ func (s *Service) Load(ctx context.Context, path string, progress func(ctxd.Code
 	if err != nil {
 		return ctxd.CodexStats{}, err
 	}
-	if s.cfg.Codex.Watch {
+	if s.cfg.Settings.Watch {
 		// Switched before the next load may start: the watcher always
 		// follows the codex that is current.
 		s.watch(path)
@@ -291,17 +301,15 @@ func (s *Service) options(path string, progress func(ctxd.CodexProgress)) (codex
 	if err != nil {
 		return codex.Options{}, 0, ctxd.Errorf(ctxd.KindInvalid, "%w", err)
 	}
-	cc := s.cfg.Codex
-	if r := settings.Codex.Redact; r != nil && !*r && !cc.AllowCodexRedactOff {
+	cc := s.cfg.Settings
+	if r := settings.Codex.Redact; r != nil && !*r && !cc.AllowRedactOff {
 		// The tree is not the operator's to trust: a repository must not
 		// be able to put its own credentials into prompts.
 		return codex.Options{}, 0, ctxd.Errorf(ctxd.KindForbidden, "codex %s: its %s turns secret redaction off (redact = false), which the operator has not allowed (codex.allow_codex_redact_off)", filepath.Base(path), codex.SettingsFile)
 	}
-	opts := codex.Options{
-		MaxFileBytes: cc.MaxFileBytes, MaxTotalBytes: cc.MaxTotalBytes,
-		Include: cc.Include, Exclude: cc.Exclude, NoRedact: !cc.Redact,
-		Progress: progress,
-	}.Merge(settings.Codex)
+	opts := cc.Walk
+	opts.Progress = progress
+	opts = opts.Merge(settings.Codex)
 	if s.cache == nil {
 		if s.cache, err = codex.OpenCache(filepath.Join(s.cfg.StateDir, "codex-cache.bin"), s.cfg.TokenizerID); err != nil {
 			return codex.Options{}, 0, ctxd.Errorf(ctxd.KindInternal, "%w", err)

@@ -55,7 +55,7 @@ func newServiceWith(t *testing.T, numCtx int, watch bool, edit func(*Config)) (*
 	cc.Watch = watch
 	snk := &sink{}
 	cfg := Config{
-		Codex: cc, StateDir: t.TempDir(),
+		Settings: codexSettings(cc), StateDir: t.TempDir(),
 		Limits:    governor.Limits{NumCtx: numCtx, AnswerReserve: 64},
 		Tokenizer: fake.Tokenizer{}, TokenizerID: "bytes", Counter: tokencount.New(fake.Tokenizer{}, nil),
 		Stable: func(c runcontext.Codex) (runcontext.Rendered, error) {
@@ -263,7 +263,7 @@ func newBoundedService(t *testing.T, numCtx int, tok *boundedTok) *Service {
 	cc := config.Default(config.Env{Home: t.TempDir()}).Codex
 	cc.Watch = false
 	s := New(Config{
-		Codex: cc, StateDir: t.TempDir(),
+		Settings: codexSettings(cc), StateDir: t.TempDir(),
 		Limits:    governor.Limits{NumCtx: numCtx, AnswerReserve: 64},
 		Tokenizer: tok, TokenizerID: "bytes", Counter: tokencount.New(tok, nil),
 		Stable: func(c runcontext.Codex) (runcontext.Rendered, error) {
@@ -477,4 +477,9 @@ func TestPeekNeitherLearnsNorMoves(t *testing.T) {
 	if len(ws.recent) != 2 {
 		t.Errorf("recent questions %q; want the conversation's two", ws.recent)
 	}
+}
+
+// codexSettings are the service's settings from a [codex] section.
+func codexSettings(cc config.Codex) Settings {
+	return Settings{Walk: cc.WalkOptions(), CAGRatio: cc.CAGRatio, Watch: cc.Watch, AllowRedactOff: cc.AllowCodexRedactOff}
 }

@@ -66,7 +66,7 @@ func TestAPipeDoesNotHoldTheLock(t *testing.T) {
 func TestWatchIgnoresIgnoredDirectories(t *testing.T) {
 	t.Parallel()
 	s, snk := newService(t, 100000, true)
-	s.cfg.Codex.Exclude = []string{"build/"}
+	s.cfg.Settings.Walk.Exclude = []string{"build/"}
 	dir := tree(t, 2, 300)
 	writeFile := func(rel, content string) {
 		t.Helper()

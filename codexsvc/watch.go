@@ -198,7 +198,7 @@ func (s *Service) ignorer(dir string) *codex.Ignorer {
 	if err != nil {
 		settings = codex.Settings{}
 	}
-	cc := s.cfg.Codex
+	cc := s.cfg.Settings.Walk
 	return codex.NewIgnorer(dir, codex.Options{Include: cc.Include, Exclude: cc.Exclude}.Merge(settings.Codex))
 }
 

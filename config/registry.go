@@ -1,6 +1,9 @@
 package config
 
-import "github.com/ctxd/ctxd/sigils"
+import (
+	"github.com/ctxd/ctxd/codex"
+	"github.com/ctxd/ctxd/sigils"
+)
 
 // SigilRegistry builds the sigil registry the configuration describes.
 func (c Config) SigilRegistry() (*sigils.Registry, error) {
@@ -10,4 +13,10 @@ func (c Config) SigilRegistry() (*sigils.Registry, error) {
 			RevokedSHA256: s.RevokedSHA256, UIDs: s.UIDs, GIDs: s.GIDs, Revoked: s.Revoked}
 	}
 	return sigils.New(defs, c.Daemon.DefaultSigil)
+}
+
+// WalkOptions are the codex section's options for walking a tree.
+func (c Codex) WalkOptions() codex.Options {
+	return codex.Options{MaxFileBytes: c.MaxFileBytes, MaxTotalBytes: c.MaxTotalBytes,
+		Include: c.Include, Exclude: c.Exclude, NoRedact: !c.Redact}
 }

@@ -77,7 +77,9 @@ func New(ctx context.Context, cfg Config, m *bringup.Model) (_ *Engine, err erro
 		return nil, ctxd.Errorf(ctxd.KindInvalid, "%w", err)
 	}
 	e.Codex = codexsvc.New(codexsvc.Config{
-		Codex: cfg.Codex, StateDir: cfg.StateDir, Limits: cfg.Limits,
+		Settings: codexsvc.Settings{Walk: cfg.Codex.WalkOptions(), CAGRatio: cfg.Codex.CAGRatio, Watch: cfg.Codex.Watch,
+			AllowRedactOff: cfg.Codex.AllowCodexRedactOff},
+		StateDir: cfg.StateDir, Limits: cfg.Limits,
 		Tokenizer: m.Tokenizer, TokenizerID: m.TokenizerID, Counter: counter,
 		Specials: m.Format.Specials(), Sink: sink{next: e.Orch, onCodex: cfg.OnCodex}, Logger: cfg.Logger,
 		Stable: e.Orch.StableBlocks,

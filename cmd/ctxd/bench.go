@@ -94,7 +94,7 @@ func cmdCodexBench(args []string, stdout io.Writer) error {
 	// in memory, the state directory as the last run left it.
 	service := func(stateDir string) *codexsvc.Service {
 		return codexsvc.New(codexsvc.Config{
-			Codex: cc, StateDir: stateDir, Limits: limits,
+			Settings: codexsvc.Settings{Walk: cc.WalkOptions(), CAGRatio: cc.CAGRatio}, StateDir: stateDir, Limits: limits,
 			Tokenizer: tok, TokenizerID: "bench", Counter: tokencount.New(tok, nil),
 			Stable: func(c runcontext.Codex) (runcontext.Rendered, error) {
 				return runcontext.Plain{}.Render(&runcontext.RunContext{
