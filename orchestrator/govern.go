@@ -384,9 +384,12 @@ func (o *Orchestrator) dropStale(ctx context.Context, id string, sess *ctxd.Sess
 	if err != nil {
 		return ctxd.Action{}, ctxd.Errorf(ctxd.KindInternal, "orchestrator: %w", err)
 	}
-	epoch, err := o.store.DropExcerpts(ctx, id, o.cfg.Now())
+	sctx, cancel := o.storeCtx(ctx, false)
+	defer cancel()
+	epoch, err := o.store.DropExcerpts(sctx, id, o.cfg.Now())
 	if err != nil {
-		return ctxd.Action{}, ctxd.Errorf(ctxd.KindInternal, "orchestrator: %w", err)
+		o.uncacheSession(id)
+		return ctxd.Action{}, o.storeErr(sctx, id, "leave the history's excerpts out", err)
 	}
 	turns := slices.Clone(sess.Turns)
 	for i := range turns {
@@ -465,9 +468,12 @@ func (o *Orchestrator) newEpoch(ctx context.Context, id string, sess *ctxd.Sessi
 	for j, i := range keep {
 		seqs[j], turns[j] = sess.Seqs[i], sess.Turns[i]
 	}
-	epoch, err := o.store.NewEpoch(ctx, id, seqs, summary, o.cfg.Now())
+	sctx, cancel := o.storeCtx(ctx, false)
+	defer cancel()
+	epoch, err := o.store.NewEpoch(sctx, id, seqs, summary, o.cfg.Now())
 	if err != nil {
-		return ctxd.Errorf(ctxd.KindInternal, "orchestrator: %w", err)
+		o.uncacheSession(id)
+		return o.storeErr(sctx, id, "begin a new epoch", err)
 	}
 	sess.Epoch, sess.Summary, sess.Turns, sess.Seqs = epoch, summary, turns, seqs
 	o.cacheSession(*sess)

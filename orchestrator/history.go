@@ -26,10 +26,14 @@ func (o *Orchestrator) follow(ctx context.Context, sess *ctxd.Session, history [
 	for i, t := range history {
 		turns[i] = ctxd.Turn{Query: t.Query, Answer: t.Answer, Verbatim: t.Verbatim}
 	}
-	epoch, seqs, err := o.store.ReplaceTurns(context.WithoutCancel(ctx), sess.ID, turns, o.cfg.Now())
+	// Not cancelled with the request (the store is asked once, and the
+	// session agrees with it whatever the client does), but bounded.
+	sctx, cancel := o.storeCtx(ctx, true)
+	defer cancel()
+	epoch, seqs, err := o.store.ReplaceTurns(sctx, sess.ID, turns, o.cfg.Now())
 	if err != nil {
 		o.uncacheSession(sess.ID)
-		return false, ctxd.Errorf(ctxd.KindInternal, "orchestrator: session %q: take the client's history: %w", sess.ID, err)
+		return false, o.storeErr(sctx, sess.ID, "take the client's history", err)
 	}
 	held := len(sess.Turns)
 	*sess = ctxd.Session{ID: sess.ID, Epoch: epoch, Turns: turns, Seqs: seqs, Count: sess.Count + len(turns), Owner: sess.Owner}

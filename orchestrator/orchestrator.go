@@ -45,8 +45,15 @@ type Config struct {
 	// Observe is told of every answer's summary (the daemon's metrics);
 	// nil: nobody. It must not block.
 	Observe func(ctx context.Context, sum *ctxd.Summary)
-	Now     func() time.Time
-	Logger  *slog.Logger
+	// StoreTimeout bounds each call a request makes to the session and
+	// karma stores (reading and claiming the session, taking its client's
+	// history, new epochs, the turn, karma snapshots and traces), so that a
+	// stuck store fails its requests instead of holding them; 0:
+	// DefaultStoreTimeout. A call past it fails the request with
+	// KindUnavailable (KindNotRecorded once the answer streamed).
+	StoreTimeout time.Duration
+	Now          func() time.Time
+	Logger       *slog.Logger
 }
 
 // Orchestrator serves requests. It is safe for concurrent use: requests of
@@ -97,6 +104,9 @@ func New(cfg Config, backend ctxd.Backend, count *tokencount.Counter, store ctxd
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
+	}
+	if cfg.StoreTimeout <= 0 {
+		cfg.StoreTimeout = DefaultStoreTimeout
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -184,8 +194,10 @@ func (o *Orchestrator) DeleteSession(ctx context.Context, id string) error {
 		return o.stopped(ctx, id, "while it waited to delete the session behind its running request", false, err)
 	}
 	defer release()
-	if err := o.store.DeleteSession(ctx, id); err != nil {
-		return ctxd.Errorf(ctxd.KindInternal, "orchestrator: delete session %q: %w", id, err)
+	sctx, cancel := o.storeCtx(ctx, false)
+	defer cancel()
+	if err := o.store.DeleteSession(sctx, id); err != nil {
+		return o.storeErr(sctx, id, "delete the session", err)
 	}
 	o.mu.Lock()
 	delete(o.sessions, id)
@@ -221,7 +233,9 @@ func (o *Orchestrator) Ask(ctx context.Context, req ctxd.AskRequest, onToken fun
 // be recorded is an error of kind KindNotRecorded. If ctx ends (the client
 // went away, or the daemon is stopping), the request leaves whichever
 // queue it waits in, or its generation is stopped at the backend, and
-// nothing is recorded; the error says so, with ctx's cause.
+// nothing is recorded; the error says so, with ctx's cause. A store call
+// that runs past Config.StoreTimeout fails the request (KindUnavailable,
+// or KindNotRecorded once the answer streamed).
 func (o *Orchestrator) AskAs(ctx context.Context, sigil runcontext.Sigil, req ctxd.AskRequest, onToken func(string) error) (*ctxd.Summary, error) {
 	arrived := o.cfg.Now()
 	if err := checkRequest(req); err != nil {
@@ -476,8 +490,7 @@ func (o *Orchestrator) recordAnswer(ctx context.Context, req ctxd.AskRequest, p 
 	}
 	var err error
 	if sum.Trace, err = o.recordTrace(ctx, req, p.rc, p.rendered, answer, codex.fingerprint); err != nil {
-		return &ctxd.Error{Kind: ctxd.KindNotRecorded, Err: err,
-			Message: fmt.Sprintf("the answer streamed but was not recorded in session %q: %v", req.Session, err)}
+		return err
 	}
 	if err := o.record(ctx, req, p.sess, p.rc, answer, sum); err != nil {
 		return err
@@ -600,25 +613,21 @@ func slotAfterFailure(prompt []int, cached int, streamed bool) []int {
 	return prompt[:cached]
 }
 
-// recordTimeout bounds the write of a turn, which a stop does not cancel.
-const recordTimeout = 10 * time.Second
-
 // record stores the turn and updates the session as held in memory. The
-// write is not cancelled with ctx: the backend already holds the answer in
-// its cache, and the next turn must extend it.
+// write is not cancelled with ctx (the backend already holds the answer in
+// its cache, and the next turn must extend it), but bounded.
 func (o *Orchestrator) record(ctx context.Context, req ctxd.AskRequest, sess ctxd.Session, rc *runcontext.RunContext, answer string, sum *ctxd.Summary) error {
 	js, err := json.Marshal(sum)
 	if err != nil {
 		return ctxd.Errorf(ctxd.KindInternal, "orchestrator: %w", err)
 	}
 	turn := ctxd.Turn{Query: req.Query, Excerpts: rc.Query.Excerpts, Answer: answer, Verbatim: req.Pin}
-	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)
+	sctx, cancel := o.storeCtx(ctx, true)
 	defer cancel()
-	seq, err := o.store.AppendTurn(wctx, req.Session, turn, js, o.cfg.Now())
+	seq, err := o.store.AppendTurn(sctx, req.Session, turn, js, o.cfg.Now())
 	if err != nil {
 		o.uncacheSession(req.Session)
-		return &ctxd.Error{Kind: ctxd.KindNotRecorded, Err: err,
-			Message: fmt.Sprintf("the answer streamed but was not recorded in session %q: %v", req.Session, err)}
+		return o.notRecorded(sctx, req.Session, "write the turn", err)
 	}
 	sess.Turns = append(sess.Turns, turn)
 	sess.Seqs = append(sess.Seqs, seq)

@@ -44,9 +44,11 @@ func (o *Orchestrator) session(ctx context.Context, id string) (ctxd.Session, er
 		s.Turns, s.Seqs = slices.Clone(s.Turns), slices.Clone(s.Seqs)
 		return s, nil
 	}
-	s, err := o.store.Session(ctx, id)
+	sctx, cancel := o.storeCtx(ctx, false)
+	defer cancel()
+	s, err := o.store.Session(sctx, id)
 	if err != nil {
-		return s, ctxd.Errorf(ctxd.KindInternal, "orchestrator: session %q: %w", id, err)
+		return s, o.storeErr(sctx, id, "read the session", err)
 	}
 	o.cacheSession(s)
 	return s, nil
@@ -59,9 +61,11 @@ func (o *Orchestrator) claim(ctx context.Context, sess *ctxd.Session, sigil stri
 	if sess.Owner == sigil {
 		return nil
 	}
-	owner, err := o.store.ClaimSession(ctx, sess.ID, sigil, o.cfg.Sigils.Default(), o.cfg.Now())
+	sctx, cancel := o.storeCtx(ctx, false)
+	defer cancel()
+	owner, err := o.store.ClaimSession(sctx, sess.ID, sigil, o.cfg.Sigils.Default(), o.cfg.Now())
 	if err != nil {
-		return ctxd.Errorf(ctxd.KindInternal, "orchestrator: session %q: %w", sess.ID, err)
+		return o.storeErr(sctx, sess.ID, "claim the session", err)
 	}
 	if owner != sigil {
 		return ctxd.Errorf(ctxd.KindForbidden, "session %q belongs to another sigil; choose another session id", sess.ID)

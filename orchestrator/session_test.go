@@ -90,8 +90,8 @@ func (s *gatedStore) AppendTurn(ctx context.Context, id string, t ctxd.Turn, sum
 	return s.Store.AppendTurn(ctx, id, t, summary, now)
 }
 
-// newGatedTest is a harness over a gated store.
-func newGatedTest(t *testing.T) (*harness, *gatedStore) {
+// newGatedTest is a harness over a gated store, with storeTimeout.
+func newGatedTest(t *testing.T, storeTimeout time.Duration) (*harness, *gatedStore) {
 	t.Helper()
 	h := newTest(t, governor.Limits{NumCtx: 100000, AnswerReserve: 64}, 2)
 	gs := newGatedStore()
@@ -99,6 +99,7 @@ func newGatedTest(t *testing.T) (*harness, *gatedStore) {
 	h.o, err = New(Config{
 		Identity: runcontext.Identity{Name: "t", Persona: "Be brief."},
 		Limits:   governor.Limits{NumCtx: 100000, AnswerReserve: 64}, Sigils: h.o.cfg.Sigils, TopK: 3,
+		StoreTimeout: storeTimeout,
 	}, h.backend, h.o.count, gs, h.env, h.sched)
 	if err != nil {
 		t.Fatal(err)
@@ -125,7 +126,7 @@ func waitFor[T any](t *testing.T, ch <-chan T, what string) T {
 // the session's next requests neither read nor claim it again.
 func TestSessionIsFetchedOncePerRequest(t *testing.T) {
 	t.Parallel()
-	h, gs := newGatedTest(t)
+	h, gs := newGatedTest(t, 0)
 	history := []ctxd.Turn{{Query: "earlier", Answer: "an answer"}}
 	if _, err := h.o.Ask(t.Context(), ctxd.AskRequest{Session: "s", Query: "q1", History: history}, noop); err != nil {
 		t.Fatal(err)
