@@ -3,7 +3,6 @@ package orchestrator
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -38,28 +37,74 @@ type prepared struct {
 	condensing time.Duration
 }
 
-// prepare loads the session, builds and validates the RunContext, and has
-// the governor make it fit: compaction, then leaving out excerpts, then
-// condensation, then a refusal with the numbers. The caller holds the
-// session.
-func (o *Orchestrator) prepare(ctx context.Context, req ctxd.AskRequest, sigil runcontext.Sigil, codex *codexState, lim governor.Limits) (prepared, error) {
-	var p prepared
-	sess, tails := ctxd.Session{ID: req.Session}, "" // an ephemeral ask's: none held, none counted
-	if !req.Ephemeral {
-		var err error
-		if sess, err = o.session(ctx, req.Session); err != nil {
-			return p, err
-		}
-		tails = req.Session
+// preparation is one request's prompt on its way to the backend: the
+// RunContext, what the governor did to it so far, and its count.
+type preparation struct {
+	o     *Orchestrator
+	ctx   context.Context
+	req   ctxd.AskRequest
+	sigil runcontext.Sigil // as the sigil block shows it: with the tools it offers
+	codex *codexState
+	lim   governor.Limits
+	tails string // whose conversation the counter extends ("" for an ephemeral ask)
+
+	p         prepared       // what is handed on; p.sess is the session as the steps leave it
+	retrieved []ctxd.Excerpt // this question's excerpts from outside the working set
+	refresh   bool           // the request's karma refresh is still to be made
+	pruned    bool           // the governor pruned karma already
+	tally     tally          // the prompt's count
+}
+
+// prepare builds and validates the RunContext of a request in session
+// sess (fetched by the caller, who holds it), and has the governor make it
+// fit: compaction, then leaving out the history's excerpts, then the
+// question's, then karma, then condensation, then a refusal with the
+// numbers.
+func (o *Orchestrator) prepare(ctx context.Context, req ctxd.AskRequest, sigil runcontext.Sigil, sess ctxd.Session, codex *codexState, lim governor.Limits) (prepared, error) {
+	g := o.newPreparation(ctx, req, sigil, sess, codex, lim)
+	if err := g.chooseKarma(); err != nil {
+		return prepared{}, err
 	}
-	rag := codex.block.Mode == runcontext.ModeRAG
-	if rag && sigils.Allows(sigil, sigils.ScopeSearchCodex) {
+	if err := g.retrieve(); err != nil {
+		return prepared{}, err
+	}
+	o.inject(ctx, g.p.rc, codex)
+	if err := g.p.rc.Validate(); err != nil {
+		return prepared{}, ctxd.Errorf(ctxd.KindInvalid, "%w", err)
+	}
+	if err := g.compact(); err != nil {
+		return prepared{}, err
+	}
+	if err := g.fit(); err != nil {
+		return prepared{}, err
+	}
+	if err := g.storeKarma(); err != nil {
+		return prepared{}, err
+	}
+	if err := g.reportWorkingSet(); err != nil {
+		return prepared{}, err
+	}
+	m := g.tally.exact
+	g.p.rendered, g.p.tokens, g.p.budget = m.Rendered, m.tokens, g.tally.budget
+	return g.p, nil
+}
+
+// newPreparation builds the request's RunContext: the blocks of the
+// session, the sigil (with the tools it offers) and the question.
+func (o *Orchestrator) newPreparation(ctx context.Context, req ctxd.AskRequest, sigil runcontext.Sigil, sess ctxd.Session, codex *codexState, lim governor.Limits) *preparation {
+	g := &preparation{o: o, ctx: ctx, req: req, codex: codex, lim: lim, refresh: req.RefreshKarma}
+	if !req.Ephemeral {
+		g.tails = req.Session
+	}
+	if codex.block.Mode == runcontext.ModeRAG && sigils.Allows(sigil, sigils.ScopeSearchCodex) {
 		sigil.Tools = []string{sigils.ScopeSearchCodex}
 	}
-	sigil.ClientTools, p.toolsRefused = clientTools(sigil, req.Tools)
+	sigil.ClientTools, g.p.toolsRefused = clientTools(sigil, req.Tools)
+	g.sigil = sigil
 	identity := o.cfg.Identity
 	identity.Instructions = req.System
-	rc := &runcontext.RunContext{
+	g.p.sess = sess
+	g.p.rc = &runcontext.RunContext{
 		Identity:    identity,
 		Codex:       codex.block,
 		Environment: o.env.Environment(),
@@ -67,173 +112,210 @@ func (o *Orchestrator) prepare(ctx context.Context, req ctxd.AskRequest, sigil r
 		State:       runcontext.State{Epoch: sess.Epoch, Summary: sess.Summary, Turns: sess.Turns},
 		Query:       runcontext.Query{Text: req.Query},
 	}
-	// The karma block is chosen once per karma epoch; an epoch of the
-	// session that the governor begins below begins a karma epoch too.
-	refresh := req.RefreshKarma
-	chooseKarma := func() error {
-		snap, chosen, err := o.chooseKarma(ctx, req, sigil, sess.Epoch, sess.Count == 0, refresh, codex.fingerprint)
-		if err != nil {
-			return err
-		}
-		refresh = false
-		if chosen || !p.karmaChosen { // a choice this request made stands until a new one
-			p.karma, p.karmaChosen = snap, p.karmaChosen || chosen
-		}
-		rc.Karma = karmaBlock(p.karma)
+	return g
+}
+
+// chooseKarma sets the karma block. It is chosen once per karma epoch; an
+// epoch of the session that the governor begins begins a karma epoch too,
+// so each such step chooses again.
+func (g *preparation) chooseKarma() error {
+	snap, chosen, err := g.o.chooseKarma(g.ctx, g.req, g.sigil, g.p.sess.Epoch, g.p.sess.Count == 0, g.refresh, g.codex.fingerprint)
+	if err != nil {
+		return err
+	}
+	g.refresh = false
+	if chosen || !g.p.karmaChosen { // a choice this request made stands until a new one
+		g.p.karma, g.p.karmaChosen = snap, g.p.karmaChosen || chosen
+	}
+	g.p.rc.Karma = karmaBlock(g.p.karma)
+	return nil
+}
+
+// retrieve finds the question's codex excerpts in RAG mode, and the codex
+// block the working set holds now if there is one.
+func (g *preparation) retrieve() error {
+	codex, rc := g.codex, g.p.rc
+	if codex.block.Mode != runcontext.ModeRAG || codex.retriever == nil {
 		return nil
 	}
-	if err := chooseKarma(); err != nil {
-		return p, err
-	}
-	var ws *ctxd.WorkingSet
-	var retrieved []ctxd.Excerpt // this question's excerpts from outside the working set
-	if rag && codex.retriever != nil {
-		var err error
-		if set, ok := codex.retriever.(WorkingSet); ok {
-			var report ctxd.WorkingSet
-			retrieve := set.Retrieve
-			if req.Ephemeral {
-				retrieve = set.Peek
-			}
-			rc.Codex, retrieved, report, err = retrieve(ctx, req.Query, o.cfg.TopK)
-			ws = &report
-		} else {
-			retrieved, err = codex.retriever.Search(ctx, req.Query, o.cfg.TopK)
+	var err error
+	if set, ok := codex.retriever.(WorkingSet); ok {
+		var report ctxd.WorkingSet
+		retrieve := set.Retrieve
+		if g.req.Ephemeral {
+			retrieve = set.Peek
 		}
-		if err != nil {
-			return p, ctxd.Errorf(ctxd.KindInternal, "orchestrator: retrieve codex excerpts: %w", err)
-		}
-		rc.Query.Excerpts = notPresent(retrieved, sess.Turns, ws)
+		rc.Codex, g.retrieved, report, err = retrieve(g.ctx, g.req.Query, g.o.cfg.TopK)
+		g.p.workingSet = &report
+	} else {
+		g.retrieved, err = codex.retriever.Search(g.ctx, g.req.Query, g.o.cfg.TopK)
 	}
-	o.inject(ctx, rc, codex)
-	if err := rc.Validate(); err != nil {
-		return p, ctxd.Errorf(ctxd.KindInvalid, "%w", err)
-	}
-	var actions []ctxd.Action
-	if act, ok, err := o.compact(ctx, req.Session, &sess, rc, lim); err != nil {
-		return p, err
-	} else if ok {
-		actions = append(actions, act)
-		rc.Query.Excerpts = notPresent(retrieved, sess.Turns, ws) // the history that held some may be gone
-		if err := chooseKarma(); err != nil {
-			return p, err
-		}
-	}
-	m, err := o.measure(rc, tails)
 	if err != nil {
-		return p, err
+		return ctxd.Errorf(ctxd.KindInternal, "orchestrator: retrieve codex excerpts: %w", err)
 	}
-	budget, err := lim.Check(m.Measure)
-	var le *governor.LimitError
+	g.excerptsBack()
+	return nil
+}
+
+// excerptsBack puts the question's excerpts in the query block, but for
+// those the history holds (after a step that changed the history, the
+// ones it held may be gone).
+func (g *preparation) excerptsBack() {
+	g.p.rc.Query.Excerpts = notPresent(g.retrieved, g.p.sess.Turns, g.p.workingSet)
+}
+
+// compact applies the message depth (a new epoch, and so a new karma
+// epoch).
+func (g *preparation) compact() error {
+	act, ok, err := g.o.compact(g.ctx, g.req.Session, &g.p.sess, g.p.rc, g.lim)
+	if err != nil || !ok {
+		return err
+	}
+	g.p.actions = append(g.p.actions, act)
+	g.excerptsBack()
+	return g.chooseKarma()
+}
+
+// fit has the governor make the prompt fit the limits. The prompt is
+// counted whole once; each step then adjusts the count by what it changed
+// (see tally), and what is sent is counted whole again.
+func (g *preparation) fit() error {
+	if err := g.measureExact(); err != nil {
+		return err
+	}
 	// Fresh excerpts come before stale ones: the history's excerpts go (a
 	// new epoch) before any of this question's is left out.
-	if errors.As(err, &le) && len(retrieved) > 0 && stale(sess.Turns) > 0 {
-		act, serr := o.dropStale(ctx, req.Session, &sess, rc)
-		if serr != nil {
-			return p, serr
-		}
-		actions = append(actions, act)
-		rc.Query.Excerpts = notPresent(retrieved, sess.Turns, ws)
-		if kerr := chooseKarma(); kerr != nil {
-			return p, kerr
-		}
-		if m, err = o.measure(rc, tails); err != nil {
-			return p, err
-		}
-		budget, err = lim.Check(m.Measure)
-	}
-	// Excerpts are the cheapest thing to give up: the lowest-ranked go first.
-	dropExcerpts := func() error {
-		for dropped := 0; errors.As(err, &le) && len(rc.Query.Excerpts) > 0; {
-			rc.Query.Excerpts = rc.Query.Excerpts[:len(rc.Query.Excerpts)-1]
-			dropped++
-			var merr error
-			if m, merr = o.measure(rc, tails); merr != nil {
-				return merr
-			}
-			if budget, err = lim.Check(m.Measure); err == nil || len(rc.Query.Excerpts) == 0 {
-				actions = append(actions, ctxd.Action{Kind: ctxd.ActionExcerpts,
-					Reason: fmt.Sprintf("%d lowest-ranked codex excerpts left out to fit the window", dropped), Epoch: sess.Epoch})
-			}
-		}
-		return nil
-	}
-	if merr := dropExcerpts(); merr != nil {
-		return p, merr
-	}
-	// Karma is prunable by score, lowest first; pinned entries stay.
-	prunedKarma := false
-	pruneKarma := func() error {
-		for errors.As(err, &le) {
-			act, ok := o.pruneKarma(&p.karma, p.karmaChosen, !prunedKarma, rc)
-			if !ok {
-				return nil
-			}
-			prunedKarma, p.karmaChosen = true, true
-			actions = append(actions, act)
-			var merr error
-			if m, merr = o.measure(rc, tails); merr != nil {
-				return merr
-			}
-			budget, err = lim.Check(m.Measure)
-		}
-		return nil
-	}
-	if kerr := pruneKarma(); kerr != nil {
-		return p, kerr
-	}
-	if errors.As(err, &le) {
-		condenseStart := o.cfg.Now()
-		acts, cerr := o.condense(ctx, req.Session, &sess, rc, lim)
-		p.condensing = o.cfg.Now().Sub(condenseStart)
-		actions = append(actions, acts...)
-		if cerr != nil {
-			return p, cerr
-		}
-		if len(acts) > 0 {
-			// The condensed history holds no excerpts: the question's own
-			// come back, as many as fit.
-			rc.Query.Excerpts = notPresent(retrieved, sess.Turns, ws)
-			if kerr := chooseKarma(); kerr != nil {
-				return p, kerr
-			}
-			if m, err = o.measure(rc, tails); err != nil {
-				return p, err
-			}
-			budget, err = lim.Check(m.Measure)
-			if merr := dropExcerpts(); merr != nil {
-				return p, merr
-			}
-			if kerr := pruneKarma(); kerr != nil {
-				return p, kerr
-			}
+	if g.tally.over() && len(g.retrieved) > 0 && stale(g.p.sess.Turns) > 0 {
+		if err := g.dropStale(); err != nil {
+			return err
 		}
 	}
+	if err := g.dropExcerpts(); err != nil {
+		return err
+	}
+	if err := g.pruneKarma(); err != nil {
+		return err
+	}
+	if err := g.settle(); err != nil {
+		return err
+	}
+	if g.tally.over() {
+		if err := g.condense(); err != nil {
+			return err
+		}
+	}
+	if err := g.settle(); err != nil {
+		return err
+	}
+	if err := g.tally.err; err != nil {
+		if len(g.p.actions) > 0 {
+			return fmt.Errorf("%w (after: %s)", err, describe(g.p.actions))
+		}
+		return err
+	}
+	return nil
+}
+
+// dropStale leaves the history's excerpts out (a new epoch), and the
+// question's own come back in full.
+func (g *preparation) dropStale() error {
+	act, err := g.o.dropStale(g.ctx, g.req.Session, &g.p.sess, g.p.rc)
 	if err != nil {
-		if len(actions) > 0 {
-			return p, fmt.Errorf("%w (after: %s)", err, describe(actions))
-		}
-		return p, err
+		return err
 	}
-	// The karma epoch this request begins is stored now that its prompt
-	// fits: a refused request leaves no epoch that was never shown.
-	if p.karmaChosen && !req.Ephemeral && o.cfg.Karma.Store != nil && sigils.Allows(sigil, sigils.ScopeKarmaRead) {
-		if err := o.saveKarma(ctx, p.karma); err != nil {
-			return p, err
+	g.p.actions = append(g.p.actions, act)
+	g.excerptsBack()
+	if err := g.chooseKarma(); err != nil {
+		return err
+	}
+	return g.adjust()
+}
+
+// dropExcerpts leaves out the question's excerpts, the lowest-ranked
+// first, while the prompt is over: they are the cheapest thing to give up.
+func (g *preparation) dropExcerpts() error {
+	dropped := 0
+	for g.tally.over() && len(g.p.rc.Query.Excerpts) > 0 {
+		g.p.rc.Query.Excerpts = g.p.rc.Query.Excerpts[:len(g.p.rc.Query.Excerpts)-1]
+		dropped++
+		if err := g.adjust(); err != nil {
+			return err
 		}
 	}
-	if ws != nil {
-		ws.ExcerptsNew = len(rc.Query.Excerpts)
-		if ws.ExcerptsNew > 0 {
-			bare, err := o.count.Text(runcontext.RenderQuery(rc.Query.Text, nil))
-			if err != nil {
-				return p, ctxd.Errorf(ctxd.KindInternal, "orchestrator: count the query: %w", err)
-			}
-			ws.ExcerptTokensNew = max(0, m.BlockTokens[runcontext.BlockQuery]-bare)
+	if dropped > 0 {
+		g.p.actions = append(g.p.actions, ctxd.Action{Kind: ctxd.ActionExcerpts,
+			Reason: fmt.Sprintf("%d lowest-ranked codex excerpts left out to fit the window", dropped), Epoch: g.p.sess.Epoch})
+	}
+	return nil
+}
+
+// pruneKarma leaves out karma while the prompt is over, by score, lowest
+// first; pinned entries stay.
+func (g *preparation) pruneKarma() error {
+	for g.tally.over() {
+		act, ok := g.o.pruneKarma(&g.p.karma, g.p.karmaChosen, !g.pruned, g.p.rc)
+		if !ok {
+			return nil
+		}
+		g.pruned, g.p.karmaChosen = true, true
+		g.p.actions = append(g.p.actions, act)
+		if err := g.adjust(); err != nil {
+			return err
 		}
 	}
-	return prepared{sess: sess, rc: rc, rendered: m.Rendered, tokens: m.tokens, budget: budget, actions: actions, workingSet: ws,
-		toolsRefused: p.toolsRefused, karma: p.karma, karmaChosen: p.karmaChosen, condensing: p.condensing}, nil
+	return nil
+}
+
+// condense has the backend summarize the prunable history (the caller
+// found the prompt over, exactly). The condensed history holds no
+// excerpts: the question's own come back, and excerpts and karma are given
+// up again as far as needed.
+func (g *preparation) condense() error {
+	condenseStart := g.o.cfg.Now()
+	acts, err := g.o.condense(g.ctx, g.req.Session, &g.p.sess, g.p.rc, g.lim)
+	g.p.condensing = g.o.cfg.Now().Sub(condenseStart)
+	g.p.actions = append(g.p.actions, acts...)
+	if err != nil || len(acts) == 0 {
+		return err
+	}
+	g.excerptsBack()
+	if err := g.chooseKarma(); err != nil {
+		return err
+	}
+	if err := g.adjust(); err != nil {
+		return err
+	}
+	if err := g.dropExcerpts(); err != nil {
+		return err
+	}
+	return g.pruneKarma()
+}
+
+// storeKarma stores the karma epoch this request begins, now that its
+// prompt fits: a refused request leaves no epoch that was never shown.
+func (g *preparation) storeKarma() error {
+	if g.p.karmaChosen && !g.req.Ephemeral && g.o.cfg.Karma.Store != nil && sigils.Allows(g.sigil, sigils.ScopeKarmaRead) {
+		return g.o.saveKarma(g.ctx, g.p.karma)
+	}
+	return nil
+}
+
+// reportWorkingSet completes the working set's report with the excerpts
+// the prompt holds.
+func (g *preparation) reportWorkingSet() error {
+	ws := g.p.workingSet
+	if ws == nil {
+		return nil
+	}
+	ws.ExcerptsNew = len(g.p.rc.Query.Excerpts)
+	if ws.ExcerptsNew > 0 {
+		bare, err := g.o.count.Text(runcontext.RenderQuery(g.p.rc.Query.Text, nil))
+		if err != nil {
+			return ctxd.Errorf(ctxd.KindInternal, "orchestrator: count the query: %w", err)
+		}
+		ws.ExcerptTokensNew = max(0, g.tally.exact.BlockTokens[runcontext.BlockQuery]-bare)
+	}
+	return nil
 }
 
 // inject adds the formatters' artifacts to rc. A formatter that fails adds
@@ -302,9 +384,12 @@ func (o *Orchestrator) dropStale(ctx context.Context, id string, sess *ctxd.Sess
 	if err != nil {
 		return ctxd.Action{}, ctxd.Errorf(ctxd.KindInternal, "orchestrator: %w", err)
 	}
-	epoch, err := o.store.DropExcerpts(ctx, id, o.cfg.Now())
+	sctx, cancel := o.storeCtx(ctx, false)
+	defer cancel()
+	epoch, err := o.store.DropExcerpts(sctx, id, o.cfg.Now())
 	if err != nil {
-		return ctxd.Action{}, ctxd.Errorf(ctxd.KindInternal, "orchestrator: %w", err)
+		o.uncacheSession(id)
+		return ctxd.Action{}, o.storeErr(sctx, id, "leave the history's excerpts out", err)
 	}
 	turns := slices.Clone(sess.Turns)
 	for i := range turns {
@@ -383,9 +468,12 @@ func (o *Orchestrator) newEpoch(ctx context.Context, id string, sess *ctxd.Sessi
 	for j, i := range keep {
 		seqs[j], turns[j] = sess.Seqs[i], sess.Turns[i]
 	}
-	epoch, err := o.store.NewEpoch(ctx, id, seqs, summary, o.cfg.Now())
+	sctx, cancel := o.storeCtx(ctx, false)
+	defer cancel()
+	epoch, err := o.store.NewEpoch(sctx, id, seqs, summary, o.cfg.Now())
 	if err != nil {
-		return ctxd.Errorf(ctxd.KindInternal, "orchestrator: %w", err)
+		o.uncacheSession(id)
+		return o.storeErr(sctx, id, "begin a new epoch", err)
 	}
 	sess.Epoch, sess.Summary, sess.Turns, sess.Seqs = epoch, summary, turns, seqs
 	o.cacheSession(*sess)

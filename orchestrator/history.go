@@ -16,29 +16,29 @@ import (
 // epoch holding the client's turns (the record keeps the old ones), and
 // the prefix breaks in the state block. Turns compacted or condensed away
 // are no longer compared: the client's history may be longer than the
-// epoch when the session has dropped turns. It reports whether it replaced
-// the turns.
-func (o *Orchestrator) follow(ctx context.Context, id string, history []ctxd.Turn) (bool, error) {
-	sess, err := o.session(ctx, id)
-	if err != nil {
-		return false, err
-	}
-	if extends(history, sess) {
+// epoch when the session has dropped turns. It reports whether it
+// replaced the turns; sess is then the session as stored, owner and all.
+func (o *Orchestrator) follow(ctx context.Context, sess *ctxd.Session, history []ctxd.Turn) (bool, error) {
+	if extends(history, *sess) {
 		return false, nil
 	}
 	turns := make([]ctxd.Turn, len(history))
 	for i, t := range history {
 		turns[i] = ctxd.Turn{Query: t.Query, Answer: t.Answer, Verbatim: t.Verbatim}
 	}
-	epoch, seqs, err := o.store.ReplaceTurns(context.WithoutCancel(ctx), id, turns, o.cfg.Now())
+	// Not cancelled with the request (the store is asked once, and the
+	// session agrees with it whatever the client does), but bounded.
+	sctx, cancel := o.storeCtx(ctx, true)
+	defer cancel()
+	epoch, seqs, err := o.store.ReplaceTurns(sctx, sess.ID, turns, o.cfg.Now())
 	if err != nil {
-		o.mu.Lock()
-		delete(o.sessions, id)
-		o.mu.Unlock()
-		return false, ctxd.Errorf(ctxd.KindInternal, "orchestrator: session %q: take the client's history: %w", id, err)
+		o.uncacheSession(sess.ID)
+		return false, o.storeErr(sctx, sess.ID, "take the client's history", err)
 	}
-	o.cacheSession(ctxd.Session{ID: id, Epoch: epoch, Turns: turns, Seqs: seqs, Count: sess.Count + len(turns)})
-	o.log.InfoContext(ctx, "session follows its client's history", "session", id, "client_turns", len(history), "held_turns", len(sess.Turns), "epoch", epoch)
+	held := len(sess.Turns)
+	*sess = ctxd.Session{ID: sess.ID, Epoch: epoch, Turns: turns, Seqs: seqs, Count: sess.Count + len(turns), Owner: sess.Owner}
+	o.cacheSession(*sess)
+	o.log.InfoContext(ctx, "session follows its client's history", "session", sess.ID, "client_turns", len(history), "held_turns", held, "epoch", epoch)
 	return true, nil
 }
 

@@ -64,9 +64,11 @@ func (o *Orchestrator) chooseKarma(ctx context.Context, req ctxd.AskRequest, sig
 	default:
 		return prev, false, nil
 	}
-	eligible, err := store.Eligible(ctx, sigil.Name)
+	sctx, cancel := o.storeCtx(ctx, false)
+	defer cancel()
+	eligible, err := store.Eligible(sctx, sigil.Name)
 	if err != nil {
-		return prev, false, ctxd.Errorf(ctxd.KindInternal, "orchestrator: karma of sigil %q: %w", sigil.Name, err)
+		return prev, false, o.storeErr(sctx, req.Session, fmt.Sprintf("read the karma of sigil %q", sigil.Name), err)
 	}
 	opts := o.cfg.Karma.Options
 	opts.Now, opts.Codex = o.cfg.Now(), codexFP
@@ -81,10 +83,10 @@ func (o *Orchestrator) chooseKarma(ctx context.Context, req ctxd.AskRequest, sig
 
 // saveKarma stores a snapshot and keeps it as the session's current one.
 func (o *Orchestrator) saveKarma(ctx context.Context, snap ctxd.KarmaSnapshot) error {
-	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)
+	sctx, cancel := o.storeCtx(ctx, true)
 	defer cancel()
-	if err := o.cfg.Karma.Store.SaveKarmaSnapshot(wctx, snap); err != nil {
-		return ctxd.Errorf(ctxd.KindInternal, "orchestrator: store karma epoch %d of session %q: %w", snap.KarmaEpoch, snap.Session, err)
+	if err := o.cfg.Karma.Store.SaveKarmaSnapshot(sctx, snap); err != nil {
+		return o.storeErr(sctx, snap.Session, fmt.Sprintf("store karma epoch %d", snap.KarmaEpoch), err)
 	}
 	o.mu.Lock()
 	if len(o.karma) >= 1024 {
@@ -104,9 +106,11 @@ func (o *Orchestrator) karmaSnapshot(ctx context.Context, session string) (ctxd.
 	if ok {
 		return s, true, nil
 	}
-	s, ok, err := o.cfg.Karma.Store.KarmaSnapshot(ctx, session)
+	sctx, cancel := o.storeCtx(ctx, false)
+	defer cancel()
+	s, ok, err := o.cfg.Karma.Store.KarmaSnapshot(sctx, session)
 	if err != nil {
-		return s, false, ctxd.Errorf(ctxd.KindInternal, "orchestrator: karma of session %q: %w", session, err)
+		return s, false, o.storeErr(sctx, session, "read its karma snapshot", err)
 	}
 	if ok {
 		o.mu.Lock()
@@ -188,7 +192,8 @@ func (o *Orchestrator) pruneKarma(snap *ctxd.KarmaSnapshot, pending, first bool,
 
 // recordTrace records an answer as a trace; 0 when there is no karma
 // store. The prompt's fingerprint covers its stable blocks (identity to
-// karma): what the model was shown besides the conversation.
+// karma): what the model was shown besides the conversation. A trace that
+// is not recorded is an answer not recorded (KindNotRecorded).
 func (o *Orchestrator) recordTrace(ctx context.Context, req ctxd.AskRequest, rc *runcontext.RunContext, rendered runcontext.Rendered, answer, codexFP string) (int64, error) {
 	if o.cfg.Karma.Store == nil {
 		return 0, nil
@@ -197,14 +202,14 @@ func (o *Orchestrator) recordTrace(ctx context.Context, req ctxd.AskRequest, rc 
 	for _, b := range rendered.Blocks[:runcontext.BlockState] {
 		h.Write([]byte(b))
 	}
-	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)
+	sctx, cancel := o.storeCtx(ctx, true)
 	defer cancel()
-	id, err := o.cfg.Karma.Store.RecordTrace(wctx, ctxd.Trace{
+	id, err := o.cfg.Karma.Store.RecordTrace(sctx, ctxd.Trace{
 		Session: req.Session, Sigil: rc.Sigil.Name, Query: req.Query, Answer: answer, Model: o.cfg.Karma.Model,
 		Fingerprint: hex.EncodeToString(h.Sum(nil)), Codex: codexFP, CreatedAt: o.cfg.Now(),
 	})
 	if err != nil {
-		return 0, fmt.Errorf("record the answer as a trace: %w", err)
+		return 0, o.notRecorded(sctx, req.Session, "record the answer as a trace", fmt.Errorf("record the answer as a trace: %w", err))
 	}
 	return id, nil
 }

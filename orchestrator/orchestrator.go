@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -46,8 +45,15 @@ type Config struct {
 	// Observe is told of every answer's summary (the daemon's metrics);
 	// nil: nobody. It must not block.
 	Observe func(ctx context.Context, sum *ctxd.Summary)
-	Now     func() time.Time
-	Logger  *slog.Logger
+	// StoreTimeout bounds each call a request makes to the session and
+	// karma stores (reading and claiming the session, taking its client's
+	// history, new epochs, the turn, karma snapshots and traces), so that a
+	// stuck store fails its requests instead of holding them; 0:
+	// DefaultStoreTimeout. A call past it fails the request with
+	// KindUnavailable (KindNotRecorded once the answer streamed).
+	StoreTimeout time.Duration
+	Now          func() time.Time
+	Logger       *slog.Logger
 }
 
 // Orchestrator serves requests. It is safe for concurrent use: requests of
@@ -98,6 +104,9 @@ func New(cfg Config, backend ctxd.Backend, count *tokencount.Counter, store ctxd
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
+	}
+	if cfg.StoreTimeout <= 0 {
+		cfg.StoreTimeout = DefaultStoreTimeout
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -185,8 +194,10 @@ func (o *Orchestrator) DeleteSession(ctx context.Context, id string) error {
 		return o.stopped(ctx, id, "while it waited to delete the session behind its running request", false, err)
 	}
 	defer release()
-	if err := o.store.DeleteSession(ctx, id); err != nil {
-		return ctxd.Errorf(ctxd.KindInternal, "orchestrator: delete session %q: %w", id, err)
+	sctx, cancel := o.storeCtx(ctx, false)
+	defer cancel()
+	if err := o.store.DeleteSession(sctx, id); err != nil {
+		return o.storeErr(sctx, id, "delete the session", err)
 	}
 	o.mu.Lock()
 	delete(o.sessions, id)
@@ -197,85 +208,154 @@ func (o *Orchestrator) DeleteSession(ctx context.Context, id string) error {
 	return nil
 }
 
-// Ask answers one request, calling onToken with each piece of the answer.
-// The answer is recorded in the session before Ask returns its summary; an
-// answer that cannot be recorded is an error of kind KindNotRecorded. If
-// ctx ends (the client went away, or the daemon is stopping), the request
-// leaves whichever queue it waits in, or its generation is stopped at the
-// backend, and nothing is recorded; the error says so, with ctx's cause.
+// Ask answers one request as the sigil it names (req.Sigil; the default
+// sigil for none), narrowed to the scopes it asks for (req.Scopes): it
+// resolves and narrows the sigil, then answers as AskAs does.
 func (o *Orchestrator) Ask(ctx context.Context, req ctxd.AskRequest, onToken func(string) error) (*ctxd.Summary, error) {
 	arrived := o.cfg.Now()
-	lim := o.Limits() // one request, one set of limits, whatever a reload does meanwhile
-	if err := ctxd.CheckSessionID(req.Session); err != nil {
+	if err := checkRequest(req); err != nil {
 		return nil, err
 	}
+	sigil, err := o.resolveSigil(req)
+	if err != nil {
+		return nil, err
+	}
+	return o.ask(ctx, arrived, sigil, req, onToken)
+}
+
+// AskAs answers one request as sigil, which the caller resolved and
+// narrowed to the request's scopes (the HTTP edge does, once per request):
+// req.Sigil and req.Scopes are not read again. The sigil must hold the ask
+// scope.
+//
+// It calls onToken with each piece of the answer. The answer is recorded
+// in the session before AskAs returns its summary; an answer that cannot
+// be recorded is an error of kind KindNotRecorded. If ctx ends (the client
+// went away, or the daemon is stopping), the request leaves whichever
+// queue it waits in, or its generation is stopped at the backend, and
+// nothing is recorded; the error says so, with ctx's cause. A store call
+// that runs past Config.StoreTimeout fails the request (KindUnavailable,
+// or KindNotRecorded once the answer streamed).
+func (o *Orchestrator) AskAs(ctx context.Context, sigil runcontext.Sigil, req ctxd.AskRequest, onToken func(string) error) (*ctxd.Summary, error) {
+	arrived := o.cfg.Now()
+	if err := checkRequest(req); err != nil {
+		return nil, err
+	}
+	return o.ask(ctx, arrived, sigil, req, onToken)
+}
+
+// checkRequest refuses a malformed request before anything is looked up.
+func checkRequest(req ctxd.AskRequest) error {
+	if err := ctxd.CheckSessionID(req.Session); err != nil {
+		return err
+	}
 	if strings.TrimSpace(req.Query) == "" {
-		return nil, ctxd.Errorf(ctxd.KindInvalid, "query: required and must not be blank")
+		return ctxd.Errorf(ctxd.KindInvalid, "query: required and must not be blank")
 	}
 	if req.MaxTokens < 0 {
-		return nil, ctxd.Errorf(ctxd.KindInvalid, "max_tokens: %d; must not be negative (0: the answer reserve)", req.MaxTokens)
+		return ctxd.Errorf(ctxd.KindInvalid, "max_tokens: %d; must not be negative (0: the answer reserve)", req.MaxTokens)
 	}
+	return nil
+}
+
+// resolveSigil is the sigil a request names, narrowed to its scopes.
+func (o *Orchestrator) resolveSigil(req ctxd.AskRequest) (runcontext.Sigil, error) {
 	sigil, err := o.cfg.Sigils.Resolve(req.Sigil)
 	if err != nil {
-		return nil, ctxd.Errorf(ctxd.KindForbidden, "%v", err)
+		return sigil, ctxd.Errorf(ctxd.KindForbidden, "%v", err)
 	}
 	if sigil, err = sigils.Narrow(sigil, req.Scopes); err != nil {
-		return nil, ctxd.Errorf(ctxd.KindForbidden, "%v", err)
+		return sigil, ctxd.Errorf(ctxd.KindForbidden, "%v", err)
 	}
+	return sigil, nil
+}
+
+// ask answers a checked request as sigil, step by step: wait for the
+// session's earlier request, open the session, prepare the prompt (the
+// governor makes it fit), acquire a backend slot, generate the answer,
+// record it.
+func (o *Orchestrator) ask(ctx context.Context, arrived time.Time, sigil runcontext.Sigil, req ctxd.AskRequest, onToken func(string) error) (*ctxd.Summary, error) {
 	if !sigils.Allows(sigil, sigils.ScopeAsk) {
 		return nil, ctxd.Errorf(ctxd.KindForbidden, "sigil %q lacks the %q scope", sigil.Name, sigils.ScopeAsk)
 	}
-
+	lim := o.Limits() // one request, one set of limits, whatever a reload does meanwhile
 	release, sessionWait, err := o.sched.Session(ctx, req.Session)
 	if err != nil {
 		return nil, o.stopped(ctx, req.Session, "while it waited for the session's earlier request", false, err)
 	}
 	defer release()
-	if !req.Ephemeral {
-		if err := o.claim(ctx, req.Session, sigil.Name); err != nil {
-			return nil, err
-		}
-	}
-	followed := false
-	if req.History != nil && !req.Ephemeral {
-		if followed, err = o.follow(ctx, req.Session, req.History); err != nil {
-			return nil, err
-		}
+	sess, followed, err := o.openSession(ctx, req, sigil)
+	if err != nil {
+		return nil, err
 	}
 	codex := o.codex.Load()
 	prepStart := o.cfg.Now()
-	p, err := o.prepare(ctx, req, sigil, codex, lim)
-	prepDone := o.cfg.Now()
+	p, err := o.prepare(ctx, req, sigil, sess, codex, lim)
+	governed := o.cfg.Now().Sub(prepStart)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, o.stopped(ctx, req.Session, "while the governor made it fit", false, err)
 		}
 		return nil, err
 	}
-	var fp string
-	var prefix []int
+	s, err := o.acquireSlot(ctx, req.Session, &p)
+	if err != nil {
+		return nil, err
+	}
+	defer s.lease.Release()
+	sum := o.summarize(ctx, req, &p, codex, s, sessionWait, followed)
+	gen, first, err := o.generateAnswer(ctx, req, &p, s, o.capAnswer(sum, req.MaxTokens, lim, p.rc), onToken)
+	if err != nil {
+		return nil, err
+	}
+	o.account(ctx, sum, gen, &p, s, answerTimes{arrived: arrived, first: first, governed: governed})
+	if err := o.recordAnswer(ctx, req, &p, codex, sum, gen.Text); err != nil {
+		return nil, err
+	}
+	o.answered(ctx, sum)
+	return sum, nil
+}
+
+// slotted is a prepared request's backend slot, and the saved stable
+// prefix (warm restarts) it may restore or save.
+type slotted struct {
+	lease    *scheduler.Lease
+	fp       string // the stable prefix's fingerprint; "" without warm restarts
+	prefix   []int  // the stable prefix's tokens
+	restored time.Duration
+}
+
+// acquireSlot waits for a backend slot for the prompt, and restores the
+// saved stable prefix into it if that is cheaper than evaluating it.
+func (o *Orchestrator) acquireSlot(ctx context.Context, session string, p *prepared) (slotted, error) {
+	var s slotted
 	restorable := 0
 	if o.warm != nil && p.tokens.Prefix > 0 {
-		prefix = p.tokens.IDs[:p.tokens.Prefix]
-		fp = o.warm.fingerprint(prefix)
-		restorable = o.warm.restorable(fp, len(prefix))
+		s.prefix = p.tokens.IDs[:p.tokens.Prefix]
+		s.fp = o.warm.fingerprint(s.prefix)
+		restorable = o.warm.restorable(s.fp, len(s.prefix))
 	}
-	lease, err := o.sched.AcquireRestorable(ctx, req.Session, p.tokens.IDs, restorable)
+	lease, err := o.sched.AcquireRestorable(ctx, session, p.tokens.IDs, restorable)
 	if err != nil {
-		return nil, o.stopped(ctx, req.Session, "while it waited for a backend slot; nothing was sent to the backend", false, err)
+		return s, o.stopped(ctx, session, "while it waited for a backend slot; nothing was sent to the backend", false, err)
 	}
-	defer lease.Release()
+	s.lease = lease
 	restoreStart := o.cfg.Now()
-	if lease.Restore && o.warm.restore(ctx, lease, fp, prefix) {
-		lease.Cached = len(prefix)
+	if lease.Restore && o.warm.restore(ctx, lease, s.fp, s.prefix) {
+		lease.Cached = len(s.prefix)
 	}
-	restored := o.cfg.Now().Sub(restoreStart)
+	s.restored = o.cfg.Now().Sub(restoreStart)
+	return s, nil
+}
 
-	rc, rendered, tokens := p.rc, p.rendered, p.tokens.IDs
+// summarize is the request's summary as far as it is known before the
+// answer: the prompt, its reuse, and where its prefix broke.
+func (o *Orchestrator) summarize(ctx context.Context, req ctxd.AskRequest, p *prepared, codex *codexState, s slotted, sessionWait time.Duration, followed bool) *ctxd.Summary {
+	rc, lease := p.rc, s.lease
 	sum := &ctxd.Summary{
 		RequestID: reqid.From(ctx),
 		Session:   req.Session, Turn: p.sess.Count + 1, Mode: rc.Codex.Mode, Format: o.cfg.Format.Name(), Codex: codex.plan, Excerpts: len(rc.Query.Excerpts), WorkingSet: p.workingSet,
-		PromptTokens: len(tokens), CachedTokens: lease.Cached, Budget: p.budget, Epoch: rc.State.Epoch, Governor: p.actions,
+		PromptTokens: len(p.tokens.IDs), CachedTokens: lease.Cached, Budget: p.budget, Epoch: rc.State.Epoch, Governor: p.actions,
 		QueueWaitMs: ms(sessionWait + lease.Waited), QueueAhead: lease.Ahead, Slot: lease.Slot,
 		Karma: karmaInfo(p.karma, p.karmaChosen),
 	}
@@ -288,7 +368,7 @@ func (o *Orchestrator) Ask(ctx context.Context, req ctxd.AskRequest, onToken fun
 	case req.Ephemeral:
 		sum.PrefixNote = "a question outside any conversation: nothing is recorded"
 	case hadPrev:
-		sum.PrefixBreak = runcontext.Compare(prev.rendered, rendered, prev.answer)
+		sum.PrefixBreak = runcontext.Compare(prev.rendered, p.rendered, prev.answer)
 	case p.sess.Count == 0:
 		sum.PrefixNote = "first turn of the session"
 	default:
@@ -303,40 +383,65 @@ func (o *Orchestrator) Ask(ctx context.Context, req ctxd.AskRequest, onToken fun
 	if sum.PrefixBreak != nil {
 		o.log.InfoContext(ctx, "prefix break", "session", req.Session, "block", sum.PrefixBreak.Block, "reason", sum.PrefixBreak.Reason)
 	}
+	return sum
+}
 
-	answerCap := o.answerCap(req.MaxTokens, lim)
+// capAnswer is the length the answer may reach: the client's cap, the
+// answer reserve, or the low-power reserve while power is low (an action
+// the summary reports).
+func (o *Orchestrator) capAnswer(sum *ctxd.Summary, asked int, lim governor.Limits, rc *runcontext.RunContext) int {
+	answerCap := o.answerCap(asked, lim)
 	if low := o.cfg.LowPowerReserve; low > 0 && low < answerCap && lowPower(rc.Environment.Power) {
 		answerCap = low
 		sum.Governor = append(sum.Governor, ctxd.Action{Kind: ctxd.ActionLowPower, Epoch: rc.State.Epoch,
 			Reason: fmt.Sprintf("power is %s: the answer is capped at %d tokens (limits.low_power_answer_reserve)", rc.Environment.Power, low)})
 	}
-	var first time.Time // the answer's first token left for the client
-	gen, streamed, err := o.generate(ctx, lease, rendered.Prompt(), tokens, answerCap, func(s string) error {
+	return answerCap
+}
+
+// generateAnswer sends the prompt to the slot and streams the answer to
+// onToken; first is when its first piece left for the client. The slot is
+// saved for warm restarts if its prefix is not yet, and released once what
+// it holds is recorded.
+func (o *Orchestrator) generateAnswer(ctx context.Context, req ctxd.AskRequest, p *prepared, s slotted, answerCap int, onToken func(string) error) (gen ctxd.Generation, first time.Time, err error) {
+	gen, streamed, err := o.generate(ctx, s.lease, p.rendered.Prompt(), p.tokens.IDs, answerCap, func(piece string) error {
 		if first.IsZero() {
 			first = o.cfg.Now()
 		}
-		return onToken(s)
+		return onToken(piece)
 	})
 	if first.IsZero() { // an empty answer: its end is its first token
 		first = o.cfg.Now()
 	}
-	if err == nil && fp != "" {
-		o.warm.save(ctx, lease, fp, len(prefix))
+	if err == nil && s.fp != "" {
+		o.warm.save(ctx, s.lease, s.fp, len(s.prefix))
 	}
-	lease.Release() // what the slot holds is recorded: the next request may start
+	s.lease.Release() // what the slot holds is recorded: the next request may start
 	if err != nil {
 		if ctx.Err() != nil || ctxd.KindOf(err) == ctxd.KindCanceled {
-			return nil, o.stopped(ctx, req.Session, "during its answer; the backend was told to stop", streamed, err)
+			return gen, first, o.stopped(ctx, req.Session, "during its answer; the backend was told to stop", streamed, err)
 		}
-		return nil, err
+		return gen, first, err
 	}
-	if gen.PromptEvalCount > 0 && gen.PromptEvalCount != len(tokens) {
+	if gen.PromptEvalCount > 0 && gen.PromptEvalCount != len(p.tokens.IDs) {
 		// Ollama counts every prompt token, cached or not: a difference
 		// means ctxd's count is off.
-		o.log.WarnContext(ctx, "token count differs from the backend's", "ctxd", len(tokens), "backend", gen.PromptEvalCount)
+		o.log.WarnContext(ctx, "token count differs from the backend's", "ctxd", len(p.tokens.IDs), "backend", gen.PromptEvalCount)
 		o.count.WholePrompts()
 	}
+	return gen, first, nil
+}
 
+// answerTimes are the moments and spans a request's timing is made of.
+type answerTimes struct {
+	arrived  time.Time     // the request arrived
+	first    time.Time     // the answer's first piece left for the client
+	governed time.Duration // the governor's time, condensation included
+}
+
+// account fills in the summary's answer: its length, how it ended, what
+// the backend reused, and where the time to the first token went.
+func (o *Orchestrator) account(ctx context.Context, sum *ctxd.Summary, gen ctxd.Generation, p *prepared, s slotted, at answerTimes) {
 	sum.AnswerTokens = gen.EvalCount
 	if gen.DoneReason == ctxd.DoneIncomplete {
 		// The answer is kept (the backend's cache holds it, and the next
@@ -352,50 +457,63 @@ func (o *Orchestrator) Ask(ctx context.Context, req ctxd.AskRequest, onToken fun
 		if gen.Note != "" {
 			sum.DoneNote += " (" + gen.Note + ")"
 		}
-		o.log.WarnContext(ctx, "answer incomplete: the backend ended the stream without its final message", "session", req.Session, "answer_tokens", sum.AnswerTokens)
+		o.log.WarnContext(ctx, "answer incomplete: the backend ended the stream without its final message", "session", sum.Session, "answer_tokens", sum.AnswerTokens)
 	}
 	if gen.BackendCached >= 0 {
 		n := gen.BackendCached
 		sum.BackendCachedTokens = &n
-		sum.ReuseNote = reuseNote(sum.CachedTokens, n, len(tokens))
+		sum.ReuseNote = reuseNote(sum.CachedTokens, n, sum.PromptTokens)
 		if sum.ReuseNote != "" && n < sum.CachedTokens {
-			o.log.WarnContext(ctx, "the backend reused less than expected", "session", req.Session, "slot", sum.Slot,
+			o.log.WarnContext(ctx, "the backend reused less than expected", "session", sum.Session, "slot", sum.Slot,
 				"expected", sum.CachedTokens, "measured", n, "note", sum.ReuseNote)
 		}
 	}
-	sum.TTFTMillis = ms(first.Sub(arrived))
-	sum.Timing = ctxd.Timing{QueueWaitMs: sum.QueueWaitMs, GovernorMs: ms(prepDone.Sub(prepStart)), CondenseMs: ms(p.condensing),
-		RestoreMs: ms(restored), BackendTTFTMs: ms(gen.TTFT)}
+	sum.TTFTMillis = ms(at.first.Sub(at.arrived))
+	sum.Timing = ctxd.Timing{QueueWaitMs: sum.QueueWaitMs, GovernorMs: ms(at.governed), CondenseMs: ms(p.condensing),
+		RestoreMs: ms(s.restored), BackendTTFTMs: ms(gen.TTFT)}
 	t := sum.Timing
 	sum.Timing.OtherMs = max(0, sum.TTFTMillis-t.QueueWaitMs-t.GovernorMs-t.RestoreMs-t.BackendTTFTMs)
 	sum.PromptEvalMs = ms(gen.PromptEvalDuration)
 	sum.BackendPromptN = gen.PromptEvalCount
 	sum.DoneReason = gen.DoneReason
-	sum.TotalMillis = ms(o.cfg.Now().Sub(arrived))
-	answer := o.toolCalls(sum, rc.Sigil, p.toolsRefused, gen.Text)
-	if !req.Ephemeral {
-		if sum.Trace, err = o.recordTrace(ctx, req, rc, rendered, answer, codex.fingerprint); err != nil {
-			return nil, &ctxd.Error{Kind: ctxd.KindNotRecorded, Err: err,
-				Message: fmt.Sprintf("the answer streamed but was not recorded in session %q: %v", req.Session, err)}
-		}
-		if err := o.record(ctx, req, p.sess, rc, answer, sum); err != nil {
-			return nil, err
-		}
-		o.mu.Lock()
-		if len(o.prompts) >= 1024 {
-			clear(o.prompts) // a bound: a session whose prompt is dropped reports no prefix break once
-		}
-		o.prompts[req.Session] = previous{rendered: rendered, answer: o.cfg.Format.Answer(answer), sigil: rc.Sigil.Name}
-		o.mu.Unlock()
+	sum.TotalMillis = ms(o.cfg.Now().Sub(at.arrived))
+}
+
+// recordAnswer reads the answer's tool calls into the summary and, unless
+// the ask is ephemeral, records the answer: as a trace, as the session's
+// turn, and as the session's last prompt (to find where the next one
+// breaks).
+func (o *Orchestrator) recordAnswer(ctx context.Context, req ctxd.AskRequest, p *prepared, codex *codexState, sum *ctxd.Summary, text string) error {
+	answer := o.toolCalls(sum, p.rc.Sigil, p.toolsRefused, text)
+	if req.Ephemeral {
+		return nil
 	}
+	var err error
+	if sum.Trace, err = o.recordTrace(ctx, req, p.rc, p.rendered, answer, codex.fingerprint); err != nil {
+		return err
+	}
+	if err := o.record(ctx, req, p.sess, p.rc, answer, sum); err != nil {
+		return err
+	}
+	o.mu.Lock()
+	if len(o.prompts) >= 1024 {
+		clear(o.prompts) // a bound: a session whose prompt is dropped reports no prefix break once
+	}
+	o.prompts[req.Session] = previous{rendered: p.rendered, answer: o.cfg.Format.Answer(answer), sigil: p.rc.Sigil.Name}
+	o.mu.Unlock()
+	return nil
+}
+
+// answered reports an answered request: to status, to the observer (the
+// daemon's metrics) and in the log.
+func (o *Orchestrator) answered(ctx context.Context, sum *ctxd.Summary) {
 	o.last.Store(sum)
 	if o.cfg.Observe != nil {
 		o.cfg.Observe(ctx, sum)
 	}
-	o.log.InfoContext(ctx, "answered", "session", req.Session, "turn", sum.Turn, "slot", sum.Slot, "prompt_tokens", sum.PromptTokens,
+	o.log.InfoContext(ctx, "answered", "session", sum.Session, "turn", sum.Turn, "slot", sum.Slot, "prompt_tokens", sum.PromptTokens,
 		"cached_tokens", sum.CachedTokens, "ttft_ms", sum.TTFTMillis, "queue_wait_ms", sum.QueueWaitMs,
 		"governor_ms", sum.Timing.GovernorMs, "backend_ttft_ms", sum.Timing.BackendTTFTMs, "done", sum.DoneReason)
-	return sum, nil
 }
 
 // toolCalls reads the answer's calls to the client's tools into the
@@ -495,27 +613,21 @@ func slotAfterFailure(prompt []int, cached int, streamed bool) []int {
 	return prompt[:cached]
 }
 
-// recordTimeout bounds the write of a turn, which a stop does not cancel.
-const recordTimeout = 10 * time.Second
-
 // record stores the turn and updates the session as held in memory. The
-// write is not cancelled with ctx: the backend already holds the answer in
-// its cache, and the next turn must extend it.
+// write is not cancelled with ctx (the backend already holds the answer in
+// its cache, and the next turn must extend it), but bounded.
 func (o *Orchestrator) record(ctx context.Context, req ctxd.AskRequest, sess ctxd.Session, rc *runcontext.RunContext, answer string, sum *ctxd.Summary) error {
 	js, err := json.Marshal(sum)
 	if err != nil {
 		return ctxd.Errorf(ctxd.KindInternal, "orchestrator: %w", err)
 	}
 	turn := ctxd.Turn{Query: req.Query, Excerpts: rc.Query.Excerpts, Answer: answer, Verbatim: req.Pin}
-	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)
+	sctx, cancel := o.storeCtx(ctx, true)
 	defer cancel()
-	seq, err := o.store.AppendTurn(wctx, req.Session, turn, js, o.cfg.Now())
+	seq, err := o.store.AppendTurn(sctx, req.Session, turn, js, o.cfg.Now())
 	if err != nil {
-		o.mu.Lock()
-		delete(o.sessions, req.Session)
-		o.mu.Unlock()
-		return &ctxd.Error{Kind: ctxd.KindNotRecorded, Err: err,
-			Message: fmt.Sprintf("the answer streamed but was not recorded in session %q: %v", req.Session, err)}
+		o.uncacheSession(req.Session)
+		return o.notRecorded(sctx, req.Session, "write the turn", err)
 	}
 	sess.Turns = append(sess.Turns, turn)
 	sess.Seqs = append(sess.Seqs, seq)
@@ -543,60 +655,6 @@ func (o *Orchestrator) stopped(ctx context.Context, session, when string, stream
 	o.log.InfoContext(ctx, "request stopped", "session", session, "when", when, "cause", cause)
 	return &ctxd.Error{Kind: kind, Err: cause,
 		Message: fmt.Sprintf("session %q: request stopped %s (%v); %s", session, when, cause, what)}
-}
-
-// claim makes the session sigil's, or refuses a session another sigil
-// owns: its history (and karma) are that sigil's. The caller holds the
-// session.
-func (o *Orchestrator) claim(ctx context.Context, id, sigil string) error {
-	o.mu.Lock()
-	s, ok := o.sessions[id]
-	o.mu.Unlock()
-	if ok && s.Owner == sigil {
-		return nil
-	}
-	owner, err := o.store.ClaimSession(ctx, id, sigil, o.cfg.Sigils.Default(), o.cfg.Now())
-	if err != nil {
-		return ctxd.Errorf(ctxd.KindInternal, "orchestrator: session %q: %w", id, err)
-	}
-	if owner != sigil {
-		return ctxd.Errorf(ctxd.KindForbidden, "session %q belongs to another sigil; choose another session id", id)
-	}
-	o.mu.Lock()
-	if s, ok := o.sessions[id]; ok {
-		s.Owner = owner
-		o.sessions[id] = s
-	}
-	o.mu.Unlock()
-	return nil
-}
-
-// session returns a session, from memory when this daemon already holds
-// it: the orchestrator is the store's only writer, and a session's
-// requests run one at a time, so memory and store agree.
-func (o *Orchestrator) session(ctx context.Context, id string) (ctxd.Session, error) {
-	o.mu.Lock()
-	s, ok := o.sessions[id]
-	o.mu.Unlock()
-	if ok {
-		s.Turns, s.Seqs = slices.Clone(s.Turns), slices.Clone(s.Seqs)
-		return s, nil
-	}
-	s, err := o.store.Session(ctx, id)
-	if err != nil {
-		return s, ctxd.Errorf(ctxd.KindInternal, "orchestrator: session %q: %w", id, err)
-	}
-	o.cacheSession(s)
-	return s, nil
-}
-
-func (o *Orchestrator) cacheSession(s ctxd.Session) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	if len(o.sessions) >= 1024 {
-		clear(o.sessions) // a bound, not an LRU: a miss costs one read
-	}
-	o.sessions[s.ID] = s
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }

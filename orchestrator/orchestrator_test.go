@@ -60,18 +60,32 @@ func (h *harness) ask(t *testing.T, session, query string) *ctxd.Summary {
 	return sum
 }
 
-// started waits until a generation whose prompt ends with query starts.
+// started waits until a generation whose prompt ends with query starts,
+// failing the test after 10 seconds.
 func (h *harness) started(t *testing.T, query string) ctxd.GenerateRequest {
 	t.Helper()
+	deadline := time.After(10 * time.Second)
 	for {
 		select {
 		case r := <-h.backend.Started():
 			if strings.HasSuffix(r.Prompt, query+"\n### ASSISTANT\n") {
 				return r
 			}
-		case <-time.After(10 * time.Second):
-			t.Fatalf("no generation of %q started", query)
+		case <-deadline:
+			t.Fatalf("no generation of %q started within 10 s", query)
 		}
+	}
+}
+
+// poll waits until cond holds, failing the test after 10 seconds.
+func poll(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within 10 s", what)
+		}
+		time.Sleep(time.Millisecond)
 	}
 }
 
@@ -225,9 +239,7 @@ func TestCancelledWhileWaitingIsNeverSent(t *testing.T) {
 		_, err := h.o.Ask(ctx, ctxd.AskRequest{Session: "b", Query: "never sent"}, noop)
 		waiting <- err
 	}()
-	for len(h.sched.Status().Waiting) == 0 {
-		time.Sleep(time.Millisecond)
-	}
+	poll(t, "the second request never waited for the slot", func() bool { return len(h.sched.Status().Waiting) > 0 })
 	cancel()
 	if err := <-waiting; ctxd.KindOf(err) != ctxd.KindCanceled || !strings.Contains(err.Error(), "nothing was sent") {
 		t.Fatalf("cancelled waiter: %v", err)
@@ -274,9 +286,7 @@ func TestReadsNeverWaitForAGeneration(t *testing.T) {
 	}
 	deleted := make(chan error, 1)
 	go func() { deleted <- h.o.DeleteSession(t.Context(), "s") }()
-	for h.sched.Status().InSessions == 0 {
-		time.Sleep(time.Millisecond)
-	}
+	poll(t, "the delete never waited for the session", func() bool { return h.sched.Status().InSessions > 0 })
 	select {
 	case err := <-deleted:
 		t.Fatalf("delete did not wait for the running answer: %v", err)
@@ -297,11 +307,75 @@ func TestReadsNeverWaitForAGeneration(t *testing.T) {
 	}
 }
 
+// overlapBackend holds each generation until n run at once, and lets
+// every later one through: if they do not overlap within 10 seconds, the
+// one that waited fails and the others run through. It records the most
+// generations that ran at once.
+type overlapBackend struct {
+	*fake.Backend
+	n          int
+	mu         sync.Mutex
+	running    int
+	maxRunning int
+	overlapped chan struct{} // closed once n ran at once
+}
+
+func newOverlapBackend(n int) *overlapBackend {
+	return &overlapBackend{Backend: fake.NewBackend(), n: n, overlapped: make(chan struct{})}
+}
+
+func (b *overlapBackend) Generate(ctx context.Context, req ctxd.GenerateRequest, onToken func(string) error) (ctxd.Generation, error) {
+	b.mu.Lock()
+	b.running++
+	b.maxRunning = max(b.maxRunning, b.running)
+	if b.running == b.n {
+		b.openLocked()
+	}
+	b.mu.Unlock()
+	defer func() {
+		b.mu.Lock()
+		b.running--
+		b.mu.Unlock()
+	}()
+	select {
+	case <-b.overlapped:
+	case <-ctx.Done():
+		return ctxd.Generation{}, ctx.Err()
+	case <-time.After(10 * time.Second):
+		b.mu.Lock()
+		b.openLocked()
+		b.mu.Unlock()
+		return ctxd.Generation{}, fmt.Errorf("overlap backend: %d generations never ran at once", b.n)
+	}
+	return b.Backend.Generate(ctx, req, onToken)
+}
+
+func (b *overlapBackend) openLocked() {
+	select {
+	case <-b.overlapped:
+	default:
+		close(b.overlapped)
+	}
+}
+
+func (b *overlapBackend) most() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.maxRunning
+}
+
 // TestSessionsRunConcurrentlyOnSlots: 8 sessions × 3 turns on 2 slots:
-// never more than 2 generations at once, every answer recorded in order.
+// generations do run 2 at once (the backend holds the first until the
+// second arrives), never more, and every answer is recorded in order.
 func TestSessionsRunConcurrentlyOnSlots(t *testing.T) {
 	t.Parallel()
 	h := newTest(t, governor.Limits{NumCtx: 100000, AnswerReserve: 64}, 2)
+	backend := newOverlapBackend(2)
+	var err error
+	h.o, err = New(h.o.cfg, backend, h.o.count, h.store, h.env, h.sched)
+	if err != nil {
+		t.Fatal(err)
+	}
 	var wg sync.WaitGroup
 	for i := range 8 {
 		wg.Add(1)
@@ -320,8 +394,8 @@ func TestSessionsRunConcurrentlyOnSlots(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	if m := h.backend.MaxRunning(); m > 2 {
-		t.Errorf("%d generations ran at once on 2 slots", m)
+	if m := backend.most(); m != 2 {
+		t.Errorf("at most %d generations ran at once on 2 slots; want 2", m)
 	}
 	list, _ := h.store.Sessions(t.Context())
 	for _, s := range list {
