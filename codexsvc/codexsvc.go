@@ -35,7 +35,9 @@ import (
 
 // Sink receives each newly loaded codex: the request path.
 type Sink interface {
-	SetCodex(block runcontext.Codex, plan ctxd.CodexPlan, r ctxd.Retriever)
+	// SetCodex hands over a new codex with the limits it was planned
+	// under: requests must get both together.
+	SetCodex(block runcontext.Codex, plan ctxd.CodexPlan, r ctxd.Retriever, limits governor.Limits)
 }
 
 // Settings are the operator's codex settings (the daemon's [codex]
@@ -361,7 +363,7 @@ func (s *Service) retrieval(ctx context.Context, c *codex.Codex, block runcontex
 // count, and logs what changed. The caller holds loadMu.
 func (s *Service) publish(l *loaded, limits governor.Limits, block runcontext.Codex, plan ctxd.CodexPlan, reindexed int) {
 	old := s.state.Swap(&state{limits: limits, cur: l}).cur
-	s.cfg.Sink.SetCodex(block, plan, l.retriever)
+	s.cfg.Sink.SetCodex(block, plan, l.retriever, limits)
 	s.countInBackground(l)
 	c := l.codex
 	for _, sk := range c.Skipped {

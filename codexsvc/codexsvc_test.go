@@ -29,7 +29,7 @@ type sink struct {
 	n     int
 }
 
-func (s *sink) SetCodex(b runcontext.Codex, p ctxd.CodexPlan, r ctxd.Retriever) {
+func (s *sink) SetCodex(b runcontext.Codex, p ctxd.CodexPlan, r ctxd.Retriever, _ governor.Limits) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.block, s.plan, s.r = b, p, r

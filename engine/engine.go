@@ -158,8 +158,8 @@ type sink struct {
 	onCodex func(ctxd.CodexPlan)
 }
 
-func (s sink) SetCodex(block runcontext.Codex, plan ctxd.CodexPlan, r ctxd.Retriever) {
-	s.next.SetCodex(block, plan, r)
+func (s sink) SetCodex(block runcontext.Codex, plan ctxd.CodexPlan, r ctxd.Retriever, limits governor.Limits) {
+	s.next.SetCodex(block, plan, r, limits)
 	if s.onCodex != nil {
 		s.onCodex(plan)
 	}

@@ -96,22 +96,12 @@ func (o *Orchestrator) newPreparation(ctx context.Context, req ctxd.AskRequest, 
 	if !req.Ephemeral {
 		g.tails = req.Session
 	}
-	if codex.block.Mode == runcontext.ModeRAG && sigils.Allows(sigil, sigils.ScopeSearchCodex) {
-		sigil.Tools = []string{sigils.ScopeSearchCodex}
-	}
 	sigil.ClientTools, g.p.toolsRefused = clientTools(sigil, req.Tools)
-	g.sigil = sigil
-	identity := o.cfg.Identity
-	identity.Instructions = req.System
 	g.p.sess = sess
-	g.p.rc = &runcontext.RunContext{
-		Identity:    identity,
-		Codex:       codex.block,
-		Environment: o.env.Environment(),
-		Sigil:       sigil,
-		State:       runcontext.State{Epoch: sess.Epoch, Summary: sess.Summary, Turns: sess.Turns},
-		Query:       runcontext.Query{Text: req.Query},
-	}
+	g.p.rc = o.stableContext(req.System, codex.block, sigil)
+	g.sigil = g.p.rc.Sigil
+	g.p.rc.State = runcontext.State{Epoch: sess.Epoch, Summary: sess.Summary, Turns: sess.Turns}
+	g.p.rc.Query = runcontext.Query{Text: req.Query}
 	return g
 }
 

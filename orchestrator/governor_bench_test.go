@@ -139,7 +139,7 @@ func newBenchOrchestrator(b *testing.B, lim governor.Limits, tok costlyTokenizer
 		b.Fatal(err)
 	}
 	o.SetCodex(runcontext.Codex{Name: "big", Mode: runcontext.ModeRAG, Body: pad("pkg/fNN.go: functions f00 to f99, their values and their callers\n", benchCodexBytes)},
-		ctxd.CodexPlan{Mode: runcontext.ModeRAG, Reason: "too big"}, benchRetriever{})
+		ctxd.CodexPlan{Mode: runcontext.ModeRAG, Reason: "too big"}, benchRetriever{}, o.Limits())
 	return o
 }
 

@@ -69,14 +69,21 @@ type Orchestrator struct {
 	warm    *warmer // nil without warm restarts
 	log     *slog.Logger
 
-	codex  atomic.Pointer[codexState]
-	last   atomic.Pointer[ctxd.Summary]    // the last answered request, for status
-	limits atomic.Pointer[governor.Limits] // the governor's limits now (SetLimits swaps them)
+	view atomic.Pointer[view]         // the codex and the limits requests see now, swapped together
+	last atomic.Pointer[ctxd.Summary] // the last answered request, for status
 
 	mu       sync.Mutex                    // guards the maps below; held only to read or write them
 	prompts  map[string]previous           // the previous request of each session since start
 	sessions map[string]ctxd.Session       // sessions as stored, so a request need not read them back
 	karma    map[string]ctxd.KarmaSnapshot // each session's current karma snapshot, as stored
+}
+
+// view is what a request prepares with: the codex and the governor's
+// limits it was planned under, swapped as one, so that no request pairs
+// new limits with an old plan or the other way round.
+type view struct {
+	codex  *codexState
+	limits governor.Limits
 }
 
 // codexState is the codex requests see now, swapped whole.
@@ -134,36 +141,60 @@ func New(cfg Config, backend ctxd.Backend, count *tokencount.Counter, store ctxd
 	if cfg.Warm != nil && cfg.Warm.Store != nil {
 		o.warm = newWarmer(*cfg.Warm, o.log)
 	}
-	o.limits.Store(&cfg.Limits)
-	o.SetCodex(runcontext.Codex{Mode: runcontext.ModeNone}, ctxd.CodexPlan{Mode: runcontext.ModeNone, Reason: "no codex configured"}, nil)
+	o.SetCodex(runcontext.Codex{Mode: runcontext.ModeNone}, ctxd.CodexPlan{Mode: runcontext.ModeNone, Reason: "no codex configured"}, nil, cfg.Limits)
 	return o, nil
 }
 
 // SetCodex makes block (prerendered, here if not before) the codex
-// requests see, with its plan and, in RAG mode, the retriever of its
-// excerpts. The next request renders the new codex block, so the backend
-// rebuilds its cached prefix from there.
-func (o *Orchestrator) SetCodex(block runcontext.Codex, plan ctxd.CodexPlan, r ctxd.Retriever) {
+// requests see, with its plan, the limits it was planned under, and, in
+// RAG mode, the retriever of its excerpts: requests get the codex and
+// the limits together. The next request renders the new codex block, so
+// the backend rebuilds its cached prefix from there. Limits that do not
+// fit the model's window leave the limits as they are.
+func (o *Orchestrator) SetCodex(block runcontext.Codex, plan ctxd.CodexPlan, r ctxd.Retriever, limits governor.Limits) {
 	if !block.Prerendered() {
 		block.Prerender(o.cfg.Format.Specials())
 	}
-	o.codex.Store(&codexState{block: block, plan: plan, retriever: r, fingerprint: codexFingerprint(block)})
+	c := &codexState{block: block, plan: plan, retriever: r, fingerprint: codexFingerprint(block)}
+	for {
+		cur := o.view.Load()
+		next := &view{codex: c, limits: limits}
+		if cur != nil && o.checkLimits(limits) != nil {
+			o.log.Error("a codex planned under limits that do not fit the model's window; keeping the limits in force", "limits", fmt.Sprintf("%+v", limits))
+			next.limits = cur.limits
+		}
+		if o.view.CompareAndSwap(cur, next) {
+			return
+		}
+	}
 }
 
 // Limits are the governor's limits now.
-func (o *Orchestrator) Limits() governor.Limits { return *o.limits.Load() }
+func (o *Orchestrator) Limits() governor.Limits { return o.view.Load().limits }
 
 // SetLimits makes l the governor's limits for requests that begin
-// preparing after it (a reloaded configuration). The window (NumCtx) is
-// the model's and cannot change here.
+// preparing after it (a reloaded configuration), with the codex as it is.
+// The window (NumCtx) is the model's and cannot change here.
 func (o *Orchestrator) SetLimits(l governor.Limits) error {
-	if l.NumCtx != o.Limits().NumCtx {
-		return fmt.Errorf("orchestrator: the window is %d tokens and cannot change to %d without reloading the model", o.Limits().NumCtx, l.NumCtx)
+	if err := o.checkLimits(l); err != nil {
+		return err
+	}
+	for {
+		cur := o.view.Load()
+		if o.view.CompareAndSwap(cur, &view{codex: cur.codex, limits: l}) {
+			return nil
+		}
+	}
+}
+
+// checkLimits is nil for limits that fit the model's window.
+func (o *Orchestrator) checkLimits(l governor.Limits) error {
+	if n := o.cfg.Limits.NumCtx; l.NumCtx != n {
+		return fmt.Errorf("orchestrator: the window is %d tokens and cannot change to %d without reloading the model", n, l.NumCtx)
 	}
 	if err := l.Validate(); err != nil {
 		return fmt.Errorf("orchestrator: %w", err)
 	}
-	o.limits.Store(&l)
 	return nil
 }
 
@@ -278,7 +309,6 @@ func (o *Orchestrator) ask(ctx context.Context, arrived time.Time, sigil runcont
 	if !sigils.Allows(sigil, sigils.ScopeAsk) {
 		return nil, ctxd.Errorf(ctxd.KindForbidden, "sigil %q lacks the %q scope", sigil.Name, sigils.ScopeAsk)
 	}
-	lim := o.Limits() // one request, one set of limits, whatever a reload does meanwhile
 	release, sessionWait, err := o.sched.Session(ctx, req.Session)
 	if err != nil {
 		return nil, o.stopped(ctx, req.Session, "while it waited for the session's earlier request", false, err)
@@ -288,7 +318,10 @@ func (o *Orchestrator) ask(ctx context.Context, arrived time.Time, sigil runcont
 	if err != nil {
 		return nil, err
 	}
-	codex := o.codex.Load()
+	// One request, one codex and one set of limits, whatever a reload or
+	// a codex load does meanwhile.
+	v := o.view.Load()
+	codex, lim := v.codex, v.limits
 	prepStart := o.cfg.Now()
 	p, err := o.prepare(ctx, req, sigil, sess, codex, lim)
 	governed := o.cfg.Now().Sub(prepStart)

@@ -45,7 +45,7 @@ func newTest(t *testing.T, limits governor.Limits, slots int) *harness {
 	}
 	h.o.SetCodex(runcontext.Codex{Name: "c", Mode: runcontext.ModeCAG, Body: strings.Repeat("codex line\n", 200),
 		Files: []runcontext.CodexRef{{Path: "a.txt", Bytes: 2200, SHA256: strings.Repeat("0", 64)}}},
-		ctxd.CodexPlan{Mode: runcontext.ModeCAG, Reason: "fits"}, nil)
+		ctxd.CodexPlan{Mode: runcontext.ModeCAG, Reason: "fits"}, nil, h.o.Limits())
 	return h
 }
 
@@ -536,7 +536,7 @@ func TestRAGPutsExcerptsInTheVolatileTail(t *testing.T) {
 	h := newTest(t, governor.Limits{NumCtx: 100000, AnswerReserve: 64}, 1)
 	r := &fakeRetriever{}
 	h.o.SetCodex(runcontext.Codex{Name: "big", Mode: runcontext.ModeRAG, Body: "map of files\n"},
-		ctxd.CodexPlan{Mode: runcontext.ModeRAG, Reason: "too big"}, r)
+		ctxd.CodexPlan{Mode: runcontext.ModeRAG, Reason: "too big"}, r, h.o.Limits())
 	sum := h.ask(t, "r", "where is f1?")
 	if sum.Excerpts != 3 || sum.Codex.Mode != "rag" || len(r.queries) != 1 {
 		t.Fatalf("summary %+v, queries %v", sum, r.queries)
@@ -638,7 +638,7 @@ func TestStaleExcerptsGoBeforeFreshOnes(t *testing.T) {
 	t.Parallel()
 	h := newTest(t, governor.Limits{NumCtx: 3200, AnswerReserve: 64, MaxDepth: 100, CompactTo: 50}, 1)
 	h.o.SetCodex(runcontext.Codex{Name: "big", Mode: runcontext.ModeRAG, Body: "map of files\n"},
-		ctxd.CodexPlan{Mode: runcontext.ModeRAG, Reason: "too big"}, freshRetriever{})
+		ctxd.CodexPlan{Mode: runcontext.ModeRAG, Reason: "too big"}, freshRetriever{}, h.o.Limits())
 	staled := 0
 	for i := range 8 {
 		sum := h.ask(t, "s", fmt.Sprintf("q%d what is here?", i))

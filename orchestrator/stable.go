@@ -17,20 +17,33 @@ func withCodexTools(sigil runcontext.Sigil, mode string) runcontext.Sigil {
 	return sigil
 }
 
+// stableContext is the RunContext of the stable blocks a request of sigil
+// renders over codex: the identity (with the client's instructions, if
+// any), the codex block, the environment bands now, and the sigil with the
+// tools it is offered there. Requests and the codex's plan both build
+// theirs here, so they render the same bytes.
+func (o *Orchestrator) stableContext(instructions string, codex runcontext.Codex, sigil runcontext.Sigil) *runcontext.RunContext {
+	identity := o.cfg.Identity
+	identity.Instructions = instructions
+	return &runcontext.RunContext{Identity: identity, Codex: codex, Environment: o.env.Environment(),
+		Sigil: withCodexTools(sigil, codex.Mode)}
+}
+
 // StableBlocks renders the stable blocks (identity, codex, environment,
 // sigil) around a codex block as a request of the default sigil without
 // system text of its own renders them now: what the codex's CAG/RAG plan
-// weighs against the window.
+// weighs against the window. The formatters' stable artifacts are in it,
+// as they read the codex loaded now.
 func (o *Orchestrator) StableBlocks(c runcontext.Codex) (runcontext.Rendered, error) {
 	sigil, err := o.cfg.Sigils.Resolve("")
 	if err != nil {
 		return runcontext.Rendered{}, err
 	}
-	rc := &runcontext.RunContext{Identity: o.cfg.Identity, Codex: c, Environment: o.env.Environment(),
-		Sigil: withCodexTools(sigil, c.Mode)}
-	// The stable artifacts count toward the blocks a codex shares the
-	// window with.
-	o.inject(context.Background(), rc, &codexState{block: c})
+	if !c.Prerendered() {
+		c.Prerender(o.cfg.Format.Specials())
+	}
+	rc := o.stableContext("", c, sigil)
+	o.inject(context.Background(), rc, &codexState{block: c, fingerprint: codexFingerprint(c)})
 	stable := rc.Artifacts[:0]
 	for _, a := range rc.Artifacts {
 		if a.Stable {

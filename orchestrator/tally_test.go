@@ -138,7 +138,7 @@ func newGovernorTest(t *testing.T, lim governor.Limits, tok ctxd.Tokenizer) *har
 		t.Fatal(err)
 	}
 	h.o.SetCodex(runcontext.Codex{Name: "big", Mode: runcontext.ModeRAG, Body: strings.Repeat("THE-CODEX map of files\n", 40)},
-		ctxd.CodexPlan{Mode: runcontext.ModeRAG, Reason: "too big"}, rankedRetriever{})
+		ctxd.CodexPlan{Mode: runcontext.ModeRAG, Reason: "too big"}, rankedRetriever{}, h.o.Limits())
 	return h
 }
 

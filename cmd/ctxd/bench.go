@@ -27,7 +27,9 @@ import (
 // benchSink takes the codex the service publishes.
 type benchSink struct{ r ctxd.Retriever }
 
-func (b *benchSink) SetCodex(_ runcontext.Codex, _ ctxd.CodexPlan, r ctxd.Retriever) { b.r = r }
+func (b *benchSink) SetCodex(_ runcontext.Codex, _ ctxd.CodexPlan, r ctxd.Retriever, _ governor.Limits) {
+	b.r = r
+}
 
 // codexBenchResult is what `ctxd codex bench` measures.
 type codexBenchResult struct {
