@@ -66,8 +66,9 @@ type Store struct {
 const readers = 4
 
 var (
-	_ ctxd.Store      = (*Store)(nil)
-	_ ctxd.KarmaStore = (*Store)(nil)
+	_ ctxd.Store          = (*Store)(nil)
+	_ ctxd.SessionCounter = (*Store)(nil)
+	_ ctxd.KarmaStore     = (*Store)(nil)
 )
 
 // Open opens (creating if needed) the database at path and migrates it.

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/ctxd/ctxd"
+	"github.com/ctxd/ctxd/internal/fake"
 )
 
 func TestSessionsSurviveReopen(t *testing.T) {
@@ -249,5 +250,53 @@ func TestPoolsKeepTheDurability(t *testing.T) {
 	}
 	if s.db.Stats().MaxOpenConnections != 1 {
 		t.Errorf("the writer pool holds %d connections, want 1", s.db.Stats().MaxOpenConnections)
+	}
+}
+
+// TestSessionCountIsTheListsLength, for the real store and the fake: a
+// session counts from its first write (a turn, a claim, a new epoch) until
+// it is deleted, as Sessions lists it.
+func TestSessionCountIsTheListsLength(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		store interface {
+			ctxd.Store
+			ctxd.SessionCounter
+		}
+	}{{"sqlite", openTemp(t)}, {"fake", fake.NewStore()}} {
+		t.Run(c.name, func(t *testing.T) {
+			ctx, s := t.Context(), c.store
+			check := func(step string, want int) {
+				t.Helper()
+				n, err := s.SessionCount(ctx)
+				list, lerr := s.Sessions(ctx)
+				if err != nil || lerr != nil || n != want || len(list) != want {
+					t.Errorf("%s: count %d (%v), list %d (%v); want %d", step, n, err, len(list), lerr, want)
+				}
+			}
+			check("empty", 0)
+			if _, err := s.Session(ctx, "unseen"); err != nil {
+				t.Fatal(err)
+			}
+			check("after reading an unknown session", 0)
+			if _, err := s.AppendTurn(ctx, "a", ctxd.Turn{Query: "q", Answer: "a"}, nil, t0); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := s.AppendTurn(ctx, "a", ctxd.Turn{Query: "q2", Answer: "a"}, nil, t0); err != nil {
+				t.Fatal(err)
+			}
+			check("one session, two turns", 1)
+			if _, err := s.ClaimSession(ctx, "b", "dev", "dev", t0); err != nil {
+				t.Fatal(err)
+			}
+			if _, _, err := s.ReplaceTurns(ctx, "c", nil, t0); err != nil {
+				t.Fatal(err)
+			}
+			check("claimed and replaced", 3)
+			if err := s.DeleteSession(ctx, "a"); err != nil {
+				t.Fatal(err)
+			}
+			check("after a delete", 2)
+		})
 	}
 }
