@@ -97,7 +97,9 @@ func (k *karmaArgs) defineFlags(fs *flag.FlagSet) error {
 }
 
 // parseKarmaFlags parses rest with fs and returns the one argument (a
-// trace id or a session), which may come before the flags.
+// trace id or a session), which may come before the flags, after them or
+// between them: the flags after it count too (flag stops at the first
+// argument), and a second argument is an error.
 func parseKarmaFlags(fs *flag.FlagSet, rest []string) (string, error) {
 	var arg string
 	if len(rest) > 0 && !strings.HasPrefix(rest[0], "-") {
@@ -108,7 +110,11 @@ func parseKarmaFlags(fs *flag.FlagSet, rest []string) (string, error) {
 	}
 	if arg == "" && fs.NArg() > 0 {
 		arg = fs.Arg(0)
-	} else if fs.NArg() > 0 {
+		if err := fs.Parse(fs.Args()[1:]); err != nil {
+			return "", err
+		}
+	}
+	if fs.NArg() > 0 {
 		return "", fmt.Errorf("unexpected arguments %q\n%s", fs.Args(), karmaUsage)
 	}
 	return arg, nil

@@ -137,7 +137,7 @@ func TestKarmaCommand(t *testing.T) {
 		{name: "epochs without a session", args: []string{"epochs"}, err: "karma epochs needs an argument"},
 		{name: "verify", args: []string{"verify", "3", "--note", "checked"}, reqs: []string{`POST /v1/karma/3/verify {"note":"checked"}`},
 			stdout: []string{"trace 3: verified (sessions take it in at their next karma epoch)\n"}},
-		{name: "reject, flags first", args: []string{"reject", "--note", "wrong", "--socket", "SOCK", "3"}, reqs: []string{`POST /v1/karma/3/reject {"note":"wrong"}`},
+		{name: "reject, flags first", args: []string{"reject", "--note", "wrong", "3"}, reqs: []string{`POST /v1/karma/3/reject {"note":"wrong"}`},
 			stdout: []string{"trace 3: rejected (sessions"}},
 		{name: "pin", args: []string{"pin", "3"}, reqs: []string{`POST /v1/karma/3/pin {}`}, stdout: []string{"trace 3: recorded, pinned (sessions"}},
 		{name: "unpin json", args: []string{"unpin", "3", "--json"}, reqs: []string{`POST /v1/karma/3/unpin {}`}, stdout: []string{"\"id\": 3,", "\"pinned\": false"}},
@@ -146,6 +146,10 @@ func TestKarmaCommand(t *testing.T) {
 			stdout: []string{"trace 3: recorded, superseded by 4 (sessions"}},
 		{name: "supersede without by", args: []string{"supersede", "3"}, err: "supersede needs --by ID2"},
 		{name: "verify two ids", args: []string{"verify", "3", "4"}, err: `unexpected arguments ["4" "--socket"`},
+		{name: "flags around the id", args: []string{"verify", "--socket", "SOCK", "3", "--note", "after", "--json"},
+			reqs: []string{`POST /v1/karma/3/verify {"note":"after"}`}, stdout: []string{"\"note\": \"after\""}},
+		{name: "a second id after flags", args: []string{"reject", "--note", "x", "3", "4"}, err: `unexpected arguments ["4" "--socket"`},
+		{name: "a bad flag after the id", args: []string{"pin", "--json", "3", "--note", "x"}, err: "flag provided but not defined: -note"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
