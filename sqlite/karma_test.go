@@ -573,7 +573,11 @@ func TestCrashKeepsAcknowledgedVerification(t *testing.T) {
 		return
 	}
 	path := filepath.Join(t.TempDir(), "ctxd.db")
-	cmd := exec.CommandContext(t.Context(), os.Args[0], "-test.run=^TestCrashKeepsAcknowledgedVerification$", "-test.count=1")
+	// A child that hangs before "acked" is killed at this deadline, which
+	// ends the wait for its line.
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestCrashKeepsAcknowledgedVerification$", "-test.count=1")
 	cmd.Env = append(os.Environ(), "CTXD_KARMA_CRASH_CHILD=1", "CTXD_KARMA_CRASH_DB="+path)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
