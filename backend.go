@@ -88,6 +88,14 @@ type Store interface {
 	ClaimSession(ctx context.Context, id, sigil, legacy string, now time.Time) (string, error)
 }
 
+// SessionCounter is a Store that counts its sessions without listing
+// them, as status does. It is optional: a Store that is not one is
+// counted by the length of its Sessions.
+type SessionCounter interface {
+	// SessionCount is how many sessions Sessions would list.
+	SessionCount(ctx context.Context) (int, error)
+}
+
 // Retriever finds codex excerpts for a query (RAG).
 type Retriever interface {
 	Search(ctx context.Context, query string, k int) ([]Excerpt, error)

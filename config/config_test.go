@@ -196,3 +196,33 @@ func TestRepositoryConfigs(t *testing.T) {
 		}
 	}
 }
+
+// TestValidateReportsEverySection: a configuration bad in every section
+// is refused with one line for each, a section at a time in Validate's
+// order, each naming its field.
+func TestValidateReportsEverySection(t *testing.T) {
+	c := Default(env)
+	c.Daemon.LogLevel = "loud"
+	c.Sigils["default"] = Sigil{Scopes: []string{"ask"}, TokenSHA256: "xyz"}
+	c.Backend.Model = ""
+	c.Identity.Persona = " "
+	c.Codex.TopK = 0
+	c.Limits.AnswerReserve, c.Limits.LowPowerAnswerReserve = 0, 0
+	c.Env.Interval.Duration = time.Hour
+	c.Karma.TopK = 0
+	want := []string{"daemon.log_level", "sigils.default.token_sha256", "backend.model", "identity.persona",
+		"codex.top_k", "limits.answer_reserve", "environment.interval", "karma.top_k"}
+	err := c.Validate()
+	if err == nil {
+		t.Fatal("accepted")
+	}
+	got := strings.Split(err.Error(), "\n")
+	if len(got) != len(want) {
+		t.Fatalf("%d lines, want %d:\n%v", len(got), len(want), err)
+	}
+	for i, field := range want {
+		if !strings.HasPrefix(got[i], "config: "+field+": ") {
+			t.Errorf("line %d is %q, want it to name %s", i+1, got[i], field)
+		}
+	}
+}

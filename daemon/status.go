@@ -123,9 +123,7 @@ func (c *sessionCount) get() int {
 
 // countSessions counts the store's sessions, the cheapest way it offers.
 func countSessions(ctx context.Context, store ctxd.Store) (int, error) {
-	if sc, ok := store.(interface {
-		SessionCount(context.Context) (int, error)
-	}); ok {
+	if sc, ok := store.(ctxd.SessionCounter); ok {
 		return sc.SessionCount(ctx)
 	}
 	list, err := store.Sessions(ctx)

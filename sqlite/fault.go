@@ -11,14 +11,14 @@ import (
 	sqlite3 "modernc.org/sqlite/lib"
 )
 
-// idleClose is how long the store's connection, and the database files
-// with it, stay open with nothing to do. Files held open for ever would
-// hide a state directory made read-only, moved or replaced (the kernel
-// checks permissions when a file is opened, and will not remount a file
-// system read-only under an open writer): closed when idle, the store
-// meets such a fault at the next request, names it, and uses the
-// directory again once it is fixed, with no restart. Reopening costs
-// about a millisecond.
+// idleClose is how long each of the store's connections (the writer and
+// the readers), and the database files with it, stay open with nothing to
+// do. Files held open for ever would hide a state directory made
+// read-only, moved or replaced (the kernel checks permissions when a file
+// is opened, and will not remount a file system read-only under an open
+// writer): closed when idle, the store meets such a fault at the next
+// request, names it, and uses the directory again once it is fixed, with
+// no restart. Reopening costs about a millisecond.
 const idleClose = 10 * time.Second
 
 // fault explains err when the disk or the file system under the store

@@ -203,7 +203,7 @@ func writeDerived(ctx context.Context, tx *sql.Tx, t ctxd.Trace) error {
 // the supersede events that name it as the replacing trace, so that
 // karma.Fold of the trace with them is the trace.
 func (s *Store) Trace(ctx context.Context, id int64) (ctxd.Trace, []ctxd.KarmaEvent, error) {
-	tx, err := s.db.BeginTx(ctx, nil)
+	tx, err := s.readTx(ctx)
 	if err != nil {
 		return ctxd.Trace{}, nil, fmt.Errorf("sqlite: trace %d: %w", id, s.fault(err))
 	}
@@ -241,7 +241,7 @@ func (s *Store) Traces(ctx context.Context, f ctxd.TraceFilter) ([]ctxd.Trace, e
 			return nil, nil
 		}
 	}
-	tx, err := s.db.BeginTx(ctx, nil)
+	tx, err := s.readTx(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: traces: %w", s.fault(err))
 	}
@@ -408,7 +408,7 @@ func textMatch(text string) string {
 // Eligible is every trace of sigil that may enter the karma block now
 // (karma.Eligible), by id.
 func (s *Store) Eligible(ctx context.Context, sigil string) ([]ctxd.Trace, error) {
-	ts, err := queryTraces(ctx, s.db, "SELECT "+traceColumns+` FROM traces
+	ts, err := queryTraces(ctx, s.rdb, "SELECT "+traceColumns+` FROM traces
 		WHERE sigil = ? AND superseded_by = 0 AND status != 'rejected' AND (status = 'verified' OR pinned = 1)
 		ORDER BY id`, sigil)
 	return ts, s.fault(err)
@@ -464,7 +464,7 @@ func (s *Store) SaveKarmaSnapshot(ctx context.Context, snap ctxd.KarmaSnapshot) 
 }
 
 func (s *Store) snapshots(ctx context.Context, tail string, args ...any) ([]ctxd.KarmaSnapshot, error) {
-	rows, err := s.db.QueryContext(ctx,
+	rows, err := s.rdb.QueryContext(ctx,
 		"SELECT session, karma_epoch, sigil, session_epoch, reason, entries, at_unix_nano FROM karma_snapshots "+tail, args...)
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: karma snapshots: %w", s.fault(err))

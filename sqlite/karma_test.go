@@ -564,7 +564,8 @@ func TestCommitsAreSynchronous(t *testing.T) {
 
 // TestCrashKeepsAcknowledgedVerification runs itself again as a child
 // process that records and verifies a trace, says "acked" once the store
-// has returned, and waits; the parent kills it on the spot (SIGKILL: no
+// has returned (and its readers have read it, one still in its read
+// transaction), and waits; the parent kills it on the spot (SIGKILL: no
 // Close, nothing flushed by the child after the acknowledgement) and finds
 // the verification in the database.
 func TestCrashKeepsAcknowledgedVerification(t *testing.T) {
@@ -573,7 +574,11 @@ func TestCrashKeepsAcknowledgedVerification(t *testing.T) {
 		return
 	}
 	path := filepath.Join(t.TempDir(), "ctxd.db")
-	cmd := exec.CommandContext(t.Context(), os.Args[0], "-test.run=^TestCrashKeepsAcknowledgedVerification$", "-test.count=1")
+	// A child that hangs before "acked" is killed at this deadline, which
+	// ends the wait for its line.
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestCrashKeepsAcknowledgedVerification$", "-test.count=1")
 	cmd.Env = append(os.Environ(), "CTXD_KARMA_CRASH_CHILD=1", "CTXD_KARMA_CRASH_DB="+path)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
@@ -628,6 +633,19 @@ func crashChild(t *testing.T, path string) {
 	}
 	if _, err := s.KarmaEvent(ctx, ctxd.KarmaEvent{Trace: id, Action: ctxd.KarmaVerify, Note: "acknowledged", At: time.Now()}); err != nil {
 		t.Fatal(err)
+	}
+	// Die with the readers open too, one of them inside a read
+	// transaction that has seen the verification.
+	reading, err := s.readTx(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var status string
+	if err := reading.QueryRowContext(ctx, "SELECT status FROM traces WHERE id = ?", id).Scan(&status); err != nil || status != ctxd.TraceVerified {
+		t.Fatalf("a reader after the acknowledgement: %q, %v", status, err)
+	}
+	if el, err := s.Eligible(ctx, "dev"); err != nil || len(el) != 1 {
+		t.Fatalf("eligible after the acknowledgement: %+v, %v", el, err)
 	}
 	fmt.Println("acked")
 	time.Sleep(time.Minute) // killed long before

@@ -49,14 +49,26 @@ var migrations = []string{
 
 // Store is the session store and the karma store. It is safe for
 // concurrent use.
+//
+// It holds two pools on the one database file: db, the single writer
+// connection every write goes through (SQLite takes one writer at a time
+// anyway), and rdb, the readers. In WAL mode a reader sees the last
+// committed state and never waits for a writer, so a write that is slow
+// or stuck (on the disk, or holding its transaction) delays other writes
+// only: sessions, status and the watchdog still read.
 type Store struct {
-	db   *sql.DB
-	path string // the database file, named in errors
+	db   *sql.DB // the writer: one connection
+	rdb  *sql.DB // the readers: query_only connections
+	path string  // the database file, named in errors
 }
 
+// readers is how many read connections the store opens at most.
+const readers = 4
+
 var (
-	_ ctxd.Store      = (*Store)(nil)
-	_ ctxd.KarmaStore = (*Store)(nil)
+	_ ctxd.Store          = (*Store)(nil)
+	_ ctxd.SessionCounter = (*Store)(nil)
+	_ ctxd.KarmaStore     = (*Store)(nil)
 )
 
 // Open opens (creating if needed) the database at path and migrates it.
@@ -90,6 +102,21 @@ func Open(ctx context.Context, path string) (*Store, error) {
 		db.Close()
 		return nil, fmt.Errorf("sqlite: %s: %w", path, err)
 	}
+	// The readers come after the migrations, which made the file WAL (a
+	// persistent mode the readers find). query_only: nothing written by
+	// mistake through a reader. synchronous(FULL) too, since the last
+	// connection to close checkpoints the log into the database, and a
+	// reader may be that one.
+	rdsn := "file:" + path + "?_pragma=busy_timeout(5000)&_pragma=foreign_keys(1)&_pragma=synchronous(FULL)&_pragma=query_only(1)"
+	rdb, err := sql.Open("sqlite", rdsn)
+	if err != nil {
+		db.Close()
+		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
+	}
+	rdb.SetMaxOpenConns(readers)
+	rdb.SetMaxIdleConns(readers)
+	rdb.SetConnMaxIdleTime(idleClose)
+	s.rdb = rdb
 	return s, nil
 }
 
@@ -121,21 +148,32 @@ func (s *Store) migrate(ctx context.Context) error {
 	return nil
 }
 
-// Close closes the database.
-func (s *Store) Close() error { return s.db.Close() }
+// Close closes the database: the readers, then the writer.
+func (s *Store) Close() error { return errors.Join(s.rdb.Close(), s.db.Close()) }
+
+// readTx begins a read transaction on a reader: the reads in it see one
+// committed state, whatever the writer does meanwhile.
+func (s *Store) readTx(ctx context.Context) (*sql.Tx, error) {
+	return s.rdb.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+}
 
 // Session loads a session; a session never seen before is empty, not an error.
 func (s *Store) Session(ctx context.Context, id string) (ctxd.Session, error) {
 	sess := ctxd.Session{ID: id}
+	tx, err := s.readTx(ctx)
+	if err != nil {
+		return sess, fmt.Errorf("sqlite: session %q: %w", id, s.fault(err))
+	}
+	defer tx.Rollback()
 	var bare int64
-	err := s.db.QueryRowContext(ctx, "SELECT epoch, summary, bare_through, sigil FROM sessions WHERE id = ?", id).Scan(&sess.Epoch, &sess.Summary, &bare, &sess.Owner)
+	err = tx.QueryRowContext(ctx, "SELECT epoch, summary, bare_through, sigil FROM sessions WHERE id = ?", id).Scan(&sess.Epoch, &sess.Summary, &bare, &sess.Owner)
 	if errors.Is(err, sql.ErrNoRows) {
 		return sess, nil
 	}
 	if err != nil {
 		return sess, fmt.Errorf("sqlite: session %q: %w", id, s.fault(err))
 	}
-	rows, err := s.db.QueryContext(ctx,
+	rows, err := tx.QueryContext(ctx,
 		"SELECT seq, query, excerpts, answer, verbatim FROM turns WHERE session_id = ? AND epoch = ? ORDER BY seq", id, sess.Epoch)
 	if err != nil {
 		return sess, fmt.Errorf("sqlite: session %q turns: %w", id, s.fault(err))
@@ -160,7 +198,8 @@ func (s *Store) Session(ctx context.Context, id string) (ctxd.Session, error) {
 	if err := rows.Err(); err != nil {
 		return sess, fmt.Errorf("sqlite: session %q turns: %w", id, s.fault(err))
 	}
-	if err := s.db.QueryRowContext(ctx, "SELECT COUNT(*) FROM turns WHERE session_id = ?", id).Scan(&sess.Count); err != nil {
+	rows.Close()
+	if err := tx.QueryRowContext(ctx, "SELECT COUNT(*) FROM turns WHERE session_id = ?", id).Scan(&sess.Count); err != nil {
 		return sess, fmt.Errorf("sqlite: session %q: %w", id, s.fault(err))
 	}
 	return sess, nil
@@ -311,7 +350,7 @@ func (s *Store) DeleteSession(ctx context.Context, id string) error {
 
 // Sessions lists all sessions by id.
 func (s *Store) Sessions(ctx context.Context) ([]ctxd.SessionInfo, error) {
-	rows, err := s.db.QueryContext(ctx, `
+	rows, err := s.rdb.QueryContext(ctx, `
 		SELECT s.id, s.epoch, s.sigil, COUNT(t.seq) FROM sessions s
 		LEFT JOIN turns t ON t.session_id = s.id GROUP BY s.id ORDER BY s.id`)
 	if err != nil {
@@ -327,6 +366,16 @@ func (s *Store) Sessions(ctx context.Context) ([]ctxd.SessionInfo, error) {
 		out = append(out, si)
 	}
 	return out, rows.Err()
+}
+
+// SessionCount is how many sessions Sessions would list, without listing
+// them.
+func (s *Store) SessionCount(ctx context.Context) (int, error) {
+	var n int
+	if err := s.rdb.QueryRowContext(ctx, "SELECT COUNT(*) FROM sessions").Scan(&n); err != nil {
+		return 0, fmt.Errorf("sqlite: sessions: %w", s.fault(err))
+	}
+	return n, nil
 }
 
 // ClaimSession makes sigil the owner of session id (creating it) unless

@@ -97,10 +97,17 @@ scopes = ["ask", "admin"]
 		}
 	})
 	c := client.New(sock)
+	// Every request has a deadline: a daemon that stops answering fails
+	// the test rather than hanging it.
+	call := func(req func(ctx context.Context) error) error {
+		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+		defer cancel()
+		return req(ctx)
+	}
 	status := func() httpapi.Status {
 		t.Helper()
 		var s httpapi.Status
-		if err := c.Status(context.Background(), &s); err != nil {
+		if err := call(func(ctx context.Context) error { return c.Status(ctx, &s) }); err != nil {
 			t.Fatalf("status: %v", err)
 		}
 		return s
@@ -116,7 +123,7 @@ scopes = ["ask", "admin"]
 	}
 	wait("the daemon listens", func() bool {
 		var s httpapi.Status
-		return c.Status(context.Background(), &s) == nil
+		return call(func(ctx context.Context) error { return c.Status(ctx, &s) }) == nil
 	})
 	if s := status(); s.Reload != nil || s.LogLevel != "info" || s.Config != cfgPath {
 		t.Fatalf("before any signal: reload %+v, log level %q, config %q", s.Reload, s.LogLevel, s.Config)
@@ -136,11 +143,11 @@ revoked = true`)
 	if r := status().Reload; !r.OK || !strings.Contains(strings.Join(r.Applied, " "), "sigils") {
 		t.Fatalf("reload: %+v", r)
 	}
-	if _, err := c.Sigil(context.Background()); err != nil {
+	if err := call(func(ctx context.Context) error { _, err := c.Sigil(ctx); return err }); err != nil {
 		t.Fatalf("the default sigil: %v", err)
 	}
 	var sig struct{}
-	if err := c.GetJSON(context.Background(), "/v1/sigil?sigil=agent", &sig); err == nil || !strings.Contains(err.Error(), "revoked") {
+	if err := call(func(ctx context.Context) error { return c.GetJSON(ctx, "/v1/sigil?sigil=agent", &sig) }); err == nil || !strings.Contains(err.Error(), "revoked") {
 		t.Errorf("the revoked sigil after SIGHUP: %v", err)
 	}
 	// SIGHUP with a bad file: refused, and the revocation stays.
@@ -151,7 +158,7 @@ revoked = true`)
 	if r := status().Reload; r.OK || !strings.Contains(r.Error, `"fly"`) {
 		t.Errorf("a bad file was not refused by name: %+v", r)
 	}
-	if err := c.GetJSON(context.Background(), "/v1/sigil?sigil=agent", &sig); err == nil {
+	if err := call(func(ctx context.Context) error { return c.GetJSON(ctx, "/v1/sigil?sigil=agent", &sig) }); err == nil {
 		t.Error("a refused reload undid the revocation")
 	}
 

@@ -80,7 +80,10 @@ type storedTurn struct {
 	turn  ctxd.Turn
 }
 
-var _ ctxd.Store = (*Store)(nil)
+var (
+	_ ctxd.Store          = (*Store)(nil)
+	_ ctxd.SessionCounter = (*Store)(nil)
+)
 
 // NewStore returns an empty store.
 func NewStore() *Store { return &Store{sessions: map[string]*storedSession{}} }
@@ -216,6 +219,13 @@ func (s *Store) Sessions(context.Context) ([]ctxd.SessionInfo, error) {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
 	return out, nil
+}
+
+// SessionCount is how many sessions Sessions would list.
+func (s *Store) SessionCount(context.Context) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.sessions), nil
 }
 
 // Backend is a scripted backend. It streams its answer word by word and

@@ -1,0 +1,317 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"net"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/ctxd/ctxd/codex"
+	"github.com/ctxd/ctxd/governor"
+	"github.com/ctxd/ctxd/hostenv"
+	"github.com/ctxd/ctxd/sigils"
+)
+
+// Validate names every bad field, one error each ("config: FIELD: why"),
+// joined: a section at a time, in the order below.
+func (c Config) Validate() error {
+	var p problems
+	c.validateDaemon(&p)
+	c.validateSigils(&p)
+	c.Backend.validate(&p)
+	c.Identity.validate(&p)
+	c.Codex.validate(&p)
+	c.Limits.validate(&p)
+	c.Env.validate(&p)
+	c.Karma.validate(&p)
+	return errors.Join(p...)
+}
+
+// problems are the bad fields a validation found, in the order found.
+type problems []error
+
+// bad records that field is bad, and why.
+func (p *problems) bad(field, format string, args ...any) {
+	*p = append(*p, fmt.Errorf("config: %s: %s", field, fmt.Sprintf(format, args...)))
+}
+
+// validateDaemon checks [daemon]: the socket and state directory, logging,
+// the request limits and timeouts, the TCP and metrics listeners (which
+// depend on the sigils' tokens) and the default sigil.
+func (c Config) validateDaemon(p *problems) {
+	d := c.Daemon
+	if d.Socket == "" {
+		p.bad("daemon.socket", "must be set")
+	} else if len(d.Socket) > 100 {
+		p.bad("daemon.socket", "%q is %d bytes; Unix socket paths must stay under ~100", d.Socket, len(d.Socket))
+	}
+	if d.StateDir == "" {
+		p.bad("daemon.state_dir", "must be set")
+	}
+	if !slices.Contains([]string{"debug", "info", "warn", "error"}, d.LogLevel) {
+		p.bad("daemon.log_level", "%q is not one of debug, info, warn, error", d.LogLevel)
+	}
+	if d.MaxBodyBytes < 1024 {
+		p.bad("daemon.max_body_bytes", "%d is below 1024", d.MaxBodyBytes)
+	}
+	if g := d.ShutdownGrace.Duration; g < 0 || g > 5*time.Minute {
+		p.bad("daemon.shutdown_grace", "%v must be between 0s and 5m", g)
+	}
+	if n := d.MaxConnections; n < 16 || n > 1<<20 {
+		p.bad("daemon.max_connections", "%d must be between 16 and 1048576", n)
+	}
+	if b := d.BodyTimeout.Duration; b < 100*time.Millisecond || b > 10*time.Minute {
+		p.bad("daemon.body_timeout", "%v must be between 100ms and 10m", b)
+	}
+	if i := d.IdleTimeout.Duration; i < time.Second || i > time.Hour {
+		p.bad("daemon.idle_timeout", "%v must be between 1s and 1h", i)
+	}
+	if w := d.WriteTimeout.Duration; w < 100*time.Millisecond {
+		p.bad("daemon.write_timeout", "%v must be at least 100ms", w)
+	}
+	if !slices.Contains([]string{"auto", "json", "text"}, d.LogFormat) {
+		p.bad("daemon.log_format", "%q is not one of auto, json, text", d.LogFormat)
+	}
+	c.validateListeners(p)
+	if _, ok := c.Sigils[d.DefaultSigil]; !ok {
+		p.bad("daemon.default_sigil", "%q is not a configured sigil", d.DefaultSigil)
+	}
+}
+
+// validateListeners checks daemon.metrics_listen (loopback only: it has no
+// tokens) and daemon.tcp_listen (loopback unless allowed, and only with a
+// sigil that has a token to use it).
+func (c Config) validateListeners(p *problems) {
+	d := c.Daemon
+	if a := d.MetricsListen; a != "" {
+		host, _, err := net.SplitHostPort(a)
+		ip := net.ParseIP(host)
+		switch {
+		case err != nil:
+			p.bad("daemon.metrics_listen", "%q is not host:port: %v", a, err)
+		case host != "localhost" && (ip == nil || !ip.IsLoopback()):
+			p.bad("daemon.metrics_listen", "%q is not a loopback address: the metrics listener has no tokens, so it serves this machine only", a)
+		case a == d.TCPListen:
+			p.bad("daemon.metrics_listen", "%q is also daemon.tcp_listen; give each its own port", a)
+		}
+	}
+	if a := d.TCPListen; a != "" {
+		host, _, err := net.SplitHostPort(a)
+		ip := net.ParseIP(host)
+		switch {
+		case err != nil:
+			p.bad("daemon.tcp_listen", "%q is not host:port: %v", a, err)
+		case !d.TCPAllowRemote && host != "localhost" && (ip == nil || !ip.IsLoopback()):
+			p.bad("daemon.tcp_listen", "%q is not a loopback address; set daemon.tcp_allow_remote = true to listen beyond this machine (tokens are still required)", a)
+		case c.liveTokens() == 0:
+			p.bad("daemon.tcp_listen", "every request on the TCP listener needs a sigil's token, and no sigil has one: run `ctxd sigil token NAME` and add its token_sha256 line")
+		}
+	}
+}
+
+// liveTokens is how many sigils have a token and are not revoked.
+func (c Config) liveTokens() int {
+	n := 0
+	for _, sg := range c.Sigils {
+		if sg.TokenSHA256 != "" && !sg.Revoked {
+			n++
+		}
+	}
+	return n
+}
+
+// validateSigils checks [sigils.NAME]: each name, scope, hash and id.
+func (c Config) validateSigils(p *problems) {
+	for name, sg := range c.Sigils {
+		sg.validate(p, name)
+	}
+}
+
+func (sg Sigil) validate(p *problems, name string) {
+	if !sigils.NameRE.MatchString(name) {
+		p.bad("sigils."+name, "the name must match %s", sigils.NameRE)
+	}
+	for _, sc := range sg.Scopes {
+		if err := sigils.CheckScope(sc); err != nil {
+			p.bad("sigils."+name+".scopes", "%v", err)
+		}
+	}
+	for _, h := range sg.RevokedSHA256 {
+		if !isHash(h) {
+			p.bad("sigils."+name+".revoked_sha256", "%q must be 64 lowercase hex digits", h)
+		}
+	}
+	for _, id := range append(slices.Clone(sg.UIDs), sg.GIDs...) {
+		if id < 0 {
+			p.bad("sigils."+name+".uids", "uid/gid %d must not be negative", id)
+		}
+	}
+	switch {
+	case sg.TokenSHA256 == "":
+	case !isHash(sg.TokenSHA256):
+		p.bad("sigils."+name+".token_sha256", "must be 64 lowercase hex digits (the line `ctxd sigil add` prints)")
+	case slices.Contains(sg.RevokedSHA256, sg.TokenSHA256):
+		p.bad("sigils."+name+".token_sha256", "is also in revoked_sha256: make a new token with `ctxd sigil token %s`", name)
+	}
+}
+
+func isHash(h string) bool {
+	return len(h) == 64 && strings.Trim(h, "0123456789abcdef") == ""
+}
+
+// validate checks [backend]: the kind and mode and what each needs, the
+// model, the window and slots, and the sampling.
+func (b Backend) validate(p *problems) {
+	llama := b.Kind == "llamacpp"
+	if b.Kind != "ollama" && !llama {
+		p.bad("backend.kind", "%q is not one of ollama, llamacpp", b.Kind)
+	}
+	switch b.Mode {
+	case "managed":
+		if llama && strings.HasSuffix(b.Listen, ".sock") {
+			break
+		}
+		if host, _, err := net.SplitHostPort(b.Listen); err != nil {
+			p.bad("backend.listen", "%v", err)
+		} else if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() {
+			p.bad("backend.listen", "%q: a managed backend listens on a loopback address", b.Listen)
+		}
+		if llama && b.GGUF == "" {
+			p.bad("backend.gguf", "must be set: a managed llama-server loads this model file")
+		}
+	case "external":
+		if llama && strings.HasSuffix(b.URL, ".sock") {
+			break
+		}
+		if !strings.HasPrefix(b.URL, "http://") && !strings.HasPrefix(b.URL, "https://") {
+			p.bad("backend.url", "%q must be an http:// or https:// URL", b.URL)
+		}
+	default:
+		p.bad("backend.mode", "%q is not one of managed, external", b.Mode)
+	}
+	if b.Model == "" {
+		p.bad("backend.model", "must be set")
+	}
+	if b.NumCtx < 0 || b.MaxNumCtx <= 0 {
+		p.bad("backend.num_ctx", "num_ctx must be 0 or positive and max_num_ctx positive")
+	}
+	if !slices.Contains([]string{"auto", "template", "plain"}, b.Format) {
+		p.bad("backend.format", "%q is not one of auto, template, plain", b.Format)
+	}
+	if b.Slots < 1 || b.Slots > 64 {
+		p.bad("backend.slots", "%d must be between 1 and 64", b.Slots)
+	}
+	if b.NumBatch < 0 || b.NumThread < 0 {
+		p.bad("backend.num_batch", "num_batch and num_thread must not be negative")
+	}
+	if b.CacheRAMMB < 0 {
+		p.bad("backend.cache_ram_mb", "%d must not be negative", b.CacheRAMMB)
+	} else if b.CacheRAMMB > 0 && (b.Kind != "llamacpp" || b.Mode != "managed") {
+		p.bad("backend.cache_ram_mb", "is for a managed llama-server only (backend.kind = \"llamacpp\", backend.mode = \"managed\")")
+	}
+	if !(b.Temperature >= 0 && b.Temperature <= math.MaxFloat64) { // written so that NaN and Inf fail
+		p.bad("backend.temperature", "%v must be a finite number, 0 or more", b.Temperature)
+	}
+}
+
+// validate checks [identity].
+func (id Identity) validate(p *problems) {
+	if strings.TrimSpace(id.Persona) == "" {
+		p.bad("identity.persona", "must not be empty")
+	}
+}
+
+// validate checks [codex]: its sizes, patterns, CAG ratio, load roots and
+// retrieval depth.
+func (cx Codex) validate(p *problems) {
+	if cx.MaxFileBytes <= 0 || cx.MaxTotalBytes <= 0 {
+		p.bad("codex.max_file_bytes", "max_file_bytes and max_total_bytes must be positive")
+	}
+	if err := codex.ValidatePatterns(cx.Exclude); err != nil {
+		p.bad("codex.exclude", "%v", err)
+	}
+	if err := codex.ValidatePatterns(cx.Include); err != nil {
+		p.bad("codex.include", "%v", err)
+	}
+	if !(cx.CAGRatio > 0 && cx.CAGRatio <= 1) { // written so that NaN fails
+		p.bad("codex.cag_ratio", "%v must be in (0, 1]", cx.CAGRatio)
+	}
+	for _, root := range cx.LoadRoots {
+		if !filepath.IsAbs(root) {
+			p.bad("codex.load_roots", "%q must be an absolute path (or relative to the config file)", root)
+		}
+	}
+	if cx.TopK <= 0 {
+		p.bad("codex.top_k", "%d must be positive", cx.TopK)
+	}
+}
+
+// validate checks [limits]: the prompt's sizes, the conversation's depth,
+// the KV cache type and the memory headroom.
+func (l Limits) validate(p *problems) {
+	if l.MaxChars < 0 {
+		p.bad("limits.max_chars", "%d must not be negative", l.MaxChars)
+	}
+	if l.AnswerReserve <= 0 {
+		p.bad("limits.answer_reserve", "%d must be positive", l.AnswerReserve)
+	}
+	if l.MaxDepth < 0 {
+		p.bad("limits.max_depth", "%d must not be negative", l.MaxDepth)
+	}
+	if l.CompactTo < 0 || (l.MaxDepth > 0 && l.CompactTo > l.MaxDepth) {
+		p.bad("limits.compact_to", "%d must be between 0 and max_depth %d", l.CompactTo, l.MaxDepth)
+	}
+	if _, err := governor.ParseCacheType(l.KVCacheType); err != nil {
+		p.bad("limits.kv_cache_type", "%q is not one of f16, q8_0, q4_0", l.KVCacheType)
+	}
+	if r := l.LowPowerAnswerReserve; r < 0 || r > l.AnswerReserve {
+		p.bad("limits.low_power_answer_reserve", "%d must be between 0 (off) and answer_reserve %d", r, l.AnswerReserve)
+	}
+	if l.MemoryHeadroomMB < 0 {
+		p.bad("limits.memory_headroom_mb", "%d must not be negative", l.MemoryHeadroomMB)
+	}
+}
+
+// validate checks [environment]: the reading interval and the bands'
+// thresholds (hostenv's rules, each error naming its field).
+func (e Environment) validate(p *problems) {
+	if iv := e.Interval.Duration; iv < 100*time.Millisecond || iv > time.Minute {
+		p.bad("environment.interval", "%v must be between 100ms and 1m", iv)
+	}
+	if err := e.Thresholds().Validate(); err != nil {
+		var fe *hostenv.FieldError
+		for _, err := range unwrapAll(err) {
+			if errors.As(err, &fe) {
+				p.bad("environment."+fe.Field, "%s", fe.Problem)
+			} else {
+				p.bad("environment", "%v", err)
+			}
+		}
+	}
+}
+
+// unwrapAll is the errors a joined error holds (or err itself).
+func unwrapAll(err error) []error {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		return j.Unwrap()
+	}
+	return []error{err}
+}
+
+// validate checks [karma]: how many entries, how long, and how fast
+// they age.
+func (k Karma) validate(p *problems) {
+	if k.TopK < 1 || k.TopK > 100 {
+		p.bad("karma.top_k", "%d must be between 1 and 100", k.TopK)
+	}
+	if k.MaxEntryChars < 1 || k.MaxChars < k.MaxEntryChars {
+		p.bad("karma.max_chars", "max_entry_chars %d must be positive and max_chars %d at least as large", k.MaxEntryChars, k.MaxChars)
+	}
+	if k.HalfLife.Duration < time.Minute {
+		p.bad("karma.half_life", "%v must be at least 1m", k.HalfLife.Duration)
+	}
+}
