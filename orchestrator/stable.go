@@ -3,6 +3,7 @@ package orchestrator
 import (
 	"context"
 
+	"github.com/ctxd/ctxd/formatters"
 	"github.com/ctxd/ctxd/runcontext"
 	"github.com/ctxd/ctxd/sigils"
 )
@@ -33,7 +34,8 @@ func (o *Orchestrator) stableContext(instructions string, codex runcontext.Codex
 // sigil) around a codex block as a request of the default sigil without
 // system text of its own renders them now: what the codex's CAG/RAG plan
 // weighs against the window. The formatters' stable artifacts are in it,
-// as they read the codex loaded now.
+// but those that read the codex's files cannot yet: the codex being
+// planned is not the one loaded (a formatter would read the old one's).
 func (o *Orchestrator) StableBlocks(c runcontext.Codex) (runcontext.Rendered, error) {
 	sigil, err := o.cfg.Sigils.Resolve("")
 	if err != nil {
@@ -43,13 +45,14 @@ func (o *Orchestrator) StableBlocks(c runcontext.Codex) (runcontext.Rendered, er
 		c.Prerender(o.cfg.Format.Specials())
 	}
 	rc := o.stableContext("", c, sigil)
-	o.inject(context.Background(), rc, &codexState{block: c, fingerprint: codexFingerprint(c)})
-	stable := rc.Artifacts[:0]
-	for _, a := range rc.Artifacts {
+	arts, err := o.cfg.Formatters.Apply(context.Background(), formatters.Input{RunContext: rc})
+	if err != nil {
+		o.log.Warn("formatter failed; its artifact is left out of the codex plan", "err", err)
+	}
+	for _, a := range arts {
 		if a.Stable {
-			stable = append(stable, a)
+			rc.Artifacts = append(rc.Artifacts, a)
 		}
 	}
-	rc.Artifacts = stable
 	return o.cfg.Format.Render(rc)
 }
