@@ -100,6 +100,11 @@ type Daemon struct {
 	// requests. Streams (answers, WebSocket, MCP) are not bound by them.
 	BodyTimeout Duration `toml:"body_timeout"`
 	IdleTimeout Duration `toml:"idle_timeout"`
+	// StoreTimeout bounds each session-store call on a request's path
+	// (reading the session, recording the answer): a store that hangs
+	// fails that request, with an error saying so, instead of holding its
+	// session for ever.
+	StoreTimeout Duration `toml:"store_timeout"`
 }
 
 // Backend is the model server.
@@ -247,6 +252,7 @@ func Default(env Env) Config {
 			MaxBodyBytes: 1 << 20, DefaultSigil: "default", ShutdownGrace: Duration{10 * time.Second},
 			WriteTimeout:   Duration{30 * time.Second},
 			MaxConnections: 1024, BodyTimeout: Duration{30 * time.Second}, IdleTimeout: Duration{2 * time.Minute},
+			StoreTimeout: Duration{10 * time.Second},
 		},
 		Backend: Backend{
 			Kind: "ollama", Mode: "managed", Listen: "127.0.0.1:0", URL: "http://127.0.0.1:11434",

@@ -70,6 +70,9 @@ func (c Config) validateDaemon(p *problems) {
 	if i := d.IdleTimeout.Duration; i < time.Second || i > time.Hour {
 		p.bad("daemon.idle_timeout", "%v must be between 1s and 1h", i)
 	}
+	if s := d.StoreTimeout.Duration; s < 100*time.Millisecond || s > 10*time.Minute {
+		p.bad("daemon.store_timeout", "%v must be between 100ms and 10m", s)
+	}
 	if w := d.WriteTimeout.Duration; w < 100*time.Millisecond {
 		p.bad("daemon.write_timeout", "%v must be at least 100ms", w)
 	}

@@ -40,6 +40,7 @@ type Config struct {
 	// LowPowerAnswerReserve caps answers while on low power (0: no cap).
 	LowPowerAnswerReserve int
 	StateDir              string          // the codex's caches and index go here
+	StoreTimeout          time.Duration   // bounds each store call of a request (0: the orchestrator's default)
 	Limits                governor.Limits // the governor's limits on this model's window
 	Sigils                *sigils.Registry
 	Formatters            *formatters.Registry
@@ -114,6 +115,7 @@ func newOrchestrator(cfg Config, e *Engine, counter *tokencount.Counter) (*orche
 		Karma: orchestrator.KarmaConfig{Store: cfg.KarmaStore, Model: m.Info.Model, Options: karma.Options{
 			TopK: k.TopK, MaxChars: k.MaxChars, MaxEntryChars: k.MaxEntryChars, HalfLife: k.HalfLife.Duration}},
 		LowPowerReserve: cfg.LowPowerAnswerReserve,
+		StoreTimeout:    cfg.StoreTimeout,
 		Observe:         cfg.Observe,
 		Formatters:      cfg.Formatters,
 		CodexFile: func(path string) (string, error) {
