@@ -6,6 +6,7 @@ import (
 
 	"github.com/ctxd/ctxd"
 	"github.com/ctxd/ctxd/config"
+	"github.com/ctxd/ctxd/formatters"
 	"github.com/ctxd/ctxd/governor"
 	"github.com/ctxd/ctxd/hostenv"
 	"github.com/ctxd/ctxd/orchestrator"
@@ -96,7 +97,10 @@ type Config struct {
 	// Critical reports whether VRAM pressure is critical now: the plan
 	// then leaves the most room.
 	Critical func() bool
-	Logger   *slog.Logger
+	// Formats are the prompt formats registered besides the core's, which
+	// backend.format may name; nil: none.
+	Formats *formatters.Registry
+	Logger  *slog.Logger
 }
 
 // Open is the Opener the configuration names (backend.kind).

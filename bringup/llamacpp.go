@@ -10,12 +10,10 @@ import (
 	"slices"
 
 	"github.com/ctxd/ctxd"
-	"github.com/ctxd/ctxd/chattemplate"
 	"github.com/ctxd/ctxd/governor"
 	"github.com/ctxd/ctxd/llamacpp"
 	"github.com/ctxd/ctxd/llamatok"
 	"github.com/ctxd/ctxd/orchestrator"
-	"github.com/ctxd/ctxd/runcontext"
 )
 
 // openLlamaCpp is the Opener for llama.cpp's llama-server: in managed mode
@@ -38,32 +36,9 @@ func (c Config) openLlamaCpp(ctx context.Context, onRestart func()) (_ *Model, e
 	var client *llamacpp.Client
 	gguf, slotDir := b.GGUF, b.SlotSavePath
 	if b.Mode == "managed" {
-		facts, err := ggufFacts(gguf)
-		if err != nil {
+		if client, slotDir, err = c.startLlamaServer(ctx, m, &cl, opts, onRestart); err != nil {
 			return nil, err
 		}
-		if m.Facts, m.Window, err = c.planWindow(facts); err != nil {
-			return nil, err
-		}
-		dir := filepath.Join(c.StateDir, "llamacpp")
-		slotDir = filepath.Join(dir, "slots")
-		srv, err := llamacpp.Start(ctx, llamacpp.ServeConfig{
-			Binary: b.ServerBinary(), Addr: b.Listen, Model: gguf,
-			CtxPerSlot: m.Window.NumCtx, Slots: b.Slots, SlotSavePath: slotDir, CacheRAMMiB: b.CacheRAMMB,
-			Threads: b.NumThread, BatchSize: b.NumBatch,
-			LogPath: filepath.Join(dir, "llama-server.log"), Env: c.Env,
-			Logger: c.Logger, OnRestart: onRestart,
-		}, opts)
-		if err != nil {
-			return nil, err
-		}
-		cl.add(func() error {
-			err := srv.Process.Close()
-			c.Logger.Info("managed llama-server stopped")
-			return err
-		})
-		m.Restarts = srv.Restarts
-		client = srv.Client
 	} else if client, err = llamacpp.New(b.URL, opts); err != nil {
 		return nil, ctxd.Errorf(ctxd.KindInvalid, "bringup: backend.url: %w", err)
 	}
@@ -74,64 +49,19 @@ func (c Config) openLlamaCpp(ctx context.Context, onRestart func()) (_ *Model, e
 	m.Info.URL, m.Info.Version = client.Addr(), "llama-server "+props.Build
 	local := true // the model file is readable here: count and read facts locally
 	if b.Mode == "external" {
-		if gguf == "" {
-			gguf = props.ModelPath
-		}
-		statErr := readable(gguf)
-		switch {
-		case statErr != nil && b.GGUF != "":
-			return nil, ctxd.Errorf(ctxd.KindInvalid, "bringup: backend.gguf %s is not readable (%v): name the server's model file as ctxd sees it, or leave it empty to count tokens with the server", gguf, statErr)
-		case statErr != nil:
-			local = false
-			c.Logger.Info("the server's model file is not readable here: counting tokens with the server's /tokenize (a request per count; set backend.gguf to count locally)", "model", gguf, "err", statErr)
-			if m.Facts, err = remoteFacts(ctx, client); err != nil {
-				return nil, err
-			}
-		default:
-			facts, err := ggufFacts(gguf)
-			if err != nil {
-				return nil, err
-			}
-			if m.Facts, err = governor.FactsFromModelInfo(facts.Info); err != nil {
-				return nil, err
-			}
-		}
-		m.Window = governor.WindowPlan{NumCtx: props.Settings.NCtx, Slots: props.TotalSlots, CacheType: governor.CacheF16,
-			Reason: "set by the external server (/props: its slots and each slot's window)"}
-	}
-	if props.TotalSlots != max(1, m.Window.Slots) {
-		return nil, ctxd.Errorf(ctxd.KindInvalid, "bringup: llama-server has %d slots, ctxd planned %d", props.TotalSlots, m.Window.Slots)
-	}
-	if props.Settings.NCtx > 0 && props.Settings.NCtx != m.Window.NumCtx {
-		return nil, ctxd.Errorf(ctxd.KindInvalid, "bringup: llama-server gives each slot %d tokens, ctxd planned %d", props.Settings.NCtx, m.Window.NumCtx)
-	}
-	m.Info.NumCtx, m.Info.Slots, m.Info.KVCacheType = m.Window.NumCtx, m.Window.Slots, string(m.Window.CacheType)
-	m.Info.Architecture = m.Facts.Architecture
-	m.Info.TrainedCtx = m.Facts.ContextLength
-	var tok interface {
-		ctxd.Tokenizer
-		Special() []string
-		Close() error
-	}
-	jinja := props.ChatTemplate
-	if local {
-		lt, err := llamatok.Open(gguf)
-		if err != nil {
-			return nil, fmt.Errorf("bringup: tokenizer for %s: %w", gguf, err)
-		}
-		tok = lt
-		if _, jinja, err = llamacpp.ModelInfo(gguf); err != nil {
-			lt.Close()
+		if gguf, local, err = c.externalFacts(ctx, m, client, props); err != nil {
 			return nil, err
 		}
-	} else {
-		if tok, err = llamacpp.NewTokenizer(ctx, client, props); err != nil {
-			return nil, err
-		}
-		jinja = ownTemplate(jinja, tok.Special(), c.Logger)
+	}
+	if err := checkServerWindow(m, props); err != nil {
+		return nil, err
+	}
+	tok, jinja, err := c.llamaTokenizer(ctx, client, props, gguf, local)
+	if err != nil {
+		return nil, err
 	}
 	cl.add(tok.Close)
-	if m.Format, m.Info.Format, err = chooseLlamaFormat(ctx, b.Format, jinja, tok.Special(), client, props.BOS); err != nil {
+	if m.Format, m.Info.Format, err = c.chooseLlamaFormat(ctx, b.Format, jinja, tok.Special(), client, props.BOS); err != nil {
 		return nil, err
 	}
 	c.Logger.Info("prompt format", "format", m.Info.Format.Name, "append_only", m.Info.Format.AppendOnly, "reason", m.Info.Format.Reason)
@@ -149,6 +79,116 @@ func (c Config) openLlamaCpp(ctx context.Context, onRestart func()) (_ *Model, e
 	return m, nil
 }
 
+// startLlamaServer plans the window from the GGUF and starts the managed,
+// supervised llama-server with one window per slot and its slot save path
+// under the state directory; cl stops it.
+func (c Config) startLlamaServer(ctx context.Context, m *Model, cl *closers, opts llamacpp.Options, onRestart func()) (*llamacpp.Client, string, error) {
+	b := c.Backend
+	facts, err := ggufFacts(b.GGUF)
+	if err != nil {
+		return nil, "", err
+	}
+	if m.Facts, m.Window, err = c.planWindow(facts); err != nil {
+		return nil, "", err
+	}
+	dir := filepath.Join(c.StateDir, "llamacpp")
+	slotDir := filepath.Join(dir, "slots")
+	srv, err := llamacpp.Start(ctx, llamacpp.ServeConfig{
+		Binary: b.ServerBinary(), Addr: b.Listen, Model: b.GGUF,
+		CtxPerSlot: m.Window.NumCtx, Slots: b.Slots, SlotSavePath: slotDir, CacheRAMMiB: b.CacheRAMMB,
+		Threads: b.NumThread, BatchSize: b.NumBatch,
+		LogPath: filepath.Join(dir, "llama-server.log"), Env: c.Env,
+		Logger: c.Logger, OnRestart: onRestart,
+	}, opts)
+	if err != nil {
+		return nil, "", err
+	}
+	cl.add(func() error {
+		err := srv.Process.Close()
+		c.Logger.Info("managed llama-server stopped")
+		return err
+	})
+	m.Restarts = srv.Restarts
+	return srv.Client, slotDir, nil
+}
+
+// externalFacts reads an external server's model: from its file where ctxd
+// can read it (local), else from the server; the window and slots are the
+// server's own. It returns the model file's path as ctxd sees it.
+func (c Config) externalFacts(ctx context.Context, m *Model, client *llamacpp.Client, props llamacpp.Props) (gguf string, local bool, err error) {
+	gguf = c.Backend.GGUF
+	if gguf == "" {
+		gguf = props.ModelPath
+	}
+	statErr := readable(gguf)
+	switch {
+	case statErr != nil && c.Backend.GGUF != "":
+		return "", false, ctxd.Errorf(ctxd.KindInvalid, "bringup: backend.gguf %s is not readable (%v): name the server's model file as ctxd sees it, or leave it empty to count tokens with the server", gguf, statErr)
+	case statErr != nil:
+		c.Logger.Info("the server's model file is not readable here: counting tokens with the server's /tokenize (a request per count; set backend.gguf to count locally)", "model", gguf, "err", statErr)
+		if m.Facts, err = remoteFacts(ctx, client); err != nil {
+			return "", false, err
+		}
+	default:
+		facts, err := ggufFacts(gguf)
+		if err != nil {
+			return "", false, err
+		}
+		if m.Facts, err = governor.FactsFromModelInfo(facts.Info); err != nil {
+			return "", false, err
+		}
+	}
+	m.Window = governor.WindowPlan{NumCtx: props.Settings.NCtx, Slots: props.TotalSlots, CacheType: governor.CacheF16,
+		Reason: "set by the external server (/props: its slots and each slot's window)"}
+	return gguf, statErr == nil, nil
+}
+
+// checkServerWindow refuses a server whose slots or window differ from
+// the plan, and reports the model's window in m.Info.
+func checkServerWindow(m *Model, props llamacpp.Props) error {
+	if props.TotalSlots != max(1, m.Window.Slots) {
+		return ctxd.Errorf(ctxd.KindInvalid, "bringup: llama-server has %d slots, ctxd planned %d", props.TotalSlots, m.Window.Slots)
+	}
+	if props.Settings.NCtx > 0 && props.Settings.NCtx != m.Window.NumCtx {
+		return ctxd.Errorf(ctxd.KindInvalid, "bringup: llama-server gives each slot %d tokens, ctxd planned %d", props.Settings.NCtx, m.Window.NumCtx)
+	}
+	m.Info.NumCtx, m.Info.Slots, m.Info.KVCacheType = m.Window.NumCtx, m.Window.Slots, string(m.Window.CacheType)
+	m.Info.Architecture = m.Facts.Architecture
+	m.Info.TrainedCtx = m.Facts.ContextLength
+	return nil
+}
+
+// llamaTokenizer is the model's tokenizer and its Jinja chat template:
+// from the model file where it is readable here (local), else the
+// server's /tokenize and the template /props reports, if it is the
+// model's own.
+func (c Config) llamaTokenizer(ctx context.Context, client *llamacpp.Client, props llamacpp.Props, gguf string, local bool) (llamaTok, string, error) {
+	if !local {
+		tok, err := llamacpp.NewTokenizer(ctx, client, props)
+		if err != nil {
+			return nil, "", err
+		}
+		return tok, ownTemplate(props.ChatTemplate, tok.Special(), c.Logger), nil
+	}
+	lt, err := llamatok.Open(gguf)
+	if err != nil {
+		return nil, "", fmt.Errorf("bringup: tokenizer for %s: %w", gguf, err)
+	}
+	_, jinja, err := llamacpp.ModelInfo(gguf)
+	if err != nil {
+		lt.Close()
+		return nil, "", err
+	}
+	return lt, jinja, nil
+}
+
+// llamaTok is a tokenizer that knows its special tokens and is closed.
+type llamaTok interface {
+	ctxd.Tokenizer
+	Special() []string
+	Close() error
+}
+
 // ggufFacts reads what the window plan needs from the model file.
 func ggufFacts(path string) (facts Facts, err error) {
 	info, _, err := llamacpp.ModelInfo(path)
@@ -158,21 +198,6 @@ func ggufFacts(path string) (facts Facts, err error) {
 	arch, _ := info["general.architecture"].(string)
 	ctxLen, _ := info[arch+".context_length"].(float64)
 	return Facts{Architecture: arch, ContextLength: int(ctxLen), GGUFPath: path, Info: info}, nil
-}
-
-// chooseLlamaFormat picks the format for llama-server: the model's chat
-// template as ctxd renders it (the Go template Ollama maps the Jinja
-// template to: the GGUF's, or the server's /props chat_template when the
-// model file is not readable here), accepted only if the server's own Jinja rendering agrees on a
-// probe conversation; else the plain format, saying why.
-func chooseLlamaFormat(ctx context.Context, want, jinja string, special runcontext.Specials, c *llamacpp.Client, bos string) (runcontext.Format, FormatInfo, error) {
-	return pickFormat(want, special, "the model's chat template; llama-server's own Jinja rendering agrees", func() (*chattemplate.Format, error) {
-		f, err := chattemplate.FromJinja(jinja, special)
-		if err != nil {
-			return nil, err
-		}
-		return f, f.Agrees(func(msgs []chattemplate.Message) (string, error) { return c.ApplyTemplate(ctx, msgs) }, bos)
-	})
 }
 
 // remoteFacts reads what the governor needs of a model whose file ctxd

@@ -2,49 +2,16 @@ package bringup
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"net/url"
-	"os"
 	"path/filepath"
 
 	"github.com/ctxd/ctxd"
-	"github.com/ctxd/ctxd/chattemplate"
 	"github.com/ctxd/ctxd/governor"
 	"github.com/ctxd/ctxd/llamatok"
 	"github.com/ctxd/ctxd/ollama"
-	"github.com/ctxd/ctxd/runcontext"
 )
-
-// chooseFormat picks the format backend.format asks for: the model's chat
-// template (checked), or ctxd's plain format for a model without one.
-func chooseFormat(want string, facts Facts, special runcontext.Specials) (runcontext.Format, FormatInfo, error) {
-	return pickFormat(want, special, "the model's chat template, rendered with Ollama's own template code",
-		func() (*chattemplate.Format, error) { return chattemplate.New(facts.Template, facts.Stop, special) })
-}
-
-// pickFormat applies backend.format (want) to the model's template, which
-// load reads and checks: plain when asked; else the template when it
-// loads (reason says why it is trusted); else an error if the template
-// was required, or plain, saying why.
-func pickFormat(want string, special runcontext.Specials, reason string, load func() (*chattemplate.Format, error)) (runcontext.Format, FormatInfo, error) {
-	plain := runcontext.Plain{Special: special}
-	if want == "plain" {
-		return plain, FormatInfo{Name: plain.Name(), AppendOnly: true, Reason: "backend.format = plain"}, nil
-	}
-	f, err := load()
-	switch {
-	case err == nil:
-		c := f.Check()
-		return f, FormatInfo{Name: f.Name(), AppendOnly: c.AppendOnly, Note: c.Note, Reason: reason}, nil
-	case want == "template":
-		return nil, FormatInfo{}, ctxd.Errorf(ctxd.KindInvalid, "bringup: backend.format = template: %v", err)
-	case errors.Is(err, chattemplate.ErrNoTemplate):
-		return plain, FormatInfo{Name: plain.Name(), AppendOnly: true, Reason: "the model has no chat template"}, nil
-	}
-	return plain, FormatInfo{Name: plain.Name(), AppendOnly: true, Reason: fmt.Sprintf("the model's chat template cannot be used (%v)", err)}, nil
-}
 
 // openOllama is the Opener for Ollama: in managed mode it starts a private
 // `ollama serve` (supervised, restarted if it crashes) and imports the
@@ -121,7 +88,7 @@ func (c Config) openOllama(ctx context.Context, onRestart func()) (_ *Model, err
 		return nil, fmt.Errorf("bringup: tokenizer for %s: %w", b.Model, err)
 	}
 	cl.add(tok.Close)
-	if m.Format, m.Info.Format, err = chooseFormat(b.Format, facts, tok.Special()); err != nil {
+	if m.Format, m.Info.Format, err = c.chooseFormat(b.Format, facts, tok.Special()); err != nil {
 		return nil, err
 	}
 	c.Logger.Info("prompt format", "format", m.Info.Format.Name, "append_only", m.Info.Format.AppendOnly, "note", m.Info.Format.Note, "reason", m.Info.Format.Reason)
@@ -133,42 +100,6 @@ func (c Config) openOllama(ctx context.Context, onRestart func()) (_ *Model, err
 	c.Memory.SetPlan(uint64(m.Window.WeightsBytes+m.Window.KVBytes), true) // loaded: the used memory holds it
 	m.Backend, m.Tokenizer, m.TokenizerID = client, tok, filepath.Base(facts.GGUFPath)
 	return m, nil
-}
-
-// planWindow reads the model's facts and the memory there is, and chooses
-// num_ctx for this load. A window that cannot fit is a configuration
-// error: the daemon stops with the numbers.
-func (c Config) planWindow(facts Facts) (governor.ModelFacts, governor.WindowPlan, error) {
-	mf, err := governor.FactsFromModelInfo(facts.Info)
-	if err != nil {
-		return mf, governor.WindowPlan{}, err
-	}
-	if info, err := os.Stat(facts.GGUFPath); err == nil {
-		mf.WeightsBytes = info.Size()
-	}
-	reading := c.Memory.Read()
-	cacheType, _ := governor.ParseCacheType(c.Limits.KVCacheType) // validated with the config
-	if cacheType != governor.CacheF16 && reading.GPUs == 0 {
-		c.Logger.Warn("a quantized KV cache needs flash attention, which Ollama enables on GPUs only; budgeting f16", "configured", cacheType)
-		cacheType = governor.CacheF16
-	}
-	b := c.Backend
-	plan, err := governor.PlanWindow(governor.PlanRequest{
-		Facts: mf, CacheType: cacheType, Slots: b.Slots,
-		Memory: governor.Memory{Source: reading.Source, Total: reading.TotalBytes, Free: reading.FreeBytes},
-		// A managed llama-server's prompt cache is memory like the headroom.
-		Headroom:  int64(c.Limits.MemoryHeadroomMB+b.CacheRAMMB) << 20,
-		Requested: b.NumCtx, Max: b.MaxNumCtx, Min: 2*c.Limits.AnswerReserve + 256,
-		Critical: c.Critical(),
-	})
-	if err != nil {
-		return mf, plan, ctxd.Errorf(ctxd.KindInvalid, "bringup: backend.num_ctx: %w", err)
-	}
-	// Until the model is loaded, VRAM pressure counts the planned window.
-	c.Memory.SetPlan(uint64(max(0, plan.WeightsBytes+plan.KVBytes)), false)
-	c.Logger.Info("window planned", "num_ctx", plan.NumCtx, "slots", plan.Slots, "kv_cache", plan.CacheType, "kv_bytes", plan.KVBytes,
-		"weights_bytes", plan.WeightsBytes, "headroom_bytes", plan.HeadroomBytes, "memory_source", reading.Source, "free_bytes", reading.FreeBytes, "reason", plan.Reason)
-	return mf, plan, nil
 }
 
 // kvCacheEnv is the managed server's environment for a KV cache type:

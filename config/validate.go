@@ -13,6 +13,7 @@ import (
 	"github.com/ctxd/ctxd/codex"
 	"github.com/ctxd/ctxd/governor"
 	"github.com/ctxd/ctxd/hostenv"
+	"github.com/ctxd/ctxd/runcontext"
 	"github.com/ctxd/ctxd/sigils"
 )
 
@@ -202,8 +203,8 @@ func (b Backend) validate(p *problems) {
 	if b.NumCtx < 0 || b.MaxNumCtx <= 0 {
 		p.bad("backend.num_ctx", "num_ctx must be 0 or positive and max_num_ctx positive")
 	}
-	if !slices.Contains([]string{"auto", "template", "plain"}, b.Format) {
-		p.bad("backend.format", "%q is not one of auto, template, plain", b.Format)
+	if !slices.Contains([]string{"auto", "template", "plain"}, b.Format) && !runcontext.FormatterNameRE.MatchString(b.Format) {
+		p.bad("backend.format", "%q is not one of auto, template, plain, nor the name of a registered format (%s)", b.Format, runcontext.FormatterNameRE)
 	}
 	if b.Slots < 1 || b.Slots > 64 {
 		p.bad("backend.slots", "%d must be between 1 and 64", b.Slots)

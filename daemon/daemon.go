@@ -344,7 +344,7 @@ func (d *Daemon) start(ctx context.Context) error {
 	open := d.opts.Open
 	if open == nil {
 		open = bringup.Open(bringup.Config{Backend: d.cfg.Backend, Limits: d.cfg.Limits, StateDir: d.cfg.Daemon.StateDir,
-			Env: d.opts.BackendEnv, Memory: d.probe, Logger: d.log,
+			Env: d.opts.BackendEnv, Memory: d.probe, Formats: d.formatters, Logger: d.log,
 			Critical: func() bool { return d.sensor.Environment().VRAM == "critical" }})
 	}
 	onRestart := func() {

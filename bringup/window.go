@@ -1,0 +1,44 @@
+package bringup
+
+import (
+	"os"
+
+	"github.com/ctxd/ctxd"
+	"github.com/ctxd/ctxd/governor"
+)
+
+// planWindow reads the model's facts and the memory there is, and chooses
+// num_ctx for this load. A window that cannot fit is a configuration
+// error: the daemon stops with the numbers.
+func (c Config) planWindow(facts Facts) (governor.ModelFacts, governor.WindowPlan, error) {
+	mf, err := governor.FactsFromModelInfo(facts.Info)
+	if err != nil {
+		return mf, governor.WindowPlan{}, err
+	}
+	if info, err := os.Stat(facts.GGUFPath); err == nil {
+		mf.WeightsBytes = info.Size()
+	}
+	reading := c.Memory.Read()
+	cacheType, _ := governor.ParseCacheType(c.Limits.KVCacheType) // validated with the config
+	if cacheType != governor.CacheF16 && reading.GPUs == 0 {
+		c.Logger.Warn("a quantized KV cache needs flash attention, which Ollama enables on GPUs only; budgeting f16", "configured", cacheType)
+		cacheType = governor.CacheF16
+	}
+	b := c.Backend
+	plan, err := governor.PlanWindow(governor.PlanRequest{
+		Facts: mf, CacheType: cacheType, Slots: b.Slots,
+		Memory: governor.Memory{Source: reading.Source, Total: reading.TotalBytes, Free: reading.FreeBytes},
+		// A managed llama-server's prompt cache is memory like the headroom.
+		Headroom:  int64(c.Limits.MemoryHeadroomMB+b.CacheRAMMB) << 20,
+		Requested: b.NumCtx, Max: b.MaxNumCtx, Min: 2*c.Limits.AnswerReserve + 256,
+		Critical: c.Critical(),
+	})
+	if err != nil {
+		return mf, plan, ctxd.Errorf(ctxd.KindInvalid, "bringup: backend.num_ctx: %w", err)
+	}
+	// Until the model is loaded, VRAM pressure counts the planned window.
+	c.Memory.SetPlan(uint64(max(0, plan.WeightsBytes+plan.KVBytes)), false)
+	c.Logger.Info("window planned", "num_ctx", plan.NumCtx, "slots", plan.Slots, "kv_cache", plan.CacheType, "kv_bytes", plan.KVBytes,
+		"weights_bytes", plan.WeightsBytes, "headroom_bytes", plan.HeadroomBytes, "memory_source", reading.Source, "free_bytes", reading.FreeBytes, "reason", plan.Reason)
+	return mf, plan, nil
+}
