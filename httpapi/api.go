@@ -32,31 +32,32 @@ var allowed = map[string]string{
 // The MCP endpoint's in-process requests run through the same routes.
 func (srv *Server) routes(tokens bool) http.Handler {
 	mcp := srv.mcp
+	own, sess, cdx, krm, ws := daemonRoutes{srv}, sessionRoutes{srv}, codexRoutes{srv}, karmaRoutes{srv}, wsRoutes{srv}
 	mux := http.NewServeMux()
 	srv.doors().Register(mux)
-	mux.HandleFunc("GET /v1/health", srv.handleHealth)
-	mux.HandleFunc("GET /v1/status", srv.handleStatus)
-	mux.HandleFunc("GET /v1/schema", srv.handleSchema)
-	mux.HandleFunc("POST /v1/ask", srv.handleAsk)
-	mux.HandleFunc("GET /v1/sessions", srv.handleSessions)
-	mux.HandleFunc("GET /v1/sessions/{id}", srv.handleSession)
-	mux.HandleFunc("DELETE /v1/sessions/{id}", srv.handleDeleteSession)
-	mux.HandleFunc("GET /v1/sessions/{id}/prompt", srv.handleLastPrompt)
-	mux.HandleFunc("GET /v1/codex", srv.handleCodexStats)
-	mux.HandleFunc("POST /v1/codex/load", srv.handleCodexLoad)
-	mux.HandleFunc("GET /v1/codex/search", srv.handleCodexSearch)
-	mux.HandleFunc("GET /v1/codex/files", srv.handleCodexFiles)
-	mux.HandleFunc("GET /v1/codex/files/{path...}", srv.handleCodexFile)
-	mux.HandleFunc("GET /v1/sigil", srv.handleSigil)
-	mux.HandleFunc("GET /v1/karma", srv.handleKarmaList)
-	mux.HandleFunc("GET /v1/karma/{id}", srv.handleKarmaTrace)
-	mux.HandleFunc("POST /v1/karma/{id}/{action}", srv.handleKarmaJudge)
-	mux.HandleFunc("GET /v1/sessions/{id}/karma", srv.handleSessionKarma)
-	mux.HandleFunc("GET /v1/ws", srv.handleWS)
+	mux.HandleFunc("GET /v1/health", own.handleHealth)
+	mux.HandleFunc("GET /v1/status", own.handleStatus)
+	mux.HandleFunc("GET /v1/schema", own.handleSchema)
+	mux.HandleFunc("POST /v1/ask", sess.handleAsk)
+	mux.HandleFunc("GET /v1/sessions", sess.handleSessions)
+	mux.HandleFunc("GET /v1/sessions/{id}", sess.handleSession)
+	mux.HandleFunc("DELETE /v1/sessions/{id}", sess.handleDeleteSession)
+	mux.HandleFunc("GET /v1/sessions/{id}/prompt", sess.handleLastPrompt)
+	mux.HandleFunc("GET /v1/codex", cdx.handleCodexStats)
+	mux.HandleFunc("POST /v1/codex/load", cdx.handleCodexLoad)
+	mux.HandleFunc("GET /v1/codex/search", cdx.handleCodexSearch)
+	mux.HandleFunc("GET /v1/codex/files", cdx.handleCodexFiles)
+	mux.HandleFunc("GET /v1/codex/files/{path...}", cdx.handleCodexFile)
+	mux.HandleFunc("GET /v1/sigil", own.handleSigil)
+	mux.HandleFunc("GET /v1/karma", krm.handleKarmaList)
+	mux.HandleFunc("GET /v1/karma/{id}", krm.handleKarmaTrace)
+	mux.HandleFunc("POST /v1/karma/{id}/{action}", krm.handleKarmaJudge)
+	mux.HandleFunc("GET /v1/sessions/{id}/karma", krm.handleSessionKarma)
+	mux.HandleFunc("GET /v1/ws", ws.handleWS)
 	mux.Handle("GET /metrics", srv.cfg.Metrics.Handler())
-	mux.HandleFunc("GET /v1/log/level", srv.handleLogLevel)
-	mux.HandleFunc("PUT /v1/log/level", srv.handleLogLevel)
-	mux.HandleFunc("POST /v1/reload", srv.handleReload)
+	mux.HandleFunc("GET /v1/log/level", own.handleLogLevel)
+	mux.HandleFunc("PUT /v1/log/level", own.handleLogLevel)
+	mux.HandleFunc("POST /v1/reload", own.handleReload)
 	for _, m := range []string{"GET", "POST", "DELETE"} {
 		mux.Handle(m+" /v1/mcp", mcp)
 	}
@@ -143,7 +144,7 @@ func writeError(w http.ResponseWriter, err error) {
 	writeJSON(w, k.Status(), errorBody{Error: err.Error(), Kind: k})
 }
 
-func (srv *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
+func (srv daemonRoutes) handleHealth(w http.ResponseWriter, r *http.Request) {
 	if _, err := srv.core.Engine(); err != nil {
 		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "starting", "error": err.Error()})
 		return
@@ -153,18 +154,18 @@ func (srv *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
 
 // handleStatus reports the daemon's state. It reads snapshots only: it
 // never waits for a generation, a codex load or the session store.
-func (srv *Server) handleStatus(w http.ResponseWriter, r *http.Request) {
+func (srv daemonRoutes) handleStatus(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, srv.core.Status(r.Context()))
 }
 
-func (srv *Server) handleSchema(w http.ResponseWriter, r *http.Request) {
+func (srv daemonRoutes) handleSchema(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "application/schema+json")
 	_, _ = w.Write(runcontext.Schema())
 }
 
 // handleSessions lists the sessions of the request's sigil
 // (sessions:read); others' are not shown.
-func (srv *Server) handleSessions(w http.ResponseWriter, r *http.Request) {
+func (srv sessionRoutes) handleSessions(w http.ResponseWriter, r *http.Request) {
 	s, err := srv.actor(r, r.URL.Query().Get("sigil"))
 	if err == nil {
 		err = requireScope(s, sigils.ScopeSessRead)
@@ -190,14 +191,14 @@ func (srv *Server) handleSessions(w http.ResponseWriter, r *http.Request) {
 // owns reports whether sigil owns a session whose recorded owner is
 // owner: its own, or one recorded before owners were, which is the
 // default sigil's.
-func (srv *Server) owns(sigil, owner string) bool {
+func (srv sessionRoutes) owns(sigil, owner string) bool {
 	return owner == sigil || owner == "" && sigil == srv.cfg.Sigils.Default()
 }
 
 // ownSession is session id if the request's sigil holds scope and owns
 // it; another sigil's session is not found (its existence is not
 // disclosed), and so is one never seen.
-func (srv *Server) ownSession(r *http.Request, id, scope string) (ctxd.Session, error) {
+func (srv sessionRoutes) ownSession(r *http.Request, id, scope string) (ctxd.Session, error) {
 	s, err := srv.actor(r, r.URL.Query().Get("sigil"))
 	if err == nil {
 		err = requireScope(s, scope)
@@ -227,7 +228,7 @@ func sessionID(w http.ResponseWriter, r *http.Request) (string, bool) {
 
 // handleSession reads a session from the store: it sees the turns recorded
 // so far and never waits for the session's running request.
-func (srv *Server) handleSession(w http.ResponseWriter, r *http.Request) {
+func (srv sessionRoutes) handleSession(w http.ResponseWriter, r *http.Request) {
 	id, ok := sessionID(w, r)
 	if !ok {
 		return
@@ -243,7 +244,7 @@ func (srv *Server) handleSession(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, ctxd.SessionTurns{Session: id, Epoch: s.Epoch, Turns: s.Turns})
 }
 
-func (srv *Server) handleLastPrompt(w http.ResponseWriter, r *http.Request) {
+func (srv sessionRoutes) handleLastPrompt(w http.ResponseWriter, r *http.Request) {
 	id, ok := sessionID(w, r)
 	if !ok {
 		return
@@ -280,7 +281,7 @@ func (srv *Server) handleLastPrompt(w http.ResponseWriter, r *http.Request) {
 
 // handleDeleteSession deletes through the orchestrator, which waits for the
 // session's running request and forgets what it holds of the session.
-func (srv *Server) handleDeleteSession(w http.ResponseWriter, r *http.Request) {
+func (srv sessionRoutes) handleDeleteSession(w http.ResponseWriter, r *http.Request) {
 	id, ok := sessionID(w, r)
 	if !ok {
 		return
@@ -333,7 +334,7 @@ func (srv *Server) decodeJSON(w http.ResponseWriter, r *http.Request, v any, exa
 
 // handleAsk answers POST /v1/ask; the orchestrator checks the request's
 // fields.
-func (srv *Server) handleAsk(w http.ResponseWriter, r *http.Request) {
+func (srv sessionRoutes) handleAsk(w http.ResponseWriter, r *http.Request) {
 	var req ctxd.AskRequest
 	if err := srv.decodeJSON(w, r, &req, `{"session": ..., "query": ...}`); err != nil {
 		writeError(w, err)

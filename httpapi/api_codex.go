@@ -16,7 +16,7 @@ import (
 
 // handleCodexStats reports the loaded codex from a snapshot: it never
 // waits for a load in progress.
-func (srv *Server) handleCodexStats(w http.ResponseWriter, r *http.Request) {
+func (srv codexRoutes) handleCodexStats(w http.ResponseWriter, r *http.Request) {
 	// The codex's files, sizes and redactions: for a sigil that may read
 	// the codex or load one.
 	s, err := srv.actor(r, r.URL.Query().Get("sigil"))
@@ -42,7 +42,7 @@ func (srv *Server) handleCodexStats(w http.ResponseWriter, r *http.Request) {
 // handleCodexLoad loads a codex from a path on this machine and makes it
 // the daemon's codex, streaming progress as NDJSON. A client that goes
 // away cancels the load; the current codex stays.
-func (srv *Server) handleCodexLoad(w http.ResponseWriter, r *http.Request) {
+func (srv codexRoutes) handleCodexLoad(w http.ResponseWriter, r *http.Request) {
 	var req struct {
 		Path string `json:"path"`
 	}
@@ -97,7 +97,7 @@ func (srv *Server) handleCodexLoad(w http.ResponseWriter, r *http.Request) {
 
 // handleCodexSearch is the search_codex tool: full-text search of the
 // codex for sigils with the search_codex scope.
-func (srv *Server) handleCodexSearch(w http.ResponseWriter, r *http.Request) {
+func (srv codexRoutes) handleCodexSearch(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	sigil, err := srv.actor(r, q.Get("sigil"))
 	if err != nil {
@@ -121,7 +121,7 @@ func (srv *Server) handleCodexSearch(w http.ResponseWriter, r *http.Request) {
 
 // searchCodex is the search_codex tool for sigil, on every door: the
 // query's k best excerpts (k from 1 to 50; 0: 5).
-func (srv *Server) searchCodex(ctx context.Context, sigil runcontext.Sigil, query string, k int) ([]ctxd.Excerpt, error) {
+func (srv codexRoutes) searchCodex(ctx context.Context, sigil runcontext.Sigil, query string, k int) ([]ctxd.Excerpt, error) {
 	if err := requireScope(sigil, sigils.ScopeSearchCodex); err != nil {
 		return nil, err
 	}
@@ -150,7 +150,7 @@ func (srv *Server) searchCodex(ctx context.Context, sigil runcontext.Sigil, quer
 
 // codexReader is the request path for a sigil that may read the codex
 // (the search_codex scope), or the error.
-func (srv *Server) codexReader(sigil runcontext.Sigil) (*engine.Engine, error) {
+func (srv codexRoutes) codexReader(sigil runcontext.Sigil) (*engine.Engine, error) {
 	if err := requireScope(sigil, sigils.ScopeSearchCodex); err != nil {
 		return nil, err
 	}
@@ -158,7 +158,7 @@ func (srv *Server) codexReader(sigil runcontext.Sigil) (*engine.Engine, error) {
 }
 
 // codexFiles lists the codex's files, for sigils that may read it.
-func (srv *Server) codexFiles(sigil runcontext.Sigil) ([]ctxd.CodexFile, error) {
+func (srv codexRoutes) codexFiles(sigil runcontext.Sigil) ([]ctxd.CodexFile, error) {
 	e, err := srv.codexReader(sigil)
 	if err != nil {
 		return nil, err
@@ -172,7 +172,7 @@ func (srv *Server) codexFiles(sigil runcontext.Sigil) ([]ctxd.CodexFile, error) 
 
 // codexFile is one codex file's content as prompts see it (secrets
 // redacted), for sigils that may read the codex.
-func (srv *Server) codexFile(sigil runcontext.Sigil, path string) (*ctxd.CodexFileContent, error) {
+func (srv codexRoutes) codexFile(sigil runcontext.Sigil, path string) (*ctxd.CodexFileContent, error) {
 	e, err := srv.codexReader(sigil)
 	if err != nil {
 		return nil, err
@@ -184,7 +184,7 @@ func (srv *Server) codexFile(sigil runcontext.Sigil, path string) (*ctxd.CodexFi
 	return &f, nil
 }
 
-func (srv *Server) handleCodexFiles(w http.ResponseWriter, r *http.Request) {
+func (srv codexRoutes) handleCodexFiles(w http.ResponseWriter, r *http.Request) {
 	sigil, err := srv.actor(r, r.URL.Query().Get("sigil"))
 	var files []ctxd.CodexFile
 	if err == nil {
@@ -197,7 +197,7 @@ func (srv *Server) handleCodexFiles(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]any{"files": files})
 }
 
-func (srv *Server) handleCodexFile(w http.ResponseWriter, r *http.Request) {
+func (srv codexRoutes) handleCodexFile(w http.ResponseWriter, r *http.Request) {
 	sigil, err := srv.actor(r, r.URL.Query().Get("sigil"))
 	var f *ctxd.CodexFileContent
 	if err == nil {
@@ -212,7 +212,7 @@ func (srv *Server) handleCodexFile(w http.ResponseWriter, r *http.Request) {
 
 // handleSigil says which sigil a request acts as and its scopes: what a
 // client (the MCP server) may offer.
-func (srv *Server) handleSigil(w http.ResponseWriter, r *http.Request) {
+func (srv daemonRoutes) handleSigil(w http.ResponseWriter, r *http.Request) {
 	sigil, err := srv.actor(r, r.URL.Query().Get("sigil"))
 	if err != nil {
 		writeError(w, err)
@@ -226,7 +226,7 @@ func (srv *Server) handleSigil(w http.ResponseWriter, r *http.Request) {
 // codex.path or a directory under one of codex.load_roots, after symlinks
 // are resolved (a link inside a root to a directory outside it is not
 // under the root).
-func (srv *Server) loadAllowed(path string) error {
+func (srv codexRoutes) loadAllowed(path string) error {
 	real, err := filepath.EvalSymlinks(path)
 	if err != nil {
 		return ctxd.Errorf(ctxd.KindInvalid, "path %q: %v", path, err)

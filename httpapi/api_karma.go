@@ -17,7 +17,7 @@ var errKarmaOff = ctxd.Errorf(ctxd.KindUnavailable, "karma is off: the daemon ke
 
 // karmaActor is the request's sigil, checked to hold scope, and the
 // daemon's karma store; or the error answered.
-func (srv *Server) karmaActor(w http.ResponseWriter, r *http.Request, scope string) (runcontext.Sigil, bool) {
+func (srv karmaRoutes) karmaActor(w http.ResponseWriter, r *http.Request, scope string) (runcontext.Sigil, bool) {
 	s, err := srv.actor(r, r.URL.Query().Get("sigil"))
 	if err == nil {
 		err = requireScope(s, scope)
@@ -34,7 +34,7 @@ func (srv *Server) karmaActor(w http.ResponseWriter, r *http.Request, scope stri
 
 // ownTrace is trace idText if it is sigil s's; another sigil's trace is
 // not found, so its existence is not disclosed.
-func (srv *Server) ownTrace(ctx context.Context, s runcontext.Sigil, idText string) (ctxd.Trace, []ctxd.KarmaEvent, error) {
+func (srv karmaRoutes) ownTrace(ctx context.Context, s runcontext.Sigil, idText string) (ctxd.Trace, []ctxd.KarmaEvent, error) {
 	id, err := strconv.ParseInt(idText, 10, 64)
 	if err != nil || id <= 0 {
 		return ctxd.Trace{}, nil, ctxd.Errorf(ctxd.KindInvalid, "trace id %q must be a positive number", idText)
@@ -61,7 +61,7 @@ func karmaError(err error) error {
 // handleKarmaList is GET /v1/karma: the sigil's traces, newest first,
 // filtered by session, status, pinned, q (full text) and at (the record
 // as it stood then, RFC 3339).
-func (srv *Server) handleKarmaList(w http.ResponseWriter, r *http.Request) {
+func (srv karmaRoutes) handleKarmaList(w http.ResponseWriter, r *http.Request) {
 	s, ok := srv.karmaActor(w, r, sigils.ScopeKarmaRead)
 	if !ok {
 		return
@@ -102,7 +102,7 @@ func (srv *Server) handleKarmaList(w http.ResponseWriter, r *http.Request) {
 }
 
 // handleKarmaTrace is GET /v1/karma/{id}: one trace and its events.
-func (srv *Server) handleKarmaTrace(w http.ResponseWriter, r *http.Request) {
+func (srv karmaRoutes) handleKarmaTrace(w http.ResponseWriter, r *http.Request) {
 	s, ok := srv.karmaActor(w, r, sigils.ScopeKarmaRead)
 	if !ok {
 		return
@@ -121,7 +121,7 @@ func (srv *Server) handleKarmaTrace(w http.ResponseWriter, r *http.Request) {
 // handleKarmaJudge is POST /v1/karma/{id}/{action}: verify, reject, pin,
 // unpin, or supersede (by another of the sigil's traces). The answer
 // comes once the event is durable.
-func (srv *Server) handleKarmaJudge(w http.ResponseWriter, r *http.Request) {
+func (srv karmaRoutes) handleKarmaJudge(w http.ResponseWriter, r *http.Request) {
 	s, err := srv.actor(r, r.URL.Query().Get("sigil"))
 	if err != nil {
 		writeError(w, err)
@@ -145,7 +145,7 @@ func (srv *Server) handleKarmaJudge(w http.ResponseWriter, r *http.Request) {
 // judge applies one judgement of sigil s to its trace idText and returns
 // the trace after it, once the event is durable. s needs karma:write; a
 // trace of another sigil is not found.
-func (srv *Server) judge(ctx context.Context, s runcontext.Sigil, idText, action string, j ctxd.KarmaJudgement) (ctxd.Trace, error) {
+func (srv karmaRoutes) judge(ctx context.Context, s runcontext.Sigil, idText, action string, j ctxd.KarmaJudgement) (ctxd.Trace, error) {
 	if err := requireScope(s, sigils.ScopeKarmaWrite); err != nil {
 		return ctxd.Trace{}, err
 	}
@@ -181,7 +181,7 @@ func (srv *Server) judge(ctx context.Context, s runcontext.Sigil, idText, action
 
 // handleSessionKarma is GET /v1/sessions/{id}/karma: every karma epoch of
 // the session that the request's sigil was shown, oldest first.
-func (srv *Server) handleSessionKarma(w http.ResponseWriter, r *http.Request) {
+func (srv karmaRoutes) handleSessionKarma(w http.ResponseWriter, r *http.Request) {
 	id, ok := sessionID(w, r)
 	if !ok {
 		return

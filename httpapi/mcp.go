@@ -230,7 +230,7 @@ func (m mcpDaemon) Ask(ctx context.Context, req ctxd.AskRequest, onToken func(st
 func (m mcpDaemon) SearchCodex(ctx context.Context, q string, k int) ([]ctxd.Excerpt, error) {
 	var ex []ctxd.Excerpt
 	err := m.call(ctx, "GET /v1/codex/search", func(ctx context.Context, s runcontext.Sigil) (err error) {
-		ex, err = m.srv.searchCodex(ctx, s, strings.TrimSpace(q), k)
+		ex, err = codexRoutes{m.srv}.searchCodex(ctx, s, strings.TrimSpace(q), k)
 		return err
 	})
 	return ex, err
@@ -239,7 +239,7 @@ func (m mcpDaemon) SearchCodex(ctx context.Context, q string, k int) ([]ctxd.Exc
 func (m mcpDaemon) CodexFiles(ctx context.Context) ([]ctxd.CodexFile, error) {
 	var files []ctxd.CodexFile
 	err := m.call(ctx, "GET /v1/codex/files", func(_ context.Context, s runcontext.Sigil) (err error) {
-		files, err = m.srv.codexFiles(s)
+		files, err = codexRoutes{m.srv}.codexFiles(s)
 		return err
 	})
 	return files, err
@@ -248,7 +248,7 @@ func (m mcpDaemon) CodexFiles(ctx context.Context) ([]ctxd.CodexFile, error) {
 func (m mcpDaemon) CodexFile(ctx context.Context, path string) (*ctxd.CodexFileContent, error) {
 	var f *ctxd.CodexFileContent
 	err := m.call(ctx, "GET /v1/codex/files/{path...}", func(_ context.Context, s runcontext.Sigil) (err error) {
-		f, err = m.srv.codexFile(s, path)
+		f, err = codexRoutes{m.srv}.codexFile(s, path)
 		return err
 	})
 	return f, err

@@ -152,7 +152,7 @@ type logLevelBody struct {
 
 // requireAdmin is nil when the request acts as a sigil with the admin
 // scope.
-func (srv *Server) requireAdmin(r *http.Request) error {
+func (srv daemonRoutes) requireAdmin(r *http.Request) error {
 	s, err := srv.actor(r, r.URL.Query().Get("sigil"))
 	if err != nil {
 		return err
@@ -160,7 +160,7 @@ func (srv *Server) requireAdmin(r *http.Request) error {
 	return requireScope(s, sigils.ScopeAdmin)
 }
 
-func (srv *Server) handleLogLevel(w http.ResponseWriter, r *http.Request) {
+func (srv daemonRoutes) handleLogLevel(w http.ResponseWriter, r *http.Request) {
 	if err := srv.requireAdmin(r); err != nil {
 		writeError(w, err)
 		return
@@ -181,7 +181,7 @@ func (srv *Server) handleLogLevel(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, logLevelBody{Level: strings.ToLower(srv.core.LogLevel().String())})
 }
 
-func (srv *Server) handleReload(w http.ResponseWriter, r *http.Request) {
+func (srv daemonRoutes) handleReload(w http.ResponseWriter, r *http.Request) {
 	if err := srv.requireAdmin(r); err != nil {
 		writeError(w, err)
 		return

@@ -311,3 +311,19 @@ func (b *deadlineBody) Read(p []byte) (int, error) {
 // IsClosed reports whether err is the error of a server closed by
 // Shutdown, which is no failure.
 func IsClosed(err error) bool { return errors.Is(err, http.ErrServerClosed) }
+
+// The routes, grouped by what they serve; each group is the server seen
+// from its routes.
+type (
+	// daemonRoutes: health, status, schema, the request's sigil, the log
+	// level and reload.
+	daemonRoutes struct{ *Server }
+	// sessionRoutes: asks and the sessions they build.
+	sessionRoutes struct{ *Server }
+	// codexRoutes: the codex's stats, loads, search and files.
+	codexRoutes struct{ *Server }
+	// karmaRoutes: traces and their judgements.
+	karmaRoutes struct{ *Server }
+	// wsRoutes: WebSocket sessions.
+	wsRoutes struct{ *Server }
+)

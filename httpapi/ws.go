@@ -167,7 +167,7 @@ func (srv *Server) PublishCodex(plan ctxd.CodexPlan) {
 
 // handleWS upgrades GET /v1/ws to a WebSocket session. A sigil token sent
 // with the upgrade request authenticates every ask on the connection.
-func (srv *Server) handleWS(w http.ResponseWriter, r *http.Request) {
+func (srv wsRoutes) handleWS(w http.ResponseWriter, r *http.Request) {
 	e, err := srv.core.Engine()
 	if err != nil {
 		writeError(w, err)
@@ -185,7 +185,7 @@ func (srv *Server) handleWS(w http.ResponseWriter, r *http.Request) {
 	ws.SetReadLimit(srv.cfg.Daemon.MaxBodyBytes)
 	ctx, end := context.WithCancelCause(context.WithoutCancel(r.Context()))
 	c := &wsConn{
-		srv: srv, e: e, ws: ws, r: r, sub: sub, ctx: ctx, end: end,
+		srv: srv.Server, e: e, ws: ws, r: r, sub: sub, ctx: ctx, end: end,
 		log:      srv.log.With("ws", srv.hub.conns.Add(1)),
 		out:      make(chan wsOut, wsQueue),
 		refusals: make(chan wsOut, wsRefusals),
@@ -329,7 +329,7 @@ func (c *wsConn) feedback(b []byte, id string) {
 	s, err := c.srv.actor(c.r, m.Sigil)
 	var after ctxd.Trace
 	if err == nil {
-		after, err = c.srv.judge(c.ctx, s, strconv.FormatInt(m.Trace, 10), m.Action, ctxd.KarmaJudgement{Note: m.Note, By: m.By})
+		after, err = karmaRoutes{c.srv}.judge(c.ctx, s, strconv.FormatInt(m.Trace, 10), m.Action, ctxd.KarmaJudgement{Note: m.Note, By: m.By})
 	}
 	if err != nil {
 		c.refuse(id, err)
