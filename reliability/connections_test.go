@@ -324,7 +324,7 @@ func TestConnections(t *testing.T) {
 		}
 	}
 	if *baseline != "" {
-		fmt.Fprintf(&sb, "\nThe rows \"at %s\" are the daemon as committed there, whose listener at the cap only waited for a connection to close: the idle connections held their places for `idle_timeout` and the slow ones for `body_timeout`, and the agents waited behind them. \"This tree\" closes, at the cap, the connection that has waited longest without a request in progress (kept alive between requests for a quarter of a second, or silent for a second since it connected; daemon/limit.go), so only requests in progress hold places. A flood that reopens every connection the moment it is closed keeps the socket's backlog full of its reconnections, and an agent's new connection waits its turn behind them: that is the remaining wait before the request reached the daemon.\n", *baseline)
+		fmt.Fprintf(&sb, "\nThe rows \"at %s\" are the daemon as committed there, whose listener at the cap only waited for a connection to close: the idle connections held their places for `idle_timeout` and the slow ones for `body_timeout`, and the agents waited behind them. \"This tree\" closes, at the cap, the connection that has waited longest without a request in progress (kept alive between requests for a quarter of a second, or silent for a second since it connected; httpapi/limit.go), so only requests in progress hold places. A flood that reopens every connection the moment it is closed keeps the socket's backlog full of its reconnections, and an agent's new connection waits its turn behind them: that is the remaining wait before the request reached the daemon.\n", *baseline)
 	}
 	report(t, "connections", sb.String())
 }
