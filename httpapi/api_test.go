@@ -139,8 +139,8 @@ func TestEightSessionsOnTwoSlots(t *testing.T) {
 	f.backend.Release()
 	wg.Wait()
 	close(sums)
-	if m := f.backend.MaxRunning(); m > 2 {
-		t.Errorf("%d generations at once on 2 slots", m)
+	if m := f.backend.MaxRunning(); m != 2 {
+		t.Errorf("%d generations at most at once on 2 slots, want 2: no more, and no fewer", m)
 	}
 	n := 0
 	for sum := range sums {

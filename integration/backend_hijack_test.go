@@ -262,10 +262,15 @@ func TestImpostorHelper(t *testing.T) {
 		os.Exit(0)
 	}()
 	var ln net.Listener
+	deadline := time.Now().Add(2 * time.Minute)
 	for {
 		var err error
 		if ln, err = net.Listen("tcp", addr); err == nil {
 			break
+		}
+		if time.Now().After(deadline) {
+			fmt.Fprintf(os.Stderr, "impostor: %s did not come free within 2m: %v\n", addr, err)
+			os.Exit(1)
 		}
 		time.Sleep(time.Millisecond)
 	}

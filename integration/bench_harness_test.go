@@ -58,7 +58,7 @@ func TestBenchHarnessSmoke(t *testing.T) {
 		t.Fatalf("agents: %d runs, want one per slot count", len(r.Agents))
 	}
 	for _, a := range r.Agents {
-		if len(a.PerAgent) != 3 || len(a.All.TTFTMs) != 6 || a.All.TTFTP50 <= 0 || a.Concurrency > a.Slots {
+		if len(a.PerAgent) != 3 || len(a.All.TTFTMs) != 6 || a.All.TTFTP50 <= 0 || a.Concurrency != a.Slots {
 			t.Errorf("agents on %d slot(s): %d agents, %d requests, TTFT p50 %.0f, %d at once", a.Slots, len(a.PerAgent), len(a.All.TTFTMs), a.All.TTFTP50, a.Concurrency)
 		}
 	}

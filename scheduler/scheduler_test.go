@@ -68,9 +68,13 @@ func TestEightSessionsTwoSlots(t *testing.T) {
 		// Collect grants until both slots are busy (or nobody is left).
 		left := sessions*turns - len(order)
 		for len(inFlight) < min(slots, left) {
-			r := <-granted
-			order = append(order, r.session)
-			inFlight = append(inFlight, r)
+			select {
+			case r := <-granted:
+				order = append(order, r.session)
+				inFlight = append(inFlight, r)
+			case <-time.After(10 * time.Second):
+				t.Fatalf("%d requests running, %d waiting: the scheduler does not fill its %d slots", len(inFlight), len(s.Status().Waiting), slots)
+			}
 		}
 		st := s.Status()
 		if st.Busy > slots {
