@@ -374,27 +374,17 @@ func (o *Orchestrator) dropStale(ctx context.Context, id string, sess *ctxd.Sess
 	if err != nil {
 		return ctxd.Action{}, ctxd.Errorf(ctxd.KindInternal, "orchestrator: %w", err)
 	}
-	sctx, cancel := o.storeCtx(ctx, false)
-	defer cancel()
-	epoch, err := o.store.DropExcerpts(sctx, id, o.cfg.Now())
-	if err != nil {
-		o.uncacheSession(id)
-		return ctxd.Action{}, o.storeErr(sctx, id, "leave the history's excerpts out", err)
+	if err := o.sessions.dropExcerpts(ctx, id, sess); err != nil {
+		return ctxd.Action{}, err
 	}
-	turns := slices.Clone(sess.Turns)
-	for i := range turns {
-		turns[i].Excerpts = nil
-	}
-	sess.Epoch, sess.Turns = epoch, turns
-	o.cacheSession(*sess)
 	rc.State = runcontext.State{Epoch: sess.Epoch, Summary: sess.Summary, Turns: sess.Turns}
 	after, err := o.count.Text(runcontext.RenderState(rc.State))
 	if err != nil {
 		return ctxd.Action{}, ctxd.Errorf(ctxd.KindInternal, "orchestrator: %w", err)
 	}
-	act := ctxd.Action{Kind: ctxd.ActionStale, Epoch: epoch, TokensDropped: max(0, before-after),
+	act := ctxd.Action{Kind: ctxd.ActionStale, Epoch: sess.Epoch, TokensDropped: max(0, before-after),
 		Reason: fmt.Sprintf("the request did not fit; the history's %d codex excerpts of earlier questions were left out of it (a new epoch) before any of this question's", n)}
-	o.log.InfoContext(ctx, "stale excerpts left out", "session", id, "epoch", epoch, "excerpts", n, "tokens", act.TokensDropped)
+	o.log.InfoContext(ctx, "stale excerpts left out", "session", id, "epoch", sess.Epoch, "excerpts", n, "tokens", act.TokensDropped)
 	return act, nil
 }
 
@@ -437,7 +427,7 @@ func (o *Orchestrator) compact(ctx context.Context, id string, sess *ctxd.Sessio
 		dropped += n
 	}
 	before := len(sess.Turns)
-	if err := o.newEpoch(ctx, id, sess, c.Keep, sess.Summary); err != nil {
+	if err := o.sessions.newEpoch(ctx, id, sess, c.Keep, sess.Summary); err != nil {
 		return ctxd.Action{}, false, err
 	}
 	rc.State = runcontext.State{Epoch: sess.Epoch, Summary: sess.Summary, Turns: sess.Turns}
@@ -448,26 +438,6 @@ func (o *Orchestrator) compact(ctx context.Context, id string, sess *ctxd.Sessio
 	}
 	o.log.InfoContext(ctx, "compacted history", "session", id, "epoch", act.Epoch, "turns_dropped", act.TurnsDropped, "tokens_dropped", act.TokensDropped, "reason", act.Reason)
 	return act, true, nil
-}
-
-// newEpoch stores a new epoch holding the turns at keep and summary, and
-// updates sess to match.
-func (o *Orchestrator) newEpoch(ctx context.Context, id string, sess *ctxd.Session, keep []int, summary string) error {
-	seqs := make([]int64, len(keep))
-	turns := make([]ctxd.Turn, len(keep))
-	for j, i := range keep {
-		seqs[j], turns[j] = sess.Seqs[i], sess.Turns[i]
-	}
-	sctx, cancel := o.storeCtx(ctx, false)
-	defer cancel()
-	epoch, err := o.store.NewEpoch(sctx, id, seqs, summary, o.cfg.Now())
-	if err != nil {
-		o.uncacheSession(id)
-		return o.storeErr(sctx, id, "begin a new epoch", err)
-	}
-	sess.Epoch, sess.Summary, sess.Turns, sess.Seqs = epoch, summary, turns, seqs
-	o.cacheSession(*sess)
-	return nil
 }
 
 // condenseInstruction asks the backend for the summary that replaces the
@@ -529,7 +499,7 @@ func (o *Orchestrator) condense(ctx context.Context, id string, sess *ctxd.Sessi
 		return nil, ctxd.Errorf(ctxd.KindBackend, "orchestrator: condense history: the backend returned an empty summary")
 	}
 	dropped := m.BlockTokens[runcontext.BlockState]
-	if err := o.newEpoch(ctx, id, sess, pinned, summary); err != nil {
+	if err := o.sessions.newEpoch(ctx, id, sess, pinned, summary); err != nil {
 		return nil, err
 	}
 	rc.State = runcontext.State{Epoch: sess.Epoch, Summary: sess.Summary, Turns: sess.Turns}

@@ -64,11 +64,11 @@ func (o *Orchestrator) chooseKarma(ctx context.Context, req ctxd.AskRequest, sig
 	default:
 		return prev, false, nil
 	}
-	sctx, cancel := o.storeCtx(ctx, false)
+	sctx, cancel := o.deadline.ctx(ctx, false)
 	defer cancel()
 	eligible, err := store.Eligible(sctx, sigil.Name)
 	if err != nil {
-		return prev, false, o.storeErr(sctx, req.Session, fmt.Sprintf("read the karma of sigil %q", sigil.Name), err)
+		return prev, false, o.deadline.err(sctx, req.Session, fmt.Sprintf("read the karma of sigil %q", sigil.Name), err)
 	}
 	opts := o.cfg.Karma.Options
 	opts.Now, opts.Codex = o.cfg.Now(), codexFP
@@ -83,10 +83,10 @@ func (o *Orchestrator) chooseKarma(ctx context.Context, req ctxd.AskRequest, sig
 
 // saveKarma stores a snapshot and keeps it as the session's current one.
 func (o *Orchestrator) saveKarma(ctx context.Context, snap ctxd.KarmaSnapshot) error {
-	sctx, cancel := o.storeCtx(ctx, true)
+	sctx, cancel := o.deadline.ctx(ctx, true)
 	defer cancel()
 	if err := o.cfg.Karma.Store.SaveKarmaSnapshot(sctx, snap); err != nil {
-		return o.storeErr(sctx, snap.Session, fmt.Sprintf("store karma epoch %d", snap.KarmaEpoch), err)
+		return o.deadline.err(sctx, snap.Session, fmt.Sprintf("store karma epoch %d", snap.KarmaEpoch), err)
 	}
 	o.mu.Lock()
 	if len(o.karma) >= 1024 {
@@ -106,11 +106,11 @@ func (o *Orchestrator) karmaSnapshot(ctx context.Context, session string) (ctxd.
 	if ok {
 		return s, true, nil
 	}
-	sctx, cancel := o.storeCtx(ctx, false)
+	sctx, cancel := o.deadline.ctx(ctx, false)
 	defer cancel()
 	s, ok, err := o.cfg.Karma.Store.KarmaSnapshot(sctx, session)
 	if err != nil {
-		return s, false, o.storeErr(sctx, session, "read its karma snapshot", err)
+		return s, false, o.deadline.err(sctx, session, "read its karma snapshot", err)
 	}
 	if ok {
 		o.mu.Lock()
@@ -202,14 +202,14 @@ func (o *Orchestrator) recordTrace(ctx context.Context, req ctxd.AskRequest, rc 
 	for _, b := range rendered.Blocks[:runcontext.BlockState] {
 		h.Write([]byte(b))
 	}
-	sctx, cancel := o.storeCtx(ctx, true)
+	sctx, cancel := o.deadline.ctx(ctx, true)
 	defer cancel()
 	id, err := o.cfg.Karma.Store.RecordTrace(sctx, ctxd.Trace{
 		Session: req.Session, Sigil: rc.Sigil.Name, Query: req.Query, Answer: answer, Model: o.cfg.Karma.Model,
 		Fingerprint: hex.EncodeToString(h.Sum(nil)), Codex: codexFP, CreatedAt: o.cfg.Now(),
 	})
 	if err != nil {
-		return 0, o.notRecorded(sctx, req.Session, "record the answer as a trace", fmt.Errorf("record the answer as a trace: %w", err))
+		return 0, o.deadline.notRecorded(sctx, req.Session, "record the answer as a trace", fmt.Errorf("record the answer as a trace: %w", err))
 	}
 	return id, nil
 }

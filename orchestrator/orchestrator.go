@@ -63,7 +63,6 @@ type Orchestrator struct {
 	cfg     Config
 	backend ctxd.Backend
 	count   *tokencount.Counter
-	store   ctxd.Store
 	env     ctxd.Sensor
 	sched   *scheduler.Scheduler
 	warm    *warmer // nil without warm restarts
@@ -72,10 +71,12 @@ type Orchestrator struct {
 	view atomic.Pointer[view]         // the codex and the limits requests see now, swapped together
 	last atomic.Pointer[ctxd.Summary] // the last answered request, for status
 
-	mu       sync.Mutex                    // guards the maps below; held only to read or write them
-	prompts  map[string]previous           // the previous request of each session since start
-	sessions map[string]ctxd.Session       // sessions as stored, so a request need not read them back
-	karma    map[string]ctxd.KarmaSnapshot // each session's current karma snapshot, as stored
+	sessions *sessions // the session store's calls and the sessions held in memory
+	deadline storeDeadline
+
+	mu      sync.Mutex                    // guards the maps below; held only to read or write them
+	prompts map[string]previous           // the previous request of each session since start
+	karma   map[string]ctxd.KarmaSnapshot // each session's current karma snapshot, as stored
 }
 
 // view is what a request prepares with: the codex and the governor's
@@ -124,11 +125,13 @@ func New(cfg Config, backend ctxd.Backend, count *tokencount.Counter, store ctxd
 	if cfg.Formatters == nil {
 		cfg.Formatters = standard.Default(standard.Options{Logger: cfg.Logger})
 	}
+	log := cfg.Logger.With("component", "orchestrator")
+	deadline := storeDeadline{timeout: cfg.StoreTimeout}
 	o := &Orchestrator{
-		cfg: cfg, backend: backend, count: count, store: store, env: env, sched: sched,
-		log:      cfg.Logger.With("component", "orchestrator"),
+		cfg: cfg, backend: backend, count: count, env: env, sched: sched, log: log,
+		sessions: newSessions(store, deadline, cfg.Sigils, cfg.Now, log),
+		deadline: deadline,
 		prompts:  map[string]previous{},
-		sessions: map[string]ctxd.Session{},
 		karma:    map[string]ctxd.KarmaSnapshot{},
 	}
 	if cfg.Karma.Store != nil {
@@ -225,13 +228,10 @@ func (o *Orchestrator) DeleteSession(ctx context.Context, id string) error {
 		return o.stopped(ctx, id, "while it waited to delete the session behind its running request", false, err)
 	}
 	defer release()
-	sctx, cancel := o.storeCtx(ctx, false)
-	defer cancel()
-	if err := o.store.DeleteSession(sctx, id); err != nil {
-		return o.storeErr(sctx, id, "delete the session", err)
+	if err := o.sessions.delete(ctx, id); err != nil {
+		return err
 	}
 	o.mu.Lock()
-	delete(o.sessions, id)
 	delete(o.prompts, id)
 	delete(o.karma, id) // the snapshots stay in the record; a session of this id begins a new karma epoch
 	o.mu.Unlock()
@@ -314,7 +314,7 @@ func (o *Orchestrator) ask(ctx context.Context, arrived time.Time, sigil runcont
 		return nil, o.stopped(ctx, req.Session, "while it waited for the session's earlier request", false, err)
 	}
 	defer release()
-	sess, followed, err := o.openSession(ctx, req, sigil)
+	sess, followed, err := o.sessions.open(ctx, req, sigil)
 	if err != nil {
 		return nil, err
 	}
@@ -655,18 +655,7 @@ func (o *Orchestrator) record(ctx context.Context, req ctxd.AskRequest, sess ctx
 		return ctxd.Errorf(ctxd.KindInternal, "orchestrator: %w", err)
 	}
 	turn := ctxd.Turn{Query: req.Query, Excerpts: rc.Query.Excerpts, Answer: answer, Verbatim: req.Pin}
-	sctx, cancel := o.storeCtx(ctx, true)
-	defer cancel()
-	seq, err := o.store.AppendTurn(sctx, req.Session, turn, js, o.cfg.Now())
-	if err != nil {
-		o.uncacheSession(req.Session)
-		return o.notRecorded(sctx, req.Session, "write the turn", err)
-	}
-	sess.Turns = append(sess.Turns, turn)
-	sess.Seqs = append(sess.Seqs, seq)
-	sess.Count++
-	o.cacheSession(sess)
-	return nil
+	return o.sessions.appendTurn(ctx, req.Session, sess, turn, js)
 }
 
 // stopped is the error of a request that was stopped: its client went
