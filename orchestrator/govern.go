@@ -109,7 +109,7 @@ func (o *Orchestrator) newPreparation(ctx context.Context, req ctxd.AskRequest, 
 // epoch of the session that the governor begins begins a karma epoch too,
 // so each such step chooses again.
 func (g *preparation) chooseKarma() error {
-	snap, chosen, err := g.o.chooseKarma(g.ctx, g.req, g.sigil, g.p.sess.Epoch, g.p.sess.Count == 0, g.refresh, g.codex.fingerprint)
+	snap, chosen, err := g.o.karma.choose(g.ctx, g.req, g.sigil, g.p.sess.Epoch, g.p.sess.Count == 0, g.refresh, g.codex.fingerprint)
 	if err != nil {
 		return err
 	}
@@ -243,7 +243,7 @@ func (g *preparation) dropExcerpts() error {
 // first; pinned entries stay.
 func (g *preparation) pruneKarma() error {
 	for g.tally.over() {
-		act, ok := g.o.pruneKarma(&g.p.karma, g.p.karmaChosen, !g.pruned, g.p.rc)
+		act, ok := g.o.karma.prune(&g.p.karma, g.p.karmaChosen, !g.pruned, g.p.rc)
 		if !ok {
 			return nil
 		}
@@ -284,8 +284,8 @@ func (g *preparation) condense() error {
 // storeKarma stores the karma epoch this request begins, now that its
 // prompt fits: a refused request leaves no epoch that was never shown.
 func (g *preparation) storeKarma() error {
-	if g.p.karmaChosen && !g.req.Ephemeral && g.o.cfg.Karma.Store != nil && sigils.Allows(g.sigil, sigils.ScopeKarmaRead) {
-		return g.o.saveKarma(g.ctx, g.p.karma)
+	if g.p.karmaChosen && !g.req.Ephemeral && g.o.karma.on() && sigils.Allows(g.sigil, sigils.ScopeKarmaRead) {
+		return g.o.karma.save(g.ctx, g.p.karma)
 	}
 	return nil
 }

@@ -71,12 +71,11 @@ type Orchestrator struct {
 	view atomic.Pointer[view]         // the codex and the limits requests see now, swapped together
 	last atomic.Pointer[ctxd.Summary] // the last answered request, for status
 
-	sessions *sessions // the session store's calls and the sessions held in memory
-	deadline storeDeadline
+	sessions *sessions  // the session store's calls and the sessions held in memory
+	karma    *karmaBook // the karma store's calls and each session's karma snapshot
 
-	mu      sync.Mutex                    // guards the maps below; held only to read or write them
-	prompts map[string]previous           // the previous request of each session since start
-	karma   map[string]ctxd.KarmaSnapshot // each session's current karma snapshot, as stored
+	mu      sync.Mutex          // guards prompts; held only to read or write it
+	prompts map[string]previous // the previous request of each session since start
 }
 
 // view is what a request prepares with: the codex and the governor's
@@ -130,9 +129,8 @@ func New(cfg Config, backend ctxd.Backend, count *tokencount.Counter, store ctxd
 	o := &Orchestrator{
 		cfg: cfg, backend: backend, count: count, env: env, sched: sched, log: log,
 		sessions: newSessions(store, deadline, cfg.Sigils, cfg.Now, log),
-		deadline: deadline,
+		karma:    newKarmaBook(cfg.Karma, deadline, cfg.Now, log),
 		prompts:  map[string]previous{},
-		karma:    map[string]ctxd.KarmaSnapshot{},
 	}
 	if cfg.Karma.Store != nil {
 		opts := cfg.Karma.Options
@@ -233,8 +231,8 @@ func (o *Orchestrator) DeleteSession(ctx context.Context, id string) error {
 	}
 	o.mu.Lock()
 	delete(o.prompts, id)
-	delete(o.karma, id) // the snapshots stay in the record; a session of this id begins a new karma epoch
 	o.mu.Unlock()
+	o.karma.forget(id)
 	o.count.Forget(id)
 	return nil
 }
@@ -522,7 +520,7 @@ func (o *Orchestrator) recordAnswer(ctx context.Context, req ctxd.AskRequest, p 
 		return nil
 	}
 	var err error
-	if sum.Trace, err = o.recordTrace(ctx, req, p.rc, p.rendered, answer, codex.fingerprint); err != nil {
+	if sum.Trace, err = o.karma.recordTrace(ctx, req, p.rc, p.rendered, answer, codex.fingerprint); err != nil {
 		return err
 	}
 	if err := o.record(ctx, req, p.sess, p.rc, answer, sum); err != nil {
