@@ -38,7 +38,11 @@ type prepared struct {
 }
 
 // preparation is one request's prompt on its way to the backend: the
-// RunContext, what the governor did to it so far, and its count.
+// RunContext, what the governor did to it so far, and its count. Its
+// methods are prepare's steps, the governor's among them (compaction,
+// stale excerpts, excerpts, karma, condensation): each changes the
+// session (through the orchestrator's sessions), the RunContext and the
+// count together. It belongs to one request's goroutine and needs no lock.
 type preparation struct {
 	o     *Orchestrator
 	ctx   context.Context
@@ -68,7 +72,7 @@ func (o *Orchestrator) prepare(ctx context.Context, req ctxd.AskRequest, sigil r
 	if err := g.retrieve(); err != nil {
 		return prepared{}, err
 	}
-	o.inject(ctx, g.p.rc, codex)
+	g.inject()
 	if err := g.p.rc.Validate(); err != nil {
 		return prepared{}, ctxd.Errorf(ctxd.KindInvalid, "%w", err)
 	}
@@ -109,7 +113,7 @@ func (o *Orchestrator) newPreparation(ctx context.Context, req ctxd.AskRequest, 
 // epoch of the session that the governor begins begins a karma epoch too,
 // so each such step chooses again.
 func (g *preparation) chooseKarma() error {
-	snap, chosen, err := g.o.chooseKarma(g.ctx, g.req, g.sigil, g.p.sess.Epoch, g.p.sess.Count == 0, g.refresh, g.codex.fingerprint)
+	snap, chosen, err := g.o.karma.choose(g.ctx, g.req, g.sigil, g.p.sess.Epoch, g.p.sess.Count == 0, g.refresh, g.codex.fingerprint)
 	if err != nil {
 		return err
 	}
@@ -154,13 +158,34 @@ func (g *preparation) excerptsBack() {
 	g.p.rc.Query.Excerpts = notPresent(g.retrieved, g.p.sess.Turns, g.p.workingSet)
 }
 
-// compact applies the message depth (a new epoch, and so a new karma
-// epoch).
+// compact applies the message depth: once the history passes max_depth it
+// is cut to the low mark in one step and a new epoch begins (and so a new
+// karma epoch).
 func (g *preparation) compact() error {
-	act, ok, err := g.o.compact(g.ctx, g.req.Session, &g.p.sess, g.p.rc, g.lim)
-	if err != nil || !ok {
+	sess, id := &g.p.sess, g.req.Session
+	c := g.lim.Compact(sess.Turns)
+	if !c.Compacted() {
+		return nil
+	}
+	dropped := 0
+	for _, i := range c.Dropped {
+		n, err := g.o.count.Text(runcontext.RenderQuery(sess.Turns[i].Query, sess.Turns[i].Excerpts) + runcontext.RenderAnswer(sess.Turns[i].Answer))
+		if err != nil {
+			return err
+		}
+		dropped += n
+	}
+	before := len(sess.Turns)
+	if err := g.o.sessions.newEpoch(g.ctx, id, sess, c.Keep, sess.Summary); err != nil {
 		return err
 	}
+	g.p.rc.State = runcontext.State{Epoch: sess.Epoch, Summary: sess.Summary, Turns: sess.Turns}
+	act := ctxd.Action{
+		Kind:         ctxd.ActionCompact,
+		Reason:       fmt.Sprintf("history of %d turns passed max_depth %d; cut to %d in one step", before, g.lim.MaxDepth, len(c.Keep)),
+		TurnsDropped: len(c.Dropped), TokensDropped: dropped, Epoch: sess.Epoch,
+	}
+	g.o.log.InfoContext(g.ctx, "compacted history", "session", id, "epoch", act.Epoch, "turns_dropped", act.TurnsDropped, "tokens_dropped", act.TokensDropped, "reason", act.Reason)
 	g.p.actions = append(g.p.actions, act)
 	g.excerptsBack()
 	return g.chooseKarma()
@@ -206,13 +231,27 @@ func (g *preparation) fit() error {
 	return nil
 }
 
-// dropStale leaves the history's excerpts out (a new epoch), and the
-// question's own come back in full.
+// dropStale leaves the history's excerpts out: a new epoch whose history
+// keeps its turns without their excerpts, and the question's own come
+// back in full.
 func (g *preparation) dropStale() error {
-	act, err := g.o.dropStale(g.ctx, g.req.Session, &g.p.sess, g.p.rc)
+	sess, id := &g.p.sess, g.req.Session
+	n := stale(sess.Turns)
+	before, err := g.o.count.Text(runcontext.RenderState(g.p.rc.State))
 	if err != nil {
+		return ctxd.Errorf(ctxd.KindInternal, "orchestrator: %w", err)
+	}
+	if err := g.o.sessions.dropExcerpts(g.ctx, id, sess); err != nil {
 		return err
 	}
+	g.p.rc.State = runcontext.State{Epoch: sess.Epoch, Summary: sess.Summary, Turns: sess.Turns}
+	after, err := g.o.count.Text(runcontext.RenderState(g.p.rc.State))
+	if err != nil {
+		return ctxd.Errorf(ctxd.KindInternal, "orchestrator: %w", err)
+	}
+	act := ctxd.Action{Kind: ctxd.ActionStale, Epoch: sess.Epoch, TokensDropped: max(0, before-after),
+		Reason: fmt.Sprintf("the request did not fit; the history's %d codex excerpts of earlier questions were left out of it (a new epoch) before any of this question's", n)}
+	g.o.log.InfoContext(g.ctx, "stale excerpts left out", "session", id, "epoch", sess.Epoch, "excerpts", n, "tokens", act.TokensDropped)
 	g.p.actions = append(g.p.actions, act)
 	g.excerptsBack()
 	if err := g.chooseKarma(); err != nil {
@@ -243,7 +282,7 @@ func (g *preparation) dropExcerpts() error {
 // first; pinned entries stay.
 func (g *preparation) pruneKarma() error {
 	for g.tally.over() {
-		act, ok := g.o.pruneKarma(&g.p.karma, g.p.karmaChosen, !g.pruned, g.p.rc)
+		act, ok := g.o.karma.prune(&g.p.karma, g.p.karmaChosen, !g.pruned, g.p.rc)
 		if !ok {
 			return nil
 		}
@@ -262,7 +301,7 @@ func (g *preparation) pruneKarma() error {
 // up again as far as needed.
 func (g *preparation) condense() error {
 	condenseStart := g.o.cfg.Now()
-	acts, err := g.o.condense(g.ctx, g.req.Session, &g.p.sess, g.p.rc, g.lim)
+	acts, err := g.condenseHistory()
 	g.p.condensing = g.o.cfg.Now().Sub(condenseStart)
 	g.p.actions = append(g.p.actions, acts...)
 	if err != nil || len(acts) == 0 {
@@ -284,8 +323,8 @@ func (g *preparation) condense() error {
 // storeKarma stores the karma epoch this request begins, now that its
 // prompt fits: a refused request leaves no epoch that was never shown.
 func (g *preparation) storeKarma() error {
-	if g.p.karmaChosen && !g.req.Ephemeral && g.o.cfg.Karma.Store != nil && sigils.Allows(g.sigil, sigils.ScopeKarmaRead) {
-		return g.o.saveKarma(g.ctx, g.p.karma)
+	if g.p.karmaChosen && !g.req.Ephemeral && g.o.karma.on() && sigils.Allows(g.sigil, sigils.ScopeKarmaRead) {
+		return g.o.karma.save(g.ctx, g.p.karma)
 	}
 	return nil
 }
@@ -308,14 +347,15 @@ func (g *preparation) reportWorkingSet() error {
 	return nil
 }
 
-// inject adds the formatters' artifacts to rc. A formatter that fails adds
+// inject adds the formatters' artifacts to the RunContext. A formatter that fails adds
 // nothing and is logged; the others' artifacts stand.
-func (o *Orchestrator) inject(ctx context.Context, rc *runcontext.RunContext, codex *codexState) {
+func (g *preparation) inject() {
+	o, rc, codex := g.o, g.p.rc, g.codex
 	in := formatters.Input{RunContext: rc}
 	if o.cfg.CodexFile != nil && codex.block.Mode != runcontext.ModeNone {
 		in.CodexFile, in.CodexFingerprint = o.cfg.CodexFile, codex.fingerprint
 	}
-	arts, err := o.cfg.Formatters.Apply(ctx, in)
+	arts, err := o.cfg.Formatters.Apply(g.ctx, in)
 	if err != nil {
 		o.log.Warn("formatter failed; its artifact is left out", "err", err)
 	}
@@ -366,38 +406,6 @@ func stale(turns []ctxd.Turn) int {
 	return n
 }
 
-// dropStale starts a new epoch whose history keeps its turns without their
-// excerpts.
-func (o *Orchestrator) dropStale(ctx context.Context, id string, sess *ctxd.Session, rc *runcontext.RunContext) (ctxd.Action, error) {
-	n := stale(sess.Turns)
-	before, err := o.count.Text(runcontext.RenderState(rc.State))
-	if err != nil {
-		return ctxd.Action{}, ctxd.Errorf(ctxd.KindInternal, "orchestrator: %w", err)
-	}
-	sctx, cancel := o.storeCtx(ctx, false)
-	defer cancel()
-	epoch, err := o.store.DropExcerpts(sctx, id, o.cfg.Now())
-	if err != nil {
-		o.uncacheSession(id)
-		return ctxd.Action{}, o.storeErr(sctx, id, "leave the history's excerpts out", err)
-	}
-	turns := slices.Clone(sess.Turns)
-	for i := range turns {
-		turns[i].Excerpts = nil
-	}
-	sess.Epoch, sess.Turns = epoch, turns
-	o.cacheSession(*sess)
-	rc.State = runcontext.State{Epoch: sess.Epoch, Summary: sess.Summary, Turns: sess.Turns}
-	after, err := o.count.Text(runcontext.RenderState(rc.State))
-	if err != nil {
-		return ctxd.Action{}, ctxd.Errorf(ctxd.KindInternal, "orchestrator: %w", err)
-	}
-	act := ctxd.Action{Kind: ctxd.ActionStale, Epoch: epoch, TokensDropped: max(0, before-after),
-		Reason: fmt.Sprintf("the request did not fit; the history's %d codex excerpts of earlier questions were left out of it (a new epoch) before any of this question's", n)}
-	o.log.InfoContext(ctx, "stale excerpts left out", "session", id, "epoch", epoch, "excerpts", n, "tokens", act.TokensDropped)
-	return act, nil
-}
-
 // measured is a rendered prompt, its tokens and the governor's view of it.
 type measured struct {
 	governor.Measure
@@ -406,80 +414,33 @@ type measured struct {
 
 // measure renders rc and counts its tokens: the whole prompt exactly, and
 // each block on its own.
-func (o *Orchestrator) measure(rc *runcontext.RunContext, session string) (measured, error) {
-	r, err := o.cfg.Format.Render(rc)
+func (g *preparation) measure(rc *runcontext.RunContext, session string) (measured, error) {
+	r, err := g.o.cfg.Format.Render(rc)
 	if err != nil {
 		return measured{}, ctxd.Errorf(ctxd.KindInternal, "orchestrator: render the prompt: %w", err)
 	}
-	t, err := o.count.Prompt(r, session)
+	t, err := g.o.count.Prompt(r, session)
 	if err != nil {
 		return measured{}, ctxd.Errorf(ctxd.KindInternal, "orchestrator: count prompt tokens: %w", err)
 	}
 	return measured{
-		Measure: governor.Measure{Rendered: r, PromptTokens: len(t.IDs), BlockTokens: t.Blocks, KVBytes: o.cfg.KVBytes},
+		Measure: governor.Measure{Rendered: r, PromptTokens: len(t.IDs), BlockTokens: t.Blocks, KVBytes: g.o.cfg.KVBytes},
 		tokens:  t,
 	}, nil
-}
-
-// compact applies the message depth: once the history passes max_depth it
-// is cut to the low mark in one step and a new epoch begins.
-func (o *Orchestrator) compact(ctx context.Context, id string, sess *ctxd.Session, rc *runcontext.RunContext, lim governor.Limits) (ctxd.Action, bool, error) {
-	c := lim.Compact(sess.Turns)
-	if !c.Compacted() {
-		return ctxd.Action{}, false, nil
-	}
-	dropped := 0
-	for _, i := range c.Dropped {
-		n, err := o.count.Text(runcontext.RenderQuery(sess.Turns[i].Query, sess.Turns[i].Excerpts) + runcontext.RenderAnswer(sess.Turns[i].Answer))
-		if err != nil {
-			return ctxd.Action{}, false, err
-		}
-		dropped += n
-	}
-	before := len(sess.Turns)
-	if err := o.newEpoch(ctx, id, sess, c.Keep, sess.Summary); err != nil {
-		return ctxd.Action{}, false, err
-	}
-	rc.State = runcontext.State{Epoch: sess.Epoch, Summary: sess.Summary, Turns: sess.Turns}
-	act := ctxd.Action{
-		Kind:         ctxd.ActionCompact,
-		Reason:       fmt.Sprintf("history of %d turns passed max_depth %d; cut to %d in one step", before, lim.MaxDepth, len(c.Keep)),
-		TurnsDropped: len(c.Dropped), TokensDropped: dropped, Epoch: sess.Epoch,
-	}
-	o.log.InfoContext(ctx, "compacted history", "session", id, "epoch", act.Epoch, "turns_dropped", act.TurnsDropped, "tokens_dropped", act.TokensDropped, "reason", act.Reason)
-	return act, true, nil
-}
-
-// newEpoch stores a new epoch holding the turns at keep and summary, and
-// updates sess to match.
-func (o *Orchestrator) newEpoch(ctx context.Context, id string, sess *ctxd.Session, keep []int, summary string) error {
-	seqs := make([]int64, len(keep))
-	turns := make([]ctxd.Turn, len(keep))
-	for j, i := range keep {
-		seqs[j], turns[j] = sess.Seqs[i], sess.Turns[i]
-	}
-	sctx, cancel := o.storeCtx(ctx, false)
-	defer cancel()
-	epoch, err := o.store.NewEpoch(sctx, id, seqs, summary, o.cfg.Now())
-	if err != nil {
-		o.uncacheSession(id)
-		return o.storeErr(sctx, id, "begin a new epoch", err)
-	}
-	sess.Epoch, sess.Summary, sess.Turns, sess.Seqs = epoch, summary, turns, seqs
-	o.cacheSession(*sess)
-	return nil
 }
 
 // condenseInstruction asks the backend for the summary that replaces the
 // prunable history.
 const condenseInstruction = "Condense the conversation above into a short summary. Keep every fact, name, number and decision; drop greetings and repetition."
 
-// condense makes room when a request is still too large after compaction:
-// the prunable (not pinned) turns and any earlier summary are summarized by
-// the backend in a separate call, and the summary, stored with a new epoch,
-// replaces them. If even the summarizing prompt does not fit, the oldest
-// prunable turns are dropped from it first, and that is reported as well.
-func (o *Orchestrator) condense(ctx context.Context, id string, sess *ctxd.Session, rc *runcontext.RunContext, lim governor.Limits) ([]ctxd.Action, error) {
+// condenseHistory makes room when a request is still too large after
+// compaction: the prunable (not pinned) turns and any earlier summary are
+// summarized by the backend in a separate call, and the summary, stored
+// with a new epoch, replaces them. If even the summarizing prompt does not
+// fit, the oldest prunable turns are dropped from it first, and that is
+// reported as well.
+func (g *preparation) condenseHistory() ([]ctxd.Action, error) {
+	sess, id, rc := &g.p.sess, g.req.Session, g.p.rc
 	var prunable, pinned []int
 	for i, t := range sess.Turns {
 		if t.Verbatim {
@@ -503,10 +464,10 @@ func (o *Orchestrator) condense(ctx context.Context, id string, sess *ctxd.Sessi
 		}
 		crc.State = runcontext.State{Epoch: sess.Epoch, Summary: sess.Summary, Turns: turns}
 		var err error
-		if m, err = o.measure(&crc, ""); err != nil {
+		if m, err = g.measure(&crc, ""); err != nil {
 			return nil, err
 		}
-		if _, err := lim.Check(m.Measure); err == nil {
+		if _, err := g.lim.Check(m.Measure); err == nil {
 			if skip > 0 {
 				actions = append(actions, ctxd.Action{
 					Kind:         ctxd.ActionPrune,
@@ -520,7 +481,7 @@ func (o *Orchestrator) condense(ctx context.Context, id string, sess *ctxd.Sessi
 			return nil, nil // the stable blocks and the query alone do not fit: condensing cannot help
 		}
 	}
-	gen, err := o.generateAside(ctx, id, m, lim.AnswerReserve)
+	gen, err := g.generateAside(m)
 	if err != nil {
 		return nil, err
 	}
@@ -529,7 +490,7 @@ func (o *Orchestrator) condense(ctx context.Context, id string, sess *ctxd.Sessi
 		return nil, ctxd.Errorf(ctxd.KindBackend, "orchestrator: condense history: the backend returned an empty summary")
 	}
 	dropped := m.BlockTokens[runcontext.BlockState]
-	if err := o.newEpoch(ctx, id, sess, pinned, summary); err != nil {
+	if err := g.o.sessions.newEpoch(g.ctx, id, sess, pinned, summary); err != nil {
 		return nil, err
 	}
 	rc.State = runcontext.State{Epoch: sess.Epoch, Summary: sess.Summary, Turns: sess.Turns}
@@ -538,7 +499,7 @@ func (o *Orchestrator) condense(ctx context.Context, id string, sess *ctxd.Sessi
 		Reason:       fmt.Sprintf("the request did not fit; %d prunable turns were summarized by the backend (%d tokens)", len(prunable), gen.EvalCount),
 		TurnsDropped: len(prunable) - skip, TokensDropped: dropped, Epoch: sess.Epoch,
 	}
-	o.log.InfoContext(ctx, "condensed history", "session", id, "epoch", act.Epoch, "turns", act.TurnsDropped, "state_tokens_before", dropped)
+	g.o.log.InfoContext(g.ctx, "condensed history", "session", id, "epoch", act.Epoch, "turns", act.TurnsDropped, "state_tokens_before", dropped)
 	return append(actions, act), nil
 }
 
@@ -552,14 +513,15 @@ func describe(actions []ctxd.Action) string {
 }
 
 // generateAside runs a prompt of the governor's own (a condensation) on a
-// backend slot, taking its turn in the queue like any request.
-func (o *Orchestrator) generateAside(ctx context.Context, session string, m measured, reserve int) (ctxd.Generation, error) {
-	lease, err := o.sched.Acquire(ctx, session, m.tokens.IDs)
+// backend slot, taking its turn in the queue like any request, for an
+// answer of at most the answer reserve.
+func (g *preparation) generateAside(m measured) (ctxd.Generation, error) {
+	lease, err := g.o.sched.Acquire(g.ctx, g.req.Session, m.tokens.IDs)
 	if err != nil {
 		return ctxd.Generation{}, err
 	}
 	defer lease.Release()
-	gen, _, err := o.generate(ctx, lease, m.Rendered.Prompt(), m.tokens.IDs, reserve, func(string) error { return nil })
+	gen, _, err := g.o.generate(g.ctx, lease, m.Rendered.Prompt(), m.tokens.IDs, g.lim.AnswerReserve, func(string) error { return nil })
 	if err != nil {
 		return gen, fmt.Errorf("orchestrator: condense history: %w", err)
 	}

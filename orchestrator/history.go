@@ -18,7 +18,7 @@ import (
 // are no longer compared: the client's history may be longer than the
 // epoch when the session has dropped turns. It reports whether it
 // replaced the turns; sess is then the session as stored, owner and all.
-func (o *Orchestrator) follow(ctx context.Context, sess *ctxd.Session, history []ctxd.Turn) (bool, error) {
+func (s *sessions) follow(ctx context.Context, sess *ctxd.Session, history []ctxd.Turn) (bool, error) {
 	if extends(history, *sess) {
 		return false, nil
 	}
@@ -28,17 +28,17 @@ func (o *Orchestrator) follow(ctx context.Context, sess *ctxd.Session, history [
 	}
 	// Not cancelled with the request (the store is asked once, and the
 	// session agrees with it whatever the client does), but bounded.
-	sctx, cancel := o.storeCtx(ctx, true)
+	sctx, cancel := s.deadline.ctx(ctx, true)
 	defer cancel()
-	epoch, seqs, err := o.store.ReplaceTurns(sctx, sess.ID, turns, o.cfg.Now())
+	epoch, seqs, err := s.store.ReplaceTurns(sctx, sess.ID, turns, s.now())
 	if err != nil {
-		o.uncacheSession(sess.ID)
-		return false, o.storeErr(sctx, sess.ID, "take the client's history", err)
+		s.forget(sess.ID)
+		return false, s.deadline.err(sctx, sess.ID, "take the client's history", err)
 	}
 	held := len(sess.Turns)
 	*sess = ctxd.Session{ID: sess.ID, Epoch: epoch, Turns: turns, Seqs: seqs, Count: sess.Count + len(turns), Owner: sess.Owner}
-	o.cacheSession(*sess)
-	o.log.InfoContext(ctx, "session follows its client's history", "session", sess.ID, "client_turns", len(history), "held_turns", held, "epoch", epoch)
+	s.keep(*sess)
+	s.log.InfoContext(ctx, "session follows its client's history", "session", sess.ID, "client_turns", len(history), "held_turns", held, "epoch", epoch)
 	return true, nil
 }
 

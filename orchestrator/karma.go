@@ -5,8 +5,11 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"log/slog"
 	"strconv"
 	"strings"
+	"sync"
+	"time"
 
 	"github.com/ctxd/ctxd"
 	"github.com/ctxd/ctxd/karma"
@@ -21,16 +24,40 @@ type KarmaConfig struct {
 	Model   string          // the model name recorded with each trace
 }
 
+// karmaBook is the karma side of the orchestrator: it chooses each
+// session's karma block from the karma store's traces, keeps each
+// session's current snapshot (as stored) in memory, prunes a block the
+// governor must shrink, and records answers as traces. Every store call
+// is bounded by the store's deadline. Without a karma store it shows no
+// karma and records no traces.
+type karmaBook struct {
+	cfg      KarmaConfig
+	deadline storeDeadline
+	now      func() time.Time
+	log      *slog.Logger
+
+	mu        sync.Mutex                    // guards snapshots; held only to read or write it
+	snapshots map[string]ctxd.KarmaSnapshot // each session's current karma snapshot, as stored
+}
+
+func newKarmaBook(cfg KarmaConfig, deadline storeDeadline, now func() time.Time, log *slog.Logger) *karmaBook {
+	return &karmaBook{cfg: cfg, deadline: deadline, now: now, log: log, snapshots: map[string]ctxd.KarmaSnapshot{}}
+}
+
+// on reports whether there is a karma store: karma to show, traces to
+// record.
+func (k *karmaBook) on() bool { return k.cfg.Store != nil }
+
 // Karma epoch reasons.
 const (
 	karmaNewSession = "first turn of the session"
 	karmaRefresh    = "refresh asked by the request"
 )
 
-// chooseKarma returns the karma block for a request of sigil in session
+// choose returns the karma block for a request of sigil in session
 // epoch epoch: the session's current snapshot while its karma epoch lasts,
 // else (chosen) a new one from the sigil's eligible traces, which the
-// caller stores once the request is ready to be sent (saveKarma). A karma
+// caller stores once the request is ready to be sent (save). A karma
 // epoch begins with the session (fresh: it has no turns, so a session
 // deleted and begun again under its id starts afresh), with each session
 // epoch (compaction, condensation, a client's edited history), with a
@@ -38,16 +65,15 @@ const (
 // gets a fresh choice, stored nowhere.
 //
 // A sigil without the karma:read scope is shown no karma.
-func (o *Orchestrator) chooseKarma(ctx context.Context, req ctxd.AskRequest, sigil runcontext.Sigil, epoch int, fresh, refresh bool, codexFP string) (ctxd.KarmaSnapshot, bool, error) {
-	store := o.cfg.Karma.Store
-	if store == nil || !sigils.Allows(sigil, sigils.ScopeKarmaRead) {
+func (k *karmaBook) choose(ctx context.Context, req ctxd.AskRequest, sigil runcontext.Sigil, epoch int, fresh, refresh bool, codexFP string) (ctxd.KarmaSnapshot, bool, error) {
+	if !k.on() || !sigils.Allows(sigil, sigils.ScopeKarmaRead) {
 		return ctxd.KarmaSnapshot{Session: req.Session, Sigil: sigil.Name}, false, nil
 	}
 	var prev ctxd.KarmaSnapshot
 	var had bool
 	if !req.Ephemeral {
 		var err error
-		if prev, had, err = o.karmaSnapshot(ctx, req.Session); err != nil {
+		if prev, had, err = k.snapshot(ctx, req.Session); err != nil {
 			return prev, false, err
 		}
 	}
@@ -64,60 +90,69 @@ func (o *Orchestrator) chooseKarma(ctx context.Context, req ctxd.AskRequest, sig
 	default:
 		return prev, false, nil
 	}
-	sctx, cancel := o.storeCtx(ctx, false)
+	sctx, cancel := k.deadline.ctx(ctx, false)
 	defer cancel()
-	eligible, err := store.Eligible(sctx, sigil.Name)
+	eligible, err := k.cfg.Store.Eligible(sctx, sigil.Name)
 	if err != nil {
-		return prev, false, o.storeErr(sctx, req.Session, fmt.Sprintf("read the karma of sigil %q", sigil.Name), err)
+		return prev, false, k.deadline.err(sctx, req.Session, fmt.Sprintf("read the karma of sigil %q", sigil.Name), err)
 	}
-	opts := o.cfg.Karma.Options
-	opts.Now, opts.Codex = o.cfg.Now(), codexFP
+	opts := k.cfg.Options
+	opts.Now, opts.Codex = k.now(), codexFP
 	entries, skipped := karma.Select(eligible, opts)
 	for _, s := range skipped {
-		o.log.InfoContext(ctx, "karma trace left out", "session", req.Session, "trace", s.Trace, "reason", s.Reason)
+		k.log.InfoContext(ctx, "karma trace left out", "session", req.Session, "trace", s.Trace, "reason", s.Reason)
 	}
 	snap := ctxd.KarmaSnapshot{Session: req.Session, Sigil: sigil.Name, KarmaEpoch: prev.KarmaEpoch + 1,
 		SessionEpoch: epoch, Reason: reason, Entries: entries, At: opts.Now}
 	return snap, true, nil
 }
 
-// saveKarma stores a snapshot and keeps it as the session's current one.
-func (o *Orchestrator) saveKarma(ctx context.Context, snap ctxd.KarmaSnapshot) error {
-	sctx, cancel := o.storeCtx(ctx, true)
+// save stores a snapshot and keeps it as the session's current one.
+func (k *karmaBook) save(ctx context.Context, snap ctxd.KarmaSnapshot) error {
+	sctx, cancel := k.deadline.ctx(ctx, true)
 	defer cancel()
-	if err := o.cfg.Karma.Store.SaveKarmaSnapshot(sctx, snap); err != nil {
-		return o.storeErr(sctx, snap.Session, fmt.Sprintf("store karma epoch %d", snap.KarmaEpoch), err)
+	if err := k.cfg.Store.SaveKarmaSnapshot(sctx, snap); err != nil {
+		return k.deadline.err(sctx, snap.Session, fmt.Sprintf("store karma epoch %d", snap.KarmaEpoch), err)
 	}
-	o.mu.Lock()
-	if len(o.karma) >= 1024 {
-		clear(o.karma)
+	k.mu.Lock()
+	if len(k.snapshots) >= 1024 {
+		clear(k.snapshots)
 	}
-	o.karma[snap.Session] = snap
-	o.mu.Unlock()
+	k.snapshots[snap.Session] = snap
+	k.mu.Unlock()
 	return nil
 }
 
-// karmaSnapshot is the session's current snapshot, from memory when this
+// snapshot is the session's current snapshot, from memory when this
 // daemon chose or read it before.
-func (o *Orchestrator) karmaSnapshot(ctx context.Context, session string) (ctxd.KarmaSnapshot, bool, error) {
-	o.mu.Lock()
-	s, ok := o.karma[session]
-	o.mu.Unlock()
+func (k *karmaBook) snapshot(ctx context.Context, session string) (ctxd.KarmaSnapshot, bool, error) {
+	k.mu.Lock()
+	s, ok := k.snapshots[session]
+	k.mu.Unlock()
 	if ok {
 		return s, true, nil
 	}
-	sctx, cancel := o.storeCtx(ctx, false)
+	sctx, cancel := k.deadline.ctx(ctx, false)
 	defer cancel()
-	s, ok, err := o.cfg.Karma.Store.KarmaSnapshot(sctx, session)
+	s, ok, err := k.cfg.Store.KarmaSnapshot(sctx, session)
 	if err != nil {
-		return s, false, o.storeErr(sctx, session, "read its karma snapshot", err)
+		return s, false, k.deadline.err(sctx, session, "read its karma snapshot", err)
 	}
 	if ok {
-		o.mu.Lock()
-		o.karma[session] = s
-		o.mu.Unlock()
+		k.mu.Lock()
+		k.snapshots[session] = s
+		k.mu.Unlock()
 	}
 	return s, ok, nil
+}
+
+// forget drops what memory holds of a deleted session's karma. Its
+// snapshots stay in the record; a session of this id begins a new karma
+// epoch.
+func (k *karmaBook) forget(session string) {
+	k.mu.Lock()
+	delete(k.snapshots, session)
+	k.mu.Unlock()
 }
 
 // karmaBlock is a snapshot as the karma block holds it.
@@ -144,14 +179,14 @@ func karmaInfo(s ctxd.KarmaSnapshot, chosen bool) *ctxd.KarmaInfo {
 	return info
 }
 
-// pruneKarma leaves karma out of the snapshot to make a prompt fit: on
+// prune leaves karma out of the snapshot to make a prompt fit: on
 // its first call for a request, the lower-scoring half of the unpinned
 // entries (room for the turns to come, so the block does not shrink again
 // a turn later), then one entry a call. The pruned snapshot is a new
 // karma epoch, or the one this request begins (pending). False when only
 // pinned entries are left.
-func (o *Orchestrator) pruneKarma(snap *ctxd.KarmaSnapshot, pending, first bool, rc *runcontext.RunContext) (ctxd.Action, bool) {
-	if o.cfg.Karma.Store == nil {
+func (k *karmaBook) prune(snap *ctxd.KarmaSnapshot, pending, first bool, rc *runcontext.RunContext) (ctxd.Action, bool) {
+	if !k.on() {
 		return ctxd.Action{}, false
 	}
 	n := 1
@@ -183,7 +218,7 @@ func (o *Orchestrator) pruneKarma(snap *ctxd.KarmaSnapshot, pending, first bool,
 	if pending {
 		next.Reason = snap.Reason + "; " + reason
 	} else {
-		next.KarmaEpoch, next.At, next.Reason = snap.KarmaEpoch+1, o.cfg.Now(), reason
+		next.KarmaEpoch, next.At, next.Reason = snap.KarmaEpoch+1, k.now(), reason
 	}
 	*snap = next
 	rc.Karma = karmaBlock(next)
@@ -194,22 +229,22 @@ func (o *Orchestrator) pruneKarma(snap *ctxd.KarmaSnapshot, pending, first bool,
 // store. The prompt's fingerprint covers its stable blocks (identity to
 // karma): what the model was shown besides the conversation. A trace that
 // is not recorded is an answer not recorded (KindNotRecorded).
-func (o *Orchestrator) recordTrace(ctx context.Context, req ctxd.AskRequest, rc *runcontext.RunContext, rendered runcontext.Rendered, answer, codexFP string) (int64, error) {
-	if o.cfg.Karma.Store == nil {
+func (k *karmaBook) recordTrace(ctx context.Context, req ctxd.AskRequest, rc *runcontext.RunContext, rendered runcontext.Rendered, answer, codexFP string) (int64, error) {
+	if !k.on() {
 		return 0, nil
 	}
 	h := sha256.New()
 	for _, b := range rendered.Blocks[:runcontext.BlockState] {
 		h.Write([]byte(b))
 	}
-	sctx, cancel := o.storeCtx(ctx, true)
+	sctx, cancel := k.deadline.ctx(ctx, true)
 	defer cancel()
-	id, err := o.cfg.Karma.Store.RecordTrace(sctx, ctxd.Trace{
-		Session: req.Session, Sigil: rc.Sigil.Name, Query: req.Query, Answer: answer, Model: o.cfg.Karma.Model,
-		Fingerprint: hex.EncodeToString(h.Sum(nil)), Codex: codexFP, CreatedAt: o.cfg.Now(),
+	id, err := k.cfg.Store.RecordTrace(sctx, ctxd.Trace{
+		Session: req.Session, Sigil: rc.Sigil.Name, Query: req.Query, Answer: answer, Model: k.cfg.Model,
+		Fingerprint: hex.EncodeToString(h.Sum(nil)), Codex: codexFP, CreatedAt: k.now(),
 	})
 	if err != nil {
-		return 0, o.notRecorded(sctx, req.Session, "record the answer as a trace", fmt.Errorf("record the answer as a trace: %w", err))
+		return 0, k.deadline.notRecorded(sctx, req.Session, "record the answer as a trace", fmt.Errorf("record the answer as a trace: %w", err))
 	}
 	return id, nil
 }

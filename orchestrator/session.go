@@ -2,94 +2,187 @@ package orchestrator
 
 import (
 	"context"
+	"log/slog"
 	"slices"
+	"sync"
+	"time"
 
 	"github.com/ctxd/ctxd"
 	"github.com/ctxd/ctxd/runcontext"
+	"github.com/ctxd/ctxd/sigils"
 )
 
-// openSession is the session a request runs in, fetched once and handed
-// down to every later step: claimed for the request's sigil, and following
-// its client's history if the request carries one. followed says whether
-// the session took that history (a new epoch). An ephemeral ask runs in an
+// sessions is the session side of the orchestrator: every call a request
+// makes to the session store, each bounded by the store's deadline, and
+// the sessions as stored, held in memory so that a session's next request
+// need not read it back. The orchestrator is the store's only writer, and
+// a session's requests run one at a time (the scheduler holds the session
+// for each), so memory and store agree; a write that fails forgets what
+// memory holds of its session, and the next request reads the store.
+type sessions struct {
+	store    ctxd.Store
+	deadline storeDeadline
+	sigils   *sigils.Registry // its default sigil may claim a session recorded before owners were
+	now      func() time.Time
+	log      *slog.Logger
+
+	mu   sync.Mutex              // guards held; held only to read or write it
+	held map[string]ctxd.Session // sessions as stored, owner included, by id
+}
+
+func newSessions(store ctxd.Store, deadline storeDeadline, reg *sigils.Registry, now func() time.Time, log *slog.Logger) *sessions {
+	return &sessions{store: store, deadline: deadline, sigils: reg, now: now, log: log, held: map[string]ctxd.Session{}}
+}
+
+// open is the session a request runs in, fetched once and handed down to
+// every later step: claimed for the request's sigil, and following its
+// client's history if the request carries one. followed says whether the
+// session took that history (a new epoch). An ephemeral ask runs in an
 // empty session of its name, read and written nowhere. The caller holds
 // the session.
-func (o *Orchestrator) openSession(ctx context.Context, req ctxd.AskRequest, sigil runcontext.Sigil) (sess ctxd.Session, followed bool, err error) {
+func (s *sessions) open(ctx context.Context, req ctxd.AskRequest, sigil runcontext.Sigil) (sess ctxd.Session, followed bool, err error) {
 	if req.Ephemeral {
 		return ctxd.Session{ID: req.Session}, false, nil
 	}
-	if sess, err = o.session(ctx, req.Session); err != nil {
+	if sess, err = s.get(ctx, req.Session); err != nil {
 		return sess, false, err
 	}
-	if err := o.claim(ctx, &sess, sigil.Name); err != nil {
+	if err := s.claim(ctx, &sess, sigil.Name); err != nil {
 		return sess, false, err
 	}
 	if req.History != nil {
-		if followed, err = o.follow(ctx, &sess, req.History); err != nil {
+		if followed, err = s.follow(ctx, &sess, req.History); err != nil {
 			return sess, false, err
 		}
 	}
 	return sess, followed, nil
 }
 
-// session returns a session, from memory when this daemon already holds
-// it: the orchestrator is the store's only writer, and a session's
-// requests run one at a time, so memory and store agree. What memory holds
-// is the session as stored, its owner included.
-func (o *Orchestrator) session(ctx context.Context, id string) (ctxd.Session, error) {
-	o.mu.Lock()
-	s, ok := o.sessions[id]
-	o.mu.Unlock()
+// get returns a session, from memory when this daemon already holds it.
+func (s *sessions) get(ctx context.Context, id string) (ctxd.Session, error) {
+	s.mu.Lock()
+	sess, ok := s.held[id]
+	s.mu.Unlock()
 	if ok {
-		s.Turns, s.Seqs = slices.Clone(s.Turns), slices.Clone(s.Seqs)
-		return s, nil
+		sess.Turns, sess.Seqs = slices.Clone(sess.Turns), slices.Clone(sess.Seqs)
+		return sess, nil
 	}
-	sctx, cancel := o.storeCtx(ctx, false)
+	sctx, cancel := s.deadline.ctx(ctx, false)
 	defer cancel()
-	s, err := o.store.Session(sctx, id)
+	sess, err := s.store.Session(sctx, id)
 	if err != nil {
-		return s, o.storeErr(sctx, id, "read the session", err)
+		return sess, s.deadline.err(sctx, id, "read the session", err)
 	}
-	o.cacheSession(s)
-	return s, nil
+	s.keep(sess)
+	return sess, nil
 }
 
 // claim makes the session sigil's, or refuses a session another sigil
 // owns: its history (and karma) are that sigil's. A session already the
 // sigil's, as fetched, costs no store call. The caller holds the session.
-func (o *Orchestrator) claim(ctx context.Context, sess *ctxd.Session, sigil string) error {
+func (s *sessions) claim(ctx context.Context, sess *ctxd.Session, sigil string) error {
 	if sess.Owner == sigil {
 		return nil
 	}
-	sctx, cancel := o.storeCtx(ctx, false)
+	sctx, cancel := s.deadline.ctx(ctx, false)
 	defer cancel()
-	owner, err := o.store.ClaimSession(sctx, sess.ID, sigil, o.cfg.Sigils.Default(), o.cfg.Now())
+	owner, err := s.store.ClaimSession(sctx, sess.ID, sigil, s.sigils.Default(), s.now())
 	if err != nil {
-		return o.storeErr(sctx, sess.ID, "claim the session", err)
+		return s.deadline.err(sctx, sess.ID, "claim the session", err)
 	}
 	if owner != sigil {
 		return ctxd.Errorf(ctxd.KindForbidden, "session %q belongs to another sigil; choose another session id", sess.ID)
 	}
 	sess.Owner = owner
-	o.cacheSession(*sess)
+	s.keep(*sess)
 	return nil
 }
 
-// cacheSession keeps s as stored (its owner included), for the session's
-// next request.
-func (o *Orchestrator) cacheSession(s ctxd.Session) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	if len(o.sessions) >= 1024 {
-		clear(o.sessions) // a bound, not an LRU: a miss costs one read
+// newEpoch stores a new epoch of session id holding the turns at keep and
+// summary, and updates sess to match.
+func (s *sessions) newEpoch(ctx context.Context, id string, sess *ctxd.Session, keep []int, summary string) error {
+	seqs := make([]int64, len(keep))
+	turns := make([]ctxd.Turn, len(keep))
+	for j, i := range keep {
+		seqs[j], turns[j] = sess.Seqs[i], sess.Turns[i]
 	}
-	o.sessions[s.ID] = s
+	sctx, cancel := s.deadline.ctx(ctx, false)
+	defer cancel()
+	epoch, err := s.store.NewEpoch(sctx, id, seqs, summary, s.now())
+	if err != nil {
+		s.forget(id)
+		return s.deadline.err(sctx, id, "begin a new epoch", err)
+	}
+	sess.Epoch, sess.Summary, sess.Turns, sess.Seqs = epoch, summary, turns, seqs
+	s.keep(*sess)
+	return nil
 }
 
-// uncacheSession forgets what memory holds of a session whose write
-// failed: its next request reads the store.
-func (o *Orchestrator) uncacheSession(id string) {
-	o.mu.Lock()
-	delete(o.sessions, id)
-	o.mu.Unlock()
+// dropExcerpts stores a new epoch of session id whose history keeps its
+// turns without their excerpts, and updates sess to match.
+func (s *sessions) dropExcerpts(ctx context.Context, id string, sess *ctxd.Session) error {
+	sctx, cancel := s.deadline.ctx(ctx, false)
+	defer cancel()
+	epoch, err := s.store.DropExcerpts(sctx, id, s.now())
+	if err != nil {
+		s.forget(id)
+		return s.deadline.err(sctx, id, "leave the history's excerpts out", err)
+	}
+	turns := slices.Clone(sess.Turns)
+	for i := range turns {
+		turns[i].Excerpts = nil
+	}
+	sess.Epoch, sess.Turns = epoch, turns
+	s.keep(*sess)
+	return nil
+}
+
+// appendTurn stores the turn, with the request's summary (JSON), and
+// updates sess to match. The write is not cancelled with ctx (the backend
+// already holds the answer in its cache, and the next turn must extend
+// it), but bounded; its failure is an answer not recorded.
+func (s *sessions) appendTurn(ctx context.Context, id string, sess ctxd.Session, turn ctxd.Turn, summary []byte) error {
+	sctx, cancel := s.deadline.ctx(ctx, true)
+	defer cancel()
+	seq, err := s.store.AppendTurn(sctx, id, turn, summary, s.now())
+	if err != nil {
+		s.forget(id)
+		return s.deadline.notRecorded(sctx, id, "write the turn", err)
+	}
+	sess.Turns = append(sess.Turns, turn)
+	sess.Seqs = append(sess.Seqs, seq)
+	sess.Count++
+	s.keep(sess)
+	return nil
+}
+
+// delete deletes session id from the store and forgets it. The caller
+// holds the session.
+func (s *sessions) delete(ctx context.Context, id string) error {
+	sctx, cancel := s.deadline.ctx(ctx, false)
+	defer cancel()
+	if err := s.store.DeleteSession(sctx, id); err != nil {
+		return s.deadline.err(sctx, id, "delete the session", err)
+	}
+	s.forget(id)
+	return nil
+}
+
+// keep holds sess as stored (its owner included), for the session's next
+// request.
+func (s *sessions) keep(sess ctxd.Session) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.held) >= 1024 {
+		clear(s.held) // a bound, not an LRU: a miss costs one read
+	}
+	s.held[sess.ID] = sess
+}
+
+// forget drops what memory holds of a session (one deleted, or whose
+// write failed): its next request reads the store.
+func (s *sessions) forget(id string) {
+	s.mu.Lock()
+	delete(s.held, id)
+	s.mu.Unlock()
 }

@@ -143,9 +143,9 @@ func TestSessionIsFetchedOncePerRequest(t *testing.T) {
 		t.Errorf("after three requests: %d session reads, %d claims, %d history replacements; want 1, 1, 2", n, c, r)
 	}
 	o := h.o
-	o.mu.Lock()
-	s := o.sessions["s"]
-	o.mu.Unlock()
+	o.sessions.mu.Lock()
+	s := o.sessions.held["s"]
+	o.sessions.mu.Unlock()
 	if s.Owner != "default" || s.Count != 5 || len(s.Turns) != 3 {
 		t.Errorf("the session held in memory: %+v; want owner default, 5 turns in all, 3 in its epoch", s)
 	}

@@ -51,7 +51,7 @@ func (t *tally) over() bool {
 
 // measureExact counts the prompt of rc whole and exactly, and judges it.
 func (g *preparation) measureExact() error {
-	m, err := g.o.measure(g.p.rc, g.tails)
+	m, err := g.measure(g.p.rc, g.tails)
 	if err != nil {
 		return err
 	}
