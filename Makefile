@@ -60,10 +60,16 @@ NODE_CLIENTS := integration/node/node_modules/.package-lock.json examples/openai
 # is found) the real llama-server included, and systemd's own check of the
 # units (systemd-analyze, installed by scripts/ensure-systemd.sh); then the
 # backend-facing tests again on the newer Ollama the adapter supports
-# (llama-server's ran once).
+# (llama-server's ran once). Every package but the end-to-end suites
+# (integration, reliability: whole daemons on a real model server, timed
+# against it) runs under the race detector.
 COMPAT_VERSION := v0.17.4
+E2E_PKGS  := ./integration/ ./reliability/
+RACE_PKGS  = $(shell $(GO) list ./... | grep -v -e '/integration$$' -e '/reliability$$')
+TEST_ENV   = CTXD_REQUIRE_OLLAMA=1 CTXD_REQUIRE_NODE=1 CTXD_REQUIRE_SYSTEMD=1 CTXD_OLLAMA_BIN=$(abspath $(OLLAMA))
 test: ollama $(BIN)/ollama-$(COMPAT_VERSION) $(NODE_CLIENTS) systemd-analyze
-	CTXD_REQUIRE_OLLAMA=1 CTXD_REQUIRE_NODE=1 CTXD_REQUIRE_SYSTEMD=1 CTXD_OLLAMA_BIN=$(abspath $(OLLAMA)) $(GO) test -count=1 -timeout 30m ./...
+	$(TEST_ENV) $(GO) test -race -count=1 -timeout 30m $(RACE_PKGS)
+	$(TEST_ENV) $(GO) test -count=1 -timeout 30m $(E2E_PKGS)
 	CTXD_REQUIRE_OLLAMA=1 CTXD_LLAMA_SERVER=off CTXD_OLLAMA_BIN=$(abspath $(BIN)/ollama-$(COMPAT_VERSION)) $(GO) test -count=1 -timeout 30m ./ollama/ ./integration/
 
 
