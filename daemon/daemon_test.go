@@ -7,7 +7,9 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -325,5 +327,98 @@ func serve(tb testing.TB, d *Daemon, ln net.Listener) {
 		tb.Fatalf("daemon stopped before ready: %v", err)
 	case <-time.After(30 * time.Second):
 		tb.Fatal("daemon not ready within 30s")
+	}
+}
+
+// orderStore notes when an answer is recorded.
+type orderStore struct {
+	ctxd.Store
+	note func(string)
+}
+
+func (s orderStore) AppendTurn(ctx context.Context, id string, t ctxd.Turn, summary []byte, now time.Time) (int64, error) {
+	n, err := s.Store.AppendTurn(ctx, id, t, summary, now)
+	s.note("answer recorded")
+	return n, err
+}
+
+// TestStopOrder: a stop lets the request in flight finish and record its
+// answer, and only then closes the backend; Run returns after both.
+func TestStopOrder(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	var order []string
+	note := func(s string) {
+		mu.Lock()
+		defer mu.Unlock()
+		order = append(order, s)
+	}
+	backend := fake.NewBackend()
+	cfg := config.Default(config.Env{UID: os.Getuid(), Home: t.TempDir()})
+	cfg.Daemon.Socket = filepath.Join(shortDir(t), "ctxd.sock")
+	cfg.Daemon.StateDir = t.TempDir()
+	cfg.Daemon.ShutdownGrace = config.Duration{Duration: 10 * time.Second}
+	open := func(context.Context, func()) (*bringup.Model, error) {
+		return &bringup.Model{Backend: backend, Tokenizer: fake.Tokenizer{}, TokenizerID: "fake",
+			Info:   bringup.BackendInfo{Kind: "fake", Model: "fake", NumCtx: 4096, Slots: 1},
+			Window: governor.WindowPlan{NumCtx: 4096, Slots: 1, CacheType: governor.CacheF16},
+			Close:  func() error { note("backend closed"); return nil }}, nil
+	}
+	d, err := New(cfg, Options{Open: open, Store: orderStore{Store: fake.NewStore(), note: note}, Sensor: fake.NewSensor(), Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := Listen(cfg.Daemon.Socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	ready, done := make(chan struct{}), make(chan error, 1)
+	go func() { done <- d.Run(ctx, ln, func() { close(ready) }) }()
+	select {
+	case <-ready:
+	case <-time.After(30 * time.Second):
+		t.Fatal("not ready within 30s")
+	}
+	backend.Hold()
+	asked := make(chan error, 1)
+	go func() {
+		_, err := client.New(cfg.Daemon.Socket).Ask(context.Background(), ctxd.AskRequest{Session: "s", Query: "long"}, nil)
+		asked <- err
+	}()
+	select {
+	case <-backend.Started():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the ask did not reach the backend")
+	}
+	cancel() // the stop begins with the answer in flight
+	waitFor(t, func() bool { _, err := d.Engine(); return err == nil && d.api.Load() != nil && isDraining(d) })
+	note("stop begun")
+	backend.Release()
+	if err := <-asked; err != nil {
+		t.Errorf("the answer in flight at the stop: %v", err)
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("Run did not return")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if want := []string{"stop begun", "answer recorded", "backend closed"}; !slices.Equal(order, want) {
+		t.Errorf("stop order %q, want %q", order, want)
+	}
+}
+
+// isDraining reports whether the daemon's HTTP surface has begun to stop.
+func isDraining(d *Daemon) bool {
+	select {
+	case <-d.api.Load().Stopping():
+		return true
+	default:
+		return false
 	}
 }
