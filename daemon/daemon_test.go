@@ -19,6 +19,7 @@ import (
 	"github.com/ctxd/ctxd/config"
 	"github.com/ctxd/ctxd/formatters"
 	"github.com/ctxd/ctxd/governor"
+	"github.com/ctxd/ctxd/internal/daemontest"
 	"github.com/ctxd/ctxd/internal/fake"
 	"github.com/ctxd/ctxd/internal/socktest"
 	"github.com/ctxd/ctxd/sqlite"
@@ -51,34 +52,6 @@ type fixtureOptions struct {
 	logLevel   *slog.LevelVar                // Options.LogLevel
 }
 
-// shortDir is a directory for a socket: t.TempDir paths can be longer than
-// a Unix socket path may be.
-func shortDir(t *testing.T) string {
-	t.Helper()
-	dir, err := os.MkdirTemp("", "ctxd-d-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	return dir
-}
-
-// smallCodex writes a codex of two small files.
-func smallCodex(t *testing.T) string {
-	t.Helper()
-	dir := t.TempDir()
-	files := map[string]string{
-		"main.go":   "package main\n\n// Serve answers requests.\nfunc Serve() error { return nil }\n",
-		"README.md": "# Demo\nA codex for the daemon's tests.\n",
-	}
-	for name, body := range files {
-		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return dir
-}
-
 func newFixture(t *testing.T, o fixtureOptions) *fixture {
 	t.Helper()
 	if o.slots == 0 {
@@ -88,17 +61,7 @@ func newFixture(t *testing.T, o fixtureOptions) *fixture {
 		o.numCtx = 100000
 	}
 	f := &fixture{backend: fake.NewBackend(), sensor: fake.NewSensor(), done: make(chan error, 1)}
-	cfg := config.Default(config.Env{UID: os.Getuid(), Home: t.TempDir()})
-	cfg.Daemon.Socket = filepath.Join(shortDir(t), "ctxd.sock")
-	cfg.Daemon.StateDir = t.TempDir()
-	cfg.Daemon.ShutdownGrace = config.Duration{Duration: 5 * time.Second}
-	cfg.Codex.Path = smallCodex(t)
-	cfg.Codex.Watch = false
-	cfg.Limits.AnswerReserve = 64
-	cfg.Codex.LoadRoots = []string{os.TempDir()} // the tests' codices are made there
-	// default: a single user's, every scope but tools (as config.Default's);
-	// coder: an agent's.
-	cfg.Sigils = map[string]config.Sigil{"default": {Scopes: []string{"ask", "sessions:read", "sessions:write", "codex:load"}}, "coder": {Scopes: []string{"ask", "search_codex"}}}
+	cfg := daemontest.Config(t)
 	if o.config != nil {
 		o.config(&cfg)
 	}
@@ -118,7 +81,7 @@ func newFixture(t *testing.T, o fixtureOptions) *fixture {
 			}, nil
 		}
 	}
-	opts := Options{Open: open, Sensor: f.sensor, Version: "test", Logger: testLogger(t), Formatters: o.formatters,
+	opts := Options{Open: open, Sensor: f.sensor, Version: "test", Logger: daemontest.Logger(t), Formatters: o.formatters,
 		Reread: o.reread, LogLevel: o.logLevel}
 	if !o.sqlite {
 		f.store = fake.NewStore()
@@ -159,18 +122,6 @@ func newFixture(t *testing.T, o fixtureOptions) *fixture {
 	return f
 }
 
-// testLogger sends the daemon's log to the test log, shown on failure.
-func testLogger(t *testing.T) *slog.Logger {
-	return slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
-}
-
-type testWriter struct{ t *testing.T }
-
-func (w testWriter) Write(p []byte) (int, error) {
-	w.t.Log(strings.TrimRight(string(p), "\n"))
-	return len(p), nil
-}
-
 // do sends a request over the socket and returns status and body.
 func (f *fixture) do(t *testing.T, method, path, contentType, body string) (int, string) {
 	t.Helper()
@@ -193,7 +144,7 @@ func TestNotReadyYet(t *testing.T) {
 	f := newFixture(t, fixtureOptions{noWait: true, open: func(context.Context, func()) (*bringup.Model, error) {
 		return nil, ctxd.Errorf(ctxd.KindUnavailable, "fake: ollama is not reachable at fake://")
 	}})
-	waitFor(t, func() bool {
+	daemontest.WaitFor(t, func() bool {
 		status, body := f.do(t, "GET", "/v1/health", "", "")
 		return status == 503 && strings.Contains(body, "not reachable")
 	})
@@ -291,17 +242,6 @@ func TestStopDuringAStream(t *testing.T) {
 	}
 }
 
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not reached within 10s")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 // serve runs d on ln until the test ends (then stops it and closes ln),
 // and returns once it is ready.
 func serve(tb testing.TB, d *Daemon, ln net.Listener) {
@@ -355,7 +295,7 @@ func TestStopOrder(t *testing.T) {
 	}
 	backend := fake.NewBackend()
 	cfg := config.Default(config.Env{UID: os.Getuid(), Home: t.TempDir()})
-	cfg.Daemon.Socket = filepath.Join(shortDir(t), "ctxd.sock")
+	cfg.Daemon.Socket = filepath.Join(daemontest.ShortDir(t), "ctxd.sock")
 	cfg.Daemon.StateDir = t.TempDir()
 	cfg.Daemon.ShutdownGrace = config.Duration{Duration: 10 * time.Second}
 	open := func(context.Context, func()) (*bringup.Model, error) {
@@ -364,7 +304,7 @@ func TestStopOrder(t *testing.T) {
 			Window: governor.WindowPlan{NumCtx: 4096, Slots: 1, CacheType: governor.CacheF16},
 			Close:  func() error { note("backend closed"); return nil }}, nil
 	}
-	d, err := New(cfg, Options{Open: open, Store: orderStore{Store: fake.NewStore(), note: note}, Sensor: fake.NewSensor(), Logger: testLogger(t)})
+	d, err := New(cfg, Options{Open: open, Store: orderStore{Store: fake.NewStore(), note: note}, Sensor: fake.NewSensor(), Logger: daemontest.Logger(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -392,7 +332,7 @@ func TestStopOrder(t *testing.T) {
 		t.Fatal("the ask did not reach the backend")
 	}
 	cancel() // the stop begins with the answer in flight
-	waitFor(t, func() bool { _, err := d.Engine(); return err == nil && d.api.Load() != nil && isDraining(d) })
+	daemontest.WaitFor(t, func() bool { _, err := d.Engine(); return err == nil && d.api.Load() != nil && isDraining(d) })
 	note("stop begun")
 	backend.Release()
 	if err := <-asked; err != nil {

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/ctxd/ctxd/bringup"
+	"github.com/ctxd/ctxd/internal/daemontest"
 	"github.com/ctxd/ctxd/internal/logtest"
 
 	"github.com/ctxd/ctxd"
@@ -75,7 +76,7 @@ func askFake(socket, session string) error {
 // no restart.
 func TestSocketRemovedIsRecreated(t *testing.T) {
 	t.Parallel()
-	dir := shortDir(t)
+	dir := daemontest.ShortDir(t)
 	socket := filepath.Join(dir, "run", "ctxd.sock")
 	ln, err := Listen(socket)
 	if err != nil {
@@ -128,7 +129,7 @@ func TestSocketRemovedIsRecreated(t *testing.T) {
 // re-create it, and leaves the path alone.
 func TestPassedInSocketIsNotRecreated(t *testing.T) {
 	t.Parallel()
-	socket := filepath.Join(shortDir(t), "ctxd.sock")
+	socket := filepath.Join(daemontest.ShortDir(t), "ctxd.sock")
 	ln, err := net.Listen("unix", socket)
 	if err != nil {
 		t.Fatal(err)

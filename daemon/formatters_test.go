@@ -11,6 +11,7 @@ import (
 	"github.com/ctxd/ctxd"
 	"github.com/ctxd/ctxd/formatters"
 	"github.com/ctxd/ctxd/formatters/standard"
+	"github.com/ctxd/ctxd/internal/daemontest"
 	"github.com/ctxd/ctxd/runcontext"
 )
 
@@ -49,7 +50,7 @@ func TestFormatters(t *testing.T) {
 		}
 	}
 	f := newFixture(t, fixtureOptions{formatters: reg})
-	dir := smallCodex(t)
+	dir := daemontest.SmallCodex(t)
 	if err := os.WriteFile(filepath.Join(dir, "AGENTS.md"), []byte("Run `make test` before every commit.\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}

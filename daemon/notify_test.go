@@ -16,6 +16,7 @@ import (
 	"github.com/ctxd/ctxd/config"
 	"github.com/ctxd/ctxd/governor"
 	"github.com/ctxd/ctxd/httpapi"
+	"github.com/ctxd/ctxd/internal/daemontest"
 	"github.com/ctxd/ctxd/internal/fake"
 	"github.com/ctxd/ctxd/sigils"
 )
@@ -28,7 +29,7 @@ func TestStatusLineSaysHowTheDaemonIs(t *testing.T) {
 	down := newFixture(t, fixtureOptions{noWait: true, open: func(context.Context, func()) (*bringup.Model, error) {
 		return nil, ctxd.Errorf(ctxd.KindUnavailable, "fake: ollama is not reachable at fake://")
 	}})
-	waitFor(t, func() bool {
+	daemontest.WaitFor(t, func() bool {
 		line, err := down.daemon.StatusLine(t.Context())
 		return err == nil && line == "starting: backend not ready: fake: ollama is not reachable at fake://"
 	})
@@ -49,7 +50,7 @@ func TestStatusLineSaysHowTheDaemonIs(t *testing.T) {
 	f.ask(t, "a", "What does Serve return?")
 	// The session count is taken off the request path: a read asks for a
 	// fresh one and answers with the last.
-	waitFor(t, func() bool {
+	daemontest.WaitFor(t, func() bool {
 		line, err = f.daemon.StatusLine(t.Context())
 		return err == nil && strings.Contains(line, "1 session, 1 slot warm, 0 busy, 0 queued")
 	})
@@ -118,7 +119,7 @@ func (s *wedgedSensor) wedge() chan struct{} {
 func TestAliveFailsWhileTheRequestPathIsWedged(t *testing.T) {
 	t.Parallel()
 	cfg := config.Default(config.Env{UID: os.Getuid(), Home: t.TempDir()})
-	cfg.Daemon.Socket = filepath.Join(shortDir(t), "ctxd.sock")
+	cfg.Daemon.Socket = filepath.Join(daemontest.ShortDir(t), "ctxd.sock")
 	cfg.Daemon.StateDir = t.TempDir()
 	store := wedgedStore{Store: fake.NewStore(), wedged: make(chan struct{})}
 	sensor := &wedgedSensor{Sensor: fake.NewSensor()}
@@ -128,7 +129,7 @@ func TestAliveFailsWhileTheRequestPathIsWedged(t *testing.T) {
 			Window: governor.WindowPlan{NumCtx: 4096, Slots: 1, CacheType: governor.CacheF16},
 			Close:  func() error { return nil }}, nil
 	}
-	d, err := New(cfg, Options{Open: open, Store: store, Sensor: sensor, Logger: testLogger(t)})
+	d, err := New(cfg, Options{Open: open, Store: store, Sensor: sensor, Logger: daemontest.Logger(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -162,7 +163,7 @@ func TestAliveFailsWhileTheRequestPathIsWedged(t *testing.T) {
 		t.Errorf("Alive with the probe wedged: %v, want the check's deadline", err)
 	}
 	close(released)
-	waitFor(t, func() bool { return d.Alive(t.Context()) == nil })
+	daemontest.WaitFor(t, func() bool { return d.Alive(t.Context()) == nil })
 	if line, err := d.StatusLine(t.Context()); err != nil || !strings.HasPrefix(line, "ready · fake") || !strings.Contains(line, "no codex") {
 		t.Errorf("status line once unwedged: %q %v", line, err)
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/ctxd/ctxd/config"
 	"github.com/ctxd/ctxd/governor"
 	"github.com/ctxd/ctxd/httpapi"
+	"github.com/ctxd/ctxd/internal/daemontest"
 	"github.com/ctxd/ctxd/internal/fake"
 )
 
@@ -206,7 +207,7 @@ func TestReloadDuringStartUp(t *testing.T) {
 				t.Fatalf("a reload before the window is known: %+v", st)
 			}
 			close(release)
-			waitFor(t, func() bool { code, _ := f.do(t, "GET", "/v1/health", "", ""); return code == 200 })
+			daemontest.WaitFor(t, func() bool { code, _ := f.do(t, "GET", "/v1/health", "", ""); return code == 200 })
 			var st httpapi.Status
 			if err := f.client.Status(t.Context(), &st); err != nil {
 				t.Fatal(err)

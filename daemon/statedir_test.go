@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ctxd/ctxd/internal/daemontest"
 	"github.com/ctxd/ctxd/sqlite"
 )
 
@@ -18,15 +19,15 @@ import (
 func TestStateDirIsPrivateAndSingleOwner(t *testing.T) {
 	t.Parallel()
 	dir := filepath.Join(t.TempDir(), "state")
-	release, err := lockStateDir(dir, testLogger(t))
+	release, err := lockStateDir(dir, daemontest.Logger(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := lockStateDir(dir, testLogger(t)); !errors.Is(err, ErrStateInUse) || !strings.Contains(err.Error(), "pid") {
+	if _, err := lockStateDir(dir, daemontest.Logger(t)); !errors.Is(err, ErrStateInUse) || !strings.Contains(err.Error(), "pid") {
 		t.Errorf("a second daemon on the same state directory: %v", err)
 	}
 	release()
-	again, err := lockStateDir(dir, testLogger(t))
+	again, err := lockStateDir(dir, daemontest.Logger(t))
 	if err != nil {
 		t.Fatalf("after the first let go: %v", err)
 	}
@@ -39,7 +40,7 @@ func TestStateDirIsPrivateAndSingleOwner(t *testing.T) {
 	if err := os.Chmod(loose, 0o777); err != nil {
 		t.Fatal(err)
 	}
-	rel, err := lockStateDir(loose, testLogger(t))
+	rel, err := lockStateDir(loose, daemontest.Logger(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,7 +68,7 @@ func TestStateDirIsPrivateAndSingleOwner(t *testing.T) {
 	if err := os.Chown(theirs, 65534, 65534); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := lockStateDir(theirs, testLogger(t)); err == nil || !strings.Contains(err.Error(), "belongs to uid 65534") {
+	if _, err := lockStateDir(theirs, daemontest.Logger(t)); err == nil || !strings.Contains(err.Error(), "belongs to uid 65534") {
 		t.Errorf("another uid's state directory: %v", err)
 	}
 }

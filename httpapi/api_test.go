@@ -14,6 +14,7 @@ import (
 
 	"github.com/ctxd/ctxd"
 	"github.com/ctxd/ctxd/config"
+	"github.com/ctxd/ctxd/internal/daemontest"
 	"github.com/ctxd/ctxd/internal/fake"
 )
 
@@ -25,7 +26,7 @@ func TestEveryRoute(t *testing.T) {
 		c.Limits.MaxChars = 40000
 	}})
 	f.ask(t, "kept", "What does Serve do?")
-	other := smallCodex(t)
+	other := daemontest.SmallCodex(t)
 	big := `{"session":"s","query":"` + strings.Repeat("x", 70<<10) + `"}`
 	cases := []struct {
 		name, method, path, ctype, body string
@@ -125,7 +126,7 @@ func TestEightSessionsOnTwoSlots(t *testing.T) {
 		}()
 	}
 	// Both slots busy, six agents queued: status and health still answer.
-	waitFor(t, func() bool {
+	daemontest.WaitFor(t, func() bool {
 		var st Status
 		return f.client.GetJSON(context.Background(), "/v1/status", &st) == nil &&
 			st.Scheduler != nil && st.Scheduler.Busy == 2 && len(st.Scheduler.Waiting) == agents-2
@@ -188,7 +189,7 @@ func TestReadsNeverWaitForALoadOrAGeneration(t *testing.T) {
 		asked <- err
 	}()
 	<-f.backend.Started()
-	other := smallCodex(t)
+	other := daemontest.SmallCodex(t)
 	if err := os.WriteFile(filepath.Join(other, "new.go"), []byte("package main\n\n// New content: counted, so the load waits.\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -240,7 +241,7 @@ func TestClientThatGoesAwayStopsItsGeneration(t *testing.T) {
 	if err := <-got; err == nil {
 		t.Fatal("a cancelled ask succeeded")
 	}
-	waitFor(t, func() bool { return f.backend.Stopped() == 1 })
+	daemontest.WaitFor(t, func() bool { return f.backend.Stopped() == 1 })
 	f.backend.Release()
 	if s, _ := f.store.Session(context.Background(), "gone"); s.Count != 0 {
 		t.Errorf("the answer of a client that went away was recorded: %+v", s)
@@ -268,7 +269,7 @@ func TestClientThatStopsReadingFreesItsSlot(t *testing.T) {
 	body := `{"session":"stalled","query":"a long answer"}`
 	fmt.Fprintf(conn, "POST /v1/ask HTTP/1.1\r\nHost: ctxd\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
 	// Never read. Another session still gets the slot.
-	waitFor(t, func() bool { return f.backend.Stopped() == 1 })
+	daemontest.WaitFor(t, func() bool { return f.backend.Stopped() == 1 })
 	f.backend.SetAnswer("an answer")
 	if sum := f.ask(t, "other", "still served?"); sum.Turn != 1 {
 		t.Errorf("the next session: %+v", sum)

@@ -4,9 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"net"
-	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -18,6 +16,7 @@ import (
 	"github.com/ctxd/ctxd/engine"
 	"github.com/ctxd/ctxd/formatters"
 	"github.com/ctxd/ctxd/governor"
+	"github.com/ctxd/ctxd/internal/daemontest"
 	"github.com/ctxd/ctxd/internal/fake"
 	"github.com/ctxd/ctxd/internal/socktest"
 	"github.com/ctxd/ctxd/metrics"
@@ -106,50 +105,6 @@ func (c *testCore) Reload(context.Context) ReloadStatus {
 func (c *testCore) SetLogLevel(l slog.Level) { c.level.Set(l) }
 func (c *testCore) LogLevel() slog.Level     { return c.level.Level() }
 
-// shortDir is a directory for a socket: t.TempDir paths can be longer than
-// a Unix socket path may be.
-func shortDir(t testing.TB) string {
-	t.Helper()
-	dir, err := os.MkdirTemp("", "ctxd-h-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	return dir
-}
-
-// smallCodex writes a codex of two small files.
-func smallCodex(t testing.TB) string {
-	t.Helper()
-	dir := t.TempDir()
-	files := map[string]string{
-		"main.go":   "package main\n\n// Serve answers requests.\nfunc Serve() error { return nil }\n",
-		"README.md": "# Demo\nA codex for the HTTP surface's tests.\n",
-	}
-	for name, body := range files {
-		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return dir
-}
-
-// testConfig is the fixture's configuration before the test adjusts it.
-func testConfig(t testing.TB) config.Config {
-	cfg := config.Default(config.Env{UID: os.Getuid(), Home: t.TempDir()})
-	cfg.Daemon.Socket = filepath.Join(shortDir(t), "ctxd.sock")
-	cfg.Daemon.StateDir = t.TempDir()
-	cfg.Daemon.ShutdownGrace = config.Duration{Duration: 5 * time.Second}
-	cfg.Codex.Path = smallCodex(t)
-	cfg.Codex.Watch = false
-	cfg.Limits.AnswerReserve = 64
-	cfg.Codex.LoadRoots = []string{os.TempDir()} // the tests' codices are made there
-	// default: a single user's, every scope but tools (as config.Default's);
-	// coder: an agent's.
-	cfg.Sigils = map[string]config.Sigil{"default": {Scopes: []string{"ask", "sessions:read", "sessions:write", "codex:load"}}, "coder": {Scopes: []string{"ask", "search_codex"}}}
-	return cfg
-}
-
 func newFixture(t testing.TB, o fixtureOptions) *fixture {
 	t.Helper()
 	if o.slots == 0 {
@@ -159,7 +114,7 @@ func newFixture(t testing.TB, o fixtureOptions) *fixture {
 		o.numCtx = 100000
 	}
 	f := &fixture{backend: fake.NewBackend(), sensor: fake.NewSensor(), stopped: make(chan struct{})}
-	cfg := testConfig(t)
+	cfg := daemontest.Config(t)
 	if o.config != nil {
 		o.config(&cfg)
 	}
@@ -169,7 +124,7 @@ func newFixture(t testing.TB, o fixtureOptions) *fixture {
 	f.cfg = cfg
 	log := slog.New(slog.DiscardHandler)
 	if tt, ok := t.(*testing.T); ok && !o.quiet {
-		log = testLogger(tt)
+		log = daemontest.Logger(tt)
 	}
 	reg, err := cfg.SigilRegistry()
 	if err != nil {
@@ -270,18 +225,6 @@ func (f *fixture) runReturns(t *testing.T) {
 	}
 }
 
-// testLogger sends the server's log to the test log, shown on failure.
-func testLogger(t *testing.T) *slog.Logger {
-	return slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
-}
-
-type testWriter struct{ t *testing.T }
-
-func (w testWriter) Write(p []byte) (int, error) {
-	w.t.Log(strings.TrimRight(string(p), "\n"))
-	return len(p), nil
-}
-
 // do sends a request over the socket and returns status and body.
 func (f *fixture) do(t *testing.T, method, path, contentType, body string) (int, string) {
 	t.Helper()
@@ -295,16 +238,4 @@ func (f *fixture) ask(t *testing.T, session, query string) *ctxd.Summary {
 		t.Fatalf("ask %q in %s: %v", query, session, err)
 	}
 	return sum
-}
-
-// waitFor polls cond until it holds, failing the test after 10s.
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not reached within 10s")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/ctxd/ctxd"
 	"github.com/ctxd/ctxd/config"
+	"github.com/ctxd/ctxd/internal/daemontest"
 )
 
 // socketClient is an HTTP client on the fixture's socket that shows the
@@ -73,7 +74,7 @@ func TestMetricsAndRequestIDs(t *testing.T) {
 	// A request is counted when its handler returns, which may be just
 	// after its client read the answer's last line.
 	var body string
-	waitFor(t, func() bool {
+	daemontest.WaitFor(t, func() bool {
 		var code int
 		code, body = f.do(t, "GET", "/metrics", "", "")
 		return code == 200 && strings.Contains(body, `ctxd_requests_total{code="200",outcome="ok",route="POST /v1/ask"} 2`)

@@ -20,6 +20,7 @@ import (
 	"github.com/ctxd/ctxd"
 	"github.com/ctxd/ctxd/client"
 	"github.com/ctxd/ctxd/config"
+	"github.com/ctxd/ctxd/internal/daemontest"
 	"github.com/ctxd/ctxd/internal/fake"
 	"github.com/ctxd/ctxd/sigils"
 )
@@ -311,7 +312,7 @@ func TestWSClientThatStopsReadingEndsItsAsk(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Never read. The only slot is freed for another session.
-	waitFor(t, func() bool { return f.backend.Stopped() == 1 })
+	daemontest.WaitFor(t, func() bool { return f.backend.Stopped() == 1 })
 	f.backend.SetAnswer("an answer")
 	if sum := f.ask(t, "other", "still served?"); sum.Turn != 1 {
 		t.Errorf("the next session: %+v", sum)
@@ -468,7 +469,7 @@ func TestWSNotices(t *testing.T) {
 		}
 	}
 
-	if _, err := f.client.LoadCodex(t.Context(), smallCodex(t), nil); err != nil {
+	if _, err := f.client.LoadCodex(t.Context(), daemontest.SmallCodex(t), nil); err != nil {
 		t.Fatal(err)
 	}
 	if n := notice(ctxd.NoticeCodexReloaded); n.Codex == nil || n.Codex.Mode != "cag" {
@@ -620,7 +621,7 @@ func TestWSShutdown(t *testing.T) {
 			t.Fatalf("first message %+v", m)
 		}
 		f.cancel()
-		waitFor(t, func() bool {
+		daemontest.WaitFor(t, func() bool {
 			select {
 			case <-hub.stopping:
 				return true

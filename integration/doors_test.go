@@ -20,6 +20,7 @@ import (
 	"github.com/ctxd/ctxd/client"
 	"github.com/ctxd/ctxd/config"
 	"github.com/ctxd/ctxd/httpapi"
+	"github.com/ctxd/ctxd/internal/daemontest"
 	"github.com/ctxd/ctxd/sigils"
 )
 
@@ -383,7 +384,7 @@ type turnFigures struct {
 // the reuse the OpenAI door reported, turn by turn.
 func compareWithNative(t *testing.T, cfg config.Config, token string, conversation []map[string]string, door []turnFigures) {
 	cfg.Daemon.StateDir = t.TempDir()
-	cfg.Daemon.Socket = filepath.Join(socketDir(t), "ctxd.sock")
+	cfg.Daemon.Socket = filepath.Join(daemontest.ShortDir(t), "ctxd.sock")
 	r := start(t, cfg, true)
 	c := client.New(cfg.Daemon.Socket, client.WithToken(token))
 	system := conversation[0]["content"]

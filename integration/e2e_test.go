@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/ctxd/ctxd"
 	"log/slog"
 	"net"
 	"os"
@@ -14,9 +13,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ctxd/ctxd"
+
 	"github.com/ctxd/ctxd/client"
 	"github.com/ctxd/ctxd/config"
 	"github.com/ctxd/ctxd/daemon"
+	"github.com/ctxd/ctxd/internal/daemontest"
 	"github.com/ctxd/ctxd/internal/llamaservertest"
 	"github.com/ctxd/ctxd/internal/ollamatest"
 	"github.com/ctxd/ctxd/internal/socktest"
@@ -215,7 +217,7 @@ func TestSocketHygiene(t *testing.T) {
 		t.Errorf("socket mode %v (%v), want 0600", info.Mode().Perm(), err)
 	}
 
-	dir := socketDir(t)
+	dir := daemontest.ShortDir(t)
 	plain := filepath.Join(dir, "not-a-socket")
 	if err := os.WriteFile(plain, []byte("keep me"), 0o644); err != nil {
 		t.Fatal(err)

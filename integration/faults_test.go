@@ -6,7 +6,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"github.com/ctxd/ctxd/internal/logtest"
 	"log/slog"
 	"net"
 	"net/http"
@@ -20,6 +19,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/ctxd/ctxd/internal/daemontest"
+	"github.com/ctxd/ctxd/internal/logtest"
 
 	"github.com/ctxd/ctxd"
 	"github.com/ctxd/ctxd/client"
@@ -440,7 +442,7 @@ func fill(t *testing.T, path string) {
 // socket again, and the next ask succeeds.
 func faultSocketRemoved(t *testing.T, external func(*testing.T, string) config.Config) faultRow {
 	cfg := external(t, t.TempDir())
-	cfg.Daemon.Socket = filepath.Join(socketDir(t), "run", "ctxd.sock")
+	cfg.Daemon.Socket = filepath.Join(daemontest.ShortDir(t), "run", "ctxd.sock")
 	d := startLogged(t, cfg, true)
 	d.mustAsk(t, "sock", "hi")
 	removed := time.Now()

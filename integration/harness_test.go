@@ -13,6 +13,7 @@ import (
 	"github.com/ctxd/ctxd/client"
 	"github.com/ctxd/ctxd/config"
 	"github.com/ctxd/ctxd/daemon"
+	"github.com/ctxd/ctxd/internal/daemontest"
 	"github.com/ctxd/ctxd/internal/llamaservertest"
 	"github.com/ctxd/ctxd/internal/ollamatest"
 	"github.com/ctxd/ctxd/modelgen"
@@ -86,18 +87,6 @@ type running struct {
 	stop   func() error // stops the daemon and returns Run's error
 }
 
-// socketDir returns a short directory for a socket: t.TempDir paths can be
-// longer than a Unix socket path may be.
-func socketDir(t testing.TB) string {
-	t.Helper()
-	dir, err := os.MkdirTemp("", "ctxd-e2e-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	return dir
-}
-
 // codexDir writes a codex of roughly n bytes of Go-like text.
 func codexDir(t testing.TB, n int) string {
 	t.Helper()
@@ -119,7 +108,7 @@ func codexDir(t testing.TB, n int) string {
 func baseConfig(t testing.TB, stateDir, codex string) config.Config {
 	t.Helper()
 	c := config.Default(config.Env{UID: os.Getuid(), Home: t.TempDir()})
-	c.Daemon.Socket = filepath.Join(socketDir(t), "ctxd.sock")
+	c.Daemon.Socket = filepath.Join(daemontest.ShortDir(t), "ctxd.sock")
 	c.Daemon.StateDir = stateDir
 	c.Daemon.LogLevel = "info"
 	c.Backend.Binary = ollamatest.Binary(t)

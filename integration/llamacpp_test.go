@@ -12,6 +12,7 @@ import (
 
 	"github.com/ctxd/ctxd"
 	"github.com/ctxd/ctxd/httpapi"
+	"github.com/ctxd/ctxd/internal/daemontest"
 	"github.com/ctxd/ctxd/internal/llamaservertest"
 	"github.com/ctxd/ctxd/modelgen"
 )
@@ -228,7 +229,7 @@ func TestExternalLlamaServer(t *testing.T) {
 	}
 
 	bad := cfg
-	bad.Daemon.Socket = filepath.Join(socketDir(t), "bad.sock")
+	bad.Daemon.Socket = filepath.Join(daemontest.ShortDir(t), "bad.sock")
 	bad.Daemon.StateDir, bad.Backend.APIKey = t.TempDir(), "wrong"
 	start(t, bad, false)
 	waitFor(t, func() bool {
@@ -308,7 +309,7 @@ func TestExternalLlamaServerWithoutTheModelFile(t *testing.T) {
 func TestManagedLlamaServerOnAUnixSocket(t *testing.T) {
 	needLlamaServer(t)
 	cfg := llamaConfig(t, t.TempDir(), codexDir(t, 2000))
-	cfg.Backend.Listen = filepath.Join(socketDir(t), "llama.sock")
+	cfg.Backend.Listen = filepath.Join(daemontest.ShortDir(t), "llama.sock")
 	d := start(t, cfg, true)
 	var st httpapi.Status
 	if err := d.client.GetJSON(context.Background(), "/v1/status", &st); err != nil {

@@ -3,10 +3,11 @@ package integration
 import (
 	"context"
 	"fmt"
-	"github.com/ctxd/ctxd"
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/ctxd/ctxd"
 )
 
 // BenchmarkSidecarOverhead is the harness's overhead measurement on the

@@ -17,6 +17,7 @@ import (
 
 	"github.com/ctxd/ctxd"
 	"github.com/ctxd/ctxd/client"
+	"github.com/ctxd/ctxd/internal/daemontest"
 	"github.com/ctxd/ctxd/internal/reporoot"
 	"github.com/ctxd/ctxd/systemd"
 )
@@ -31,7 +32,7 @@ import (
 // well within the unit's TimeoutStopSec.
 func TestServiceAsSystemdRunsIt(t *testing.T) {
 	needOllama(t)
-	dir := socketDir(t)
+	dir := daemontest.ShortDir(t)
 	bin := filepath.Join(t.TempDir(), "ctxd")
 	if out, err := exec.Command("go", "build", "-o", bin, "../cmd/ctxd").CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
@@ -100,7 +101,7 @@ func TestMakeInstallAsTheReadmeSays(t *testing.T) {
 	if want := []string{"make install", "systemctl --user daemon-reload && systemctl --user enable --now ctxd.socket", "~/.local/bin/ctxd status"}; !slices.Equal(readme, want) {
 		t.Fatalf("README's systemd block is %q; this test runs %q: make them agree", readme, want)
 	}
-	home, scratch, runtime := t.TempDir(), t.TempDir(), socketDir(t)
+	home, scratch, runtime := t.TempDir(), t.TempDir(), daemontest.ShortDir(t)
 	env := installEnv(t, home, runtime)
 	install := func() string {
 		t.Helper()
@@ -213,7 +214,7 @@ func startService(t *testing.T, bin, config string, env []string, sock string) *
 		t.Fatal(err)
 	}
 	defer lnFile.Close()
-	notifyPath := filepath.Join(socketDir(t), "notify")
+	notifyPath := filepath.Join(daemontest.ShortDir(t), "notify")
 	notify, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: notifyPath, Net: "unixgram"})
 	if err != nil {
 		t.Fatal(err)
