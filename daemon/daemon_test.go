@@ -18,7 +18,6 @@ import (
 	"github.com/ctxd/ctxd/client"
 	"github.com/ctxd/ctxd/config"
 	"github.com/ctxd/ctxd/formatters"
-	"github.com/ctxd/ctxd/governor"
 	"github.com/ctxd/ctxd/internal/daemontest"
 	"github.com/ctxd/ctxd/internal/fake"
 	"github.com/ctxd/ctxd/internal/socktest"
@@ -73,12 +72,7 @@ func newFixture(t *testing.T, o fixtureOptions) *fixture {
 	open := o.open
 	if open == nil {
 		open = func(context.Context, func()) (*bringup.Model, error) {
-			return &bringup.Model{
-				Backend: f.backend, Tokenizer: tok, TokenizerID: "fake",
-				Info:   bringup.BackendInfo{Mode: "fake", URL: "fake://", Model: "fake", NumCtx: o.numCtx, Slots: o.slots},
-				Window: governor.WindowPlan{NumCtx: o.numCtx, Slots: o.slots, CacheType: governor.CacheF16},
-				Close:  func() error { return nil },
-			}, nil
+			return daemontest.Model(f.backend, tok, o.numCtx, o.slots), nil
 		}
 	}
 	opts := Options{Open: open, Sensor: f.sensor, Version: "test", Logger: daemontest.Logger(t), Formatters: o.formatters,
@@ -299,10 +293,9 @@ func TestStopOrder(t *testing.T) {
 	cfg.Daemon.StateDir = t.TempDir()
 	cfg.Daemon.ShutdownGrace = config.Duration{Duration: 10 * time.Second}
 	open := func(context.Context, func()) (*bringup.Model, error) {
-		return &bringup.Model{Backend: backend, Tokenizer: fake.Tokenizer{}, TokenizerID: "fake",
-			Info:   bringup.BackendInfo{Kind: "fake", Model: "fake", NumCtx: 4096, Slots: 1},
-			Window: governor.WindowPlan{NumCtx: 4096, Slots: 1, CacheType: governor.CacheF16},
-			Close:  func() error { note("backend closed"); return nil }}, nil
+		m := daemontest.Model(backend, fake.Tokenizer{}, 4096, 1)
+		m.Close = func() error { note("backend closed"); return nil }
+		return m, nil
 	}
 	d, err := New(cfg, Options{Open: open, Store: orderStore{Store: fake.NewStore(), note: note}, Sensor: fake.NewSensor(), Logger: daemontest.Logger(t)})
 	if err != nil {

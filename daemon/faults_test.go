@@ -19,7 +19,6 @@ import (
 	"github.com/ctxd/ctxd"
 	"github.com/ctxd/ctxd/client"
 	"github.com/ctxd/ctxd/config"
-	"github.com/ctxd/ctxd/governor"
 	"github.com/ctxd/ctxd/internal/fake"
 )
 
@@ -33,12 +32,7 @@ func runOn(t *testing.T, ln net.Listener, socket string) *logtest.Lines {
 	cfg.Limits.AnswerReserve = 64
 	backend := fake.NewBackend()
 	open := func(context.Context, func()) (*bringup.Model, error) {
-		return &bringup.Model{
-			Backend: backend, Tokenizer: fake.Tokenizer{}, TokenizerID: "fake",
-			Info:   bringup.BackendInfo{Mode: "fake", URL: "fake://", Model: "fake", NumCtx: 100000, Slots: 1},
-			Window: governor.WindowPlan{NumCtx: 100000, Slots: 1, CacheType: governor.CacheF16},
-			Close:  func() error { return nil },
-		}, nil
+		return daemontest.Model(backend, fake.Tokenizer{}, 100000, 1), nil
 	}
 	log := logtest.NewLines(t)
 	d, err := New(cfg, Options{Open: open, Store: fake.NewStore(), Sensor: fake.NewSensor(), Version: "test",

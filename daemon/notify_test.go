@@ -14,7 +14,6 @@ import (
 	"github.com/ctxd/ctxd/bringup"
 	"github.com/ctxd/ctxd/client"
 	"github.com/ctxd/ctxd/config"
-	"github.com/ctxd/ctxd/governor"
 	"github.com/ctxd/ctxd/httpapi"
 	"github.com/ctxd/ctxd/internal/daemontest"
 	"github.com/ctxd/ctxd/internal/fake"
@@ -124,10 +123,7 @@ func TestAliveFailsWhileTheRequestPathIsWedged(t *testing.T) {
 	store := wedgedStore{Store: fake.NewStore(), wedged: make(chan struct{})}
 	sensor := &wedgedSensor{Sensor: fake.NewSensor()}
 	open := func(context.Context, func()) (*bringup.Model, error) {
-		return &bringup.Model{Backend: fake.NewBackend(), Tokenizer: fake.Tokenizer{}, TokenizerID: "fake",
-			Info:   bringup.BackendInfo{Kind: "fake", Model: "fake", NumCtx: 4096, Slots: 1},
-			Window: governor.WindowPlan{NumCtx: 4096, Slots: 1, CacheType: governor.CacheF16},
-			Close:  func() error { return nil }}, nil
+		return daemontest.Model(fake.NewBackend(), fake.Tokenizer{}, 4096, 1), nil
 	}
 	d, err := New(cfg, Options{Open: open, Store: store, Sensor: sensor, Logger: daemontest.Logger(t)})
 	if err != nil {

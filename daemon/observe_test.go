@@ -14,7 +14,6 @@ import (
 	"github.com/ctxd/ctxd"
 	"github.com/ctxd/ctxd/bringup"
 	"github.com/ctxd/ctxd/config"
-	"github.com/ctxd/ctxd/governor"
 	"github.com/ctxd/ctxd/httpapi"
 	"github.com/ctxd/ctxd/internal/daemontest"
 	"github.com/ctxd/ctxd/internal/fake"
@@ -194,10 +193,7 @@ func TestReloadDuringStartUp(t *testing.T) {
 					case <-ctx.Done():
 						return nil, ctx.Err()
 					}
-					return &bringup.Model{Backend: backend, Tokenizer: fake.Tokenizer{}, TokenizerID: "fake",
-						Info:   bringup.BackendInfo{Mode: "fake", URL: "fake://", Model: "fake", NumCtx: 20000, Slots: 1},
-						Window: governor.WindowPlan{NumCtx: 20000, Slots: 1, CacheType: governor.CacheF16},
-						Close:  func() error { return nil }}, nil
+					return daemontest.Model(backend, fake.Tokenizer{}, 20000, 1), nil
 				}})
 			mu.Lock()
 			next = f.cfg

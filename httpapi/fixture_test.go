@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/ctxd/ctxd"
-	"github.com/ctxd/ctxd/bringup"
 	"github.com/ctxd/ctxd/client"
 	"github.com/ctxd/ctxd/config"
 	"github.com/ctxd/ctxd/engine"
@@ -152,12 +151,7 @@ func newFixture(t testing.TB, o fixtureOptions) *fixture {
 	if o.model != nil {
 		backend = o.model
 	}
-	model := &bringup.Model{
-		Backend: backend, Tokenizer: tok, TokenizerID: "fake",
-		Info:   bringup.BackendInfo{Mode: "fake", URL: "fake://", Model: "fake", NumCtx: o.numCtx, Slots: o.slots},
-		Window: governor.WindowPlan{NumCtx: o.numCtx, Slots: o.slots, CacheType: governor.CacheF16},
-		Close:  func() error { return nil },
-	}
+	model := daemontest.Model(backend, tok, o.numCtx, o.slots)
 	met := metrics.New(func() metrics.Snapshot {
 		var v metrics.Snapshot
 		if f.eng != nil {

@@ -11,7 +11,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ctxd/ctxd"
+	"github.com/ctxd/ctxd/bringup"
 	"github.com/ctxd/ctxd/config"
+	"github.com/ctxd/ctxd/governor"
 )
 
 // ShortDir is a directory for a socket, removed when the test ends:
@@ -83,4 +86,15 @@ func Config(tb testing.TB) config.Config {
 	cfg.Codex.LoadRoots = []string{os.TempDir()} // the tests' codices are made there
 	cfg.Sigils = map[string]config.Sigil{"default": {Scopes: []string{"ask", "sessions:read", "sessions:write", "codex:load"}}, "coder": {Scopes: []string{"ask", "search_codex"}}}
 	return cfg
+}
+
+// Model is a model "brought up" on backend: tok counts its tokens, its
+// window is numCtx tokens on slots slots, and closing it does nothing.
+func Model(backend ctxd.Backend, tok ctxd.Tokenizer, numCtx, slots int) *bringup.Model {
+	return &bringup.Model{
+		Backend: backend, Tokenizer: tok, TokenizerID: "fake",
+		Info:   bringup.BackendInfo{Kind: "fake", Mode: "fake", URL: "fake://", Model: "fake", NumCtx: numCtx, Slots: slots},
+		Window: governor.WindowPlan{NumCtx: numCtx, Slots: slots, CacheType: governor.CacheF16},
+		Close:  func() error { return nil },
+	}
 }
