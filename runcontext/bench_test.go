@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/ctxd/ctxd/bench"
+	"github.com/ctxd/ctxd/internal/race"
 )
 
 // BenchmarkCompose: build + validate + render with a 10k and a 100k-token
@@ -29,7 +30,7 @@ func TestComposeAllocationsDoNotGrowWithTheCodex(t *testing.T) {
 	big, _, _ := bench.ComposeInputs(100_000)
 	a := testing.AllocsPerRun(50, func() { _, _ = bench.ComposeOnce(small, turns, karma, "q") })
 	b := testing.AllocsPerRun(50, func() { _, _ = bench.ComposeOnce(big, turns, karma, "q") })
-	if b > a {
+	if b > a+race.Slack(a) {
 		t.Errorf("allocations grow with the codex: %v with 10k tokens, %v with 100k", a, b)
 	}
 }
