@@ -99,7 +99,7 @@ func (c *Client) do(ctx context.Context, method, path string, body, out any) err
 	if err != nil {
 		return err
 	}
-	defer resp.Body.Close()
+	defer release(resp.Body)
 	if out == nil {
 		return nil
 	}
@@ -107,6 +107,23 @@ func (c *Client) do(ctx context.Context, method, path string, body, out any) err
 		return c.wrap(path, fmt.Errorf("decode the answer: %w", err))
 	}
 	return nil
+}
+
+// Most of an answer's tail release reads before it gives up the
+// connection instead.
+const releaseMax = 64 << 10
+
+// release closes an answer the server has finished sending, reading what
+// is left of it first (at most releaseMax bytes): Go's transport reuses a
+// connection only once its answer was read to the end, and closes it
+// otherwise. A connection made anew costs a dial and, for a managed
+// server, the check of who holds its other end (see Options.Dial).
+// llama-server itself closes a connection after a streamed completion, so
+// each completion still comes on a new one; the rest (health, props,
+// slots, tokenize) share them.
+func release(body io.ReadCloser) {
+	io.Copy(io.Discard, io.LimitReader(body, releaseMax))
+	body.Close()
 }
 
 // send sends a request; an error status becomes an error naming the
@@ -321,6 +338,10 @@ func (c *Client) ApplyTemplate(ctx context.Context, messages any) (string, error
 	return out.Prompt, err
 }
 
+// streamEndWait bounds how long a finished stream's end is waited for
+// before its connection is given up; llama-server sends it at once.
+const streamEndWait = time.Second
+
 // chunk is one event of a streamed /completion.
 type chunk struct {
 	Content  string `json:"content"`
@@ -387,12 +408,25 @@ func (c *Client) Generate(ctx context.Context, req ctxd.GenerateRequest, onToken
 		onToken = func(string) error { return nil }
 	}
 	gen := ctxd.Generation{BackendCached: -1}
+	// The request's own context: cancelling it closes the connection,
+	// which bounds the wait for a stream's end (see finished).
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	start := time.Now()
 	resp, err := c.send(ctx, http.MethodPost, "/completion", body)
 	if err != nil {
 		return gen, err
 	}
+	// Closed as it is, the stream closes its connection: what ends a
+	// generation early (an error from onToken, a bad event, a cancelled
+	// ctx) stops the server's work too. A stream the server ended
+	// (finished) goes back to the pool instead.
 	defer resp.Body.Close()
+	finished := func() {
+		t := time.AfterFunc(streamEndWait, cancel)
+		defer t.Stop()
+		release(resp.Body)
+	}
 	var sb strings.Builder
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 0, 64<<10), 16<<20)
@@ -417,8 +451,10 @@ func (c *Client) Generate(ctx context.Context, req ctxd.GenerateRequest, onToken
 				if gen.TTFT == 0 {
 					gen.TTFT = time.Since(start)
 				}
+				finished()
 				return gen, nil
 			}
+			finished() // an error event is the stream's last
 			return gen, c.statusError("/completion", ch.Error.Code, *ch.Error)
 		}
 		ch.measured(&gen)
@@ -444,6 +480,12 @@ func (c *Client) Generate(ctx context.Context, req ctxd.GenerateRequest, onToken
 	gen.Text = sb.String()
 	if err := sc.Err(); err != nil {
 		return gen, c.wrap("/completion", err)
+	}
+	if done {
+		// llama-server ends the stream right after its final event: the
+		// chunked encoding's last chunk, which may come in a read of its
+		// own. Unread, it would cost the connection.
+		finished()
 	}
 	if !done {
 		if err := ctx.Err(); err != nil {
