@@ -48,7 +48,10 @@ var _ ctxd.Backend = (*Client)(nil)
 // as llama-server's --host takes it).
 func New(addr string, opts Options) (*Client, error) {
 	c := &Client{opts: opts, addr: addr}
-	tr := &http.Transport{MaxIdleConnsPerHost: 8}
+	// llama-server closes a connection idle for 5 s (it answers with
+	// "Keep-Alive: timeout=5"): the client lets go of one first, so that
+	// a request does not go out on a connection the server is closing.
+	tr := &http.Transport{MaxIdleConnsPerHost: 8, IdleConnTimeout: idleTimeout}
 	switch {
 	case strings.HasSuffix(addr, ".sock") && !strings.Contains(addr, "://"):
 		c.base = "http://unix"
@@ -69,6 +72,10 @@ func New(addr string, opts Options) (*Client, error) {
 	c.http = &http.Client{Transport: tr}
 	return c, nil
 }
+
+// idleTimeout is how long the client keeps an idle connection: under
+// llama-server's keep-alive timeout.
+const idleTimeout = 4 * time.Second
 
 // Addr is the server's address as given.
 func (c *Client) Addr() string { return c.addr }
@@ -95,7 +102,7 @@ type apiError struct {
 
 // do sends a request and decodes a JSON answer into out (unless nil).
 func (c *Client) do(ctx context.Context, method, path string, body, out any) error {
-	resp, err := c.send(ctx, method, path, body)
+	resp, err := c.send(ctx, method, path, body, false)
 	if err != nil {
 		return err
 	}
@@ -118,17 +125,18 @@ const releaseMax = 64 << 10
 // connection only once its answer was read to the end, and closes it
 // otherwise. A connection made anew costs a dial and, for a managed
 // server, the check of who holds its other end (see Options.Dial).
-// llama-server itself closes a connection after a streamed completion, so
-// each completion still comes on a new one; the rest (health, props,
-// slots, tokenize) share them.
 func release(body io.ReadCloser) {
 	io.Copy(io.Discard, io.LimitReader(body, releaseMax))
 	body.Close()
 }
 
 // send sends a request; an error status becomes an error naming the
-// server's message.
-func (c *Client) send(ctx context.Context, method, path string, body any) (*http.Response, error) {
+// server's message. A stream's request asks for its connection to close
+// once the answer ends: llama-server closes it then anyway, without
+// saying so, and a connection back in the pool would be taken by the next
+// request while the server closes it (which fails that request once part
+// of it was written).
+func (c *Client) send(ctx context.Context, method, path string, body any, stream bool) (*http.Response, error) {
 	var rd io.Reader
 	if body != nil {
 		b, err := json.Marshal(body)
@@ -144,6 +152,7 @@ func (c *Client) send(ctx context.Context, method, path string, body any) (*http
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
+	req.Close = stream
 	if c.opts.APIKey != "" {
 		req.Header.Set("Authorization", "Bearer "+c.opts.APIKey)
 	}
@@ -338,10 +347,6 @@ func (c *Client) ApplyTemplate(ctx context.Context, messages any) (string, error
 	return out.Prompt, err
 }
 
-// streamEndWait bounds how long a finished stream's end is waited for
-// before its connection is given up; llama-server sends it at once.
-const streamEndWait = time.Second
-
 // chunk is one event of a streamed /completion.
 type chunk struct {
 	Content  string `json:"content"`
@@ -408,25 +413,15 @@ func (c *Client) Generate(ctx context.Context, req ctxd.GenerateRequest, onToken
 		onToken = func(string) error { return nil }
 	}
 	gen := ctxd.Generation{BackendCached: -1}
-	// The request's own context: cancelling it closes the connection,
-	// which bounds the wait for a stream's end (see finished).
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
 	start := time.Now()
-	resp, err := c.send(ctx, http.MethodPost, "/completion", body)
+	resp, err := c.send(ctx, http.MethodPost, "/completion", body, true)
 	if err != nil {
 		return gen, err
 	}
-	// Closed as it is, the stream closes its connection: what ends a
+	// The stream's connection closes with it (see send): what ends a
 	// generation early (an error from onToken, a bad event, a cancelled
-	// ctx) stops the server's work too. A stream the server ended
-	// (finished) goes back to the pool instead.
+	// ctx) stops the server's work too.
 	defer resp.Body.Close()
-	finished := func() {
-		t := time.AfterFunc(streamEndWait, cancel)
-		defer t.Stop()
-		release(resp.Body)
-	}
 	var sb strings.Builder
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 0, 64<<10), 16<<20)
@@ -451,10 +446,8 @@ func (c *Client) Generate(ctx context.Context, req ctxd.GenerateRequest, onToken
 				if gen.TTFT == 0 {
 					gen.TTFT = time.Since(start)
 				}
-				finished()
 				return gen, nil
 			}
-			finished() // an error event is the stream's last
 			return gen, c.statusError("/completion", ch.Error.Code, *ch.Error)
 		}
 		ch.measured(&gen)
@@ -480,12 +473,6 @@ func (c *Client) Generate(ctx context.Context, req ctxd.GenerateRequest, onToken
 	gen.Text = sb.String()
 	if err := sc.Err(); err != nil {
 		return gen, c.wrap("/completion", err)
-	}
-	if done {
-		// llama-server ends the stream right after its final event: the
-		// chunked encoding's last chunk, which may come in a read of its
-		// own. Unread, it would cost the connection.
-		finished()
 	}
 	if !done {
 		if err := ctx.Err(); err != nil {
