@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -203,10 +204,21 @@ func Run(ctx context.Context, cfg Config, prev *Report) (*Report, error) {
 		*r = *prev
 	}
 	now := time.Now().UTC().Format(time.RFC3339)
-	r.Started, r.Config = now, cfg
+	r.Ran = maps.Clone(r.Ran) // prev's stays as it was
 	if r.Ran == nil {
 		r.Ran = map[string]string{}
 	}
+	if prev != nil {
+		// A phase the last run measured without saying when (results
+		// written before phases_ran listed it) was measured when that run
+		// started: its section keeps that date, not this run's.
+		for _, p := range AllPhases {
+			if _, ok := r.Ran[p]; !ok && prev.Started != "" {
+				r.Ran[p] = prev.Started
+			}
+		}
+	}
+	r.Started, r.Config = now, cfg
 	phases := cfg.Phases
 	if len(phases) == 0 {
 		phases = AllPhases

@@ -50,11 +50,25 @@ type LlamaSize struct {
 	PairedRawMs  []float64 `json:"paired_raw_ms"`
 	OverheadP50  float64   `json:"overhead_p50_ms"` // pairwise ctxd − raw
 	// Inside: the client's time to first token through ctxd minus ctxd's
-	// own measurement of llama-server's (from sending the ids).
+	// own measurement of llama-server's (from sending the ids: the
+	// summary's timing.backend_ttft_ms; its ttft_ms counts from the
+	// request's arrival).
 	OwnMs []float64 `json:"own_ms"`
 	// Tokens the server evaluated for each pair: through ctxd, raw.
 	PairedEvaluated [][2]int `json:"paired_evaluated"`
 	OwnP50          float64  `json:"own_p50_ms"`
+	// Where ctxd − raw goes, pair by pair. The backend leg: ctxd's
+	// measurement of llama-server's time to first token minus the raw
+	// client's, both from sending the ids (connections, their ownership
+	// check, the request). Inside, from the summary's timing: the governor
+	// (building, counting and fitting the prompt) and the rest before the
+	// ids are sent (taking the session, checks).
+	BackendLegMs  []float64 `json:"backend_leg_ms,omitempty"`
+	GovernorMs    []float64 `json:"governor_ms,omitempty"`
+	OtherMs       []float64 `json:"other_ms,omitempty"`
+	BackendLegP50 float64   `json:"backend_leg_p50_ms,omitempty"`
+	GovernorP50   float64   `json:"governor_p50_ms,omitempty"`
+	OtherP50      float64   `json:"other_p50_ms,omitempty"`
 }
 
 // InterleaveRun is two agents taking turns over one codex.
@@ -198,13 +212,14 @@ func llamaPhase(ctx context.Context, cfg Config) (LlamaRun, error) {
 		for i := range cfg.LlamaPairs + 1 {
 			session := fmt.Sprintf("pair-%d-%d", target, i)
 			var evalCtxd, evalRaw int
+			var timing ctxd.Timing
 			viaCtxd := func() (float64, float64, error) {
 				sum, tc, err := ask(ctx, lst.ctxd, session, question(0))
 				if err != nil {
 					return 0, 0, err
 				}
-				evalCtxd = evaluated(sum)
-				return ms(tc), ms(tc) - sum.TTFTMillis, nil
+				evalCtxd, timing = evaluated(sum), sum.Timing
+				return ms(tc), ms(tc) - sum.Timing.BackendTTFTMs, nil
 			}
 			raw := func() (float64, error) {
 				var lp ctxd.LastPrompt
@@ -249,14 +264,17 @@ func llamaPhase(ctx context.Context, cfg Config) (LlamaRun, error) {
 			}
 			s.PairedCtxdMs, s.PairedRawMs, s.OwnMs = append(s.PairedCtxdMs, c), append(s.PairedRawMs, r), append(s.OwnMs, own)
 			s.PairedEvaluated = append(s.PairedEvaluated, [2]int{evalCtxd, evalRaw})
+			s.BackendLegMs = append(s.BackendLegMs, timing.BackendTTFTMs-r)
+			s.GovernorMs, s.OtherMs = append(s.GovernorMs, timing.GovernorMs), append(s.OtherMs, timing.OtherMs)
 		}
 		var diffs []float64
 		for i := range s.PairedCtxdMs {
 			diffs = append(diffs, s.PairedCtxdMs[i]-s.PairedRawMs[i])
 		}
 		s.OverheadP50, s.OwnP50 = percentile(diffs, 0.5), percentile(s.OwnMs, 0.5)
-		cfg.Log("  stable %d tokens: llama-server cold %.0f ms, warm p50 %.0f ms; Ollama cold %.0f ms, warm p50 %.0f ms; ctxd − raw p50 %.2f ms, inside p50 %.2f ms",
-			s.StableTokens, s.LlamaColdMs, percentile(s.LlamaWarmMs, 0.5), s.OllamaColdMs, percentile(s.OllamaWarmMs, 0.5), s.OverheadP50, s.OwnP50)
+		s.BackendLegP50, s.GovernorP50, s.OtherP50 = percentile(s.BackendLegMs, 0.5), percentile(s.GovernorMs, 0.5), percentile(s.OtherMs, 0.5)
+		cfg.Log("  stable %d tokens: llama-server cold %.0f ms, warm p50 %.0f ms; Ollama cold %.0f ms, warm p50 %.0f ms; ctxd − raw p50 %.2f ms (backend leg %.2f ms), inside p50 %.2f ms (governor %.2f ms, other %.2f ms)",
+			s.StableTokens, s.LlamaColdMs, percentile(s.LlamaWarmMs, 0.5), s.OllamaColdMs, percentile(s.OllamaWarmMs, 0.5), s.OverheadP50, s.BackendLegP50, s.OwnP50, s.GovernorP50, s.OtherP50)
 		run.Sizes = append(run.Sizes, s)
 	}
 	lst.stop()

@@ -266,7 +266,7 @@ func (e *env) overhead(ctx context.Context) (Overhead, error) {
 		o.PromptTokens = direct.PromptTokens
 		o.CtxdTTFTMs, o.DirectTTFTMs = append(o.CtxdTTFTMs, ms(tc)), append(o.DirectTTFTMs, direct.TTFTMs)
 		o.Samples = append(o.Samples, ms(tc)-direct.TTFTMs)
-		o.OwnSamples = append(o.OwnSamples, ms(tc)-sum.TTFTMillis)
+		o.OwnSamples = append(o.OwnSamples, ms(tc)-sum.Timing.BackendTTFTMs) // ttft_ms counts from the request's arrival
 		ctxdEval, directEval = append(ctxdEval, sum.PromptEvalMs), append(directEval, direct.PromptEvalMs)
 	}
 	o.P50Ms, o.P95Ms = percentile(o.Samples, 0.5), percentile(o.Samples, 0.95)

@@ -317,6 +317,14 @@ func (r *Report) llamaMarkdown(b *strings.Builder) {
 			float64(hi.StableTokens)/float64(lo.StableTokens), percentile(hi.LlamaWarmMs, 0.5)/percentile(lo.LlamaWarmMs, 0.5),
 			percentile(hi.OllamaWarmMs, 0.5)/percentile(lo.OllamaWarmMs, 0.5), worst)
 	}
+	if len(l.Sizes) > 0 && len(l.Sizes[0].BackendLegMs) > 0 {
+		b.WriteString("\nWhere ctxd − raw goes, medians of the same pairs. Backend leg: ctxd's own measurement of llama-server's time to first token minus the raw client's, both from sending the ids (ctxd's connections to the server it started, each checked for who holds it when made, and the request). Inside, split by the summary's `timing`: the governor (building, counting and fitting the prompt) and the rest before the ids are sent (taking the session: a new session's owner is recorded in the store; checks); the rest of inside is the daemon's socket and HTTP (and any wait for a slot).\n\n")
+		b.WriteString("| codex + stable blocks | ctxd − raw | backend leg | inside | governor | rest before sending |\n|---|---|---|---|---|---|\n")
+		for _, s := range l.Sizes {
+			fmt.Fprintf(b, "| %s tokens | %.2f ms | %.2f ms | %.2f ms | %.2f ms | %.2f ms |\n", thousands(s.StableTokens),
+				s.OverheadP50, s.BackendLegP50, s.OwnP50, s.GovernorP50, s.OtherP50)
+		}
+	}
 	b.WriteString("\nTwo agents taking turns (A B A B …) over one codex: on one shared slot each turn re-evaluates its own conversation after the codex; on two slots ctxd gives each agent its own (the second got the saved prefix restored). Time to first token, and in brackets the tokens llama-server evaluated (prompt − `cache_n`), turn by turn:\n\n")
 	b.WriteString("| turn |")
 	for _, ir := range l.Interleave {

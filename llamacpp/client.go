@@ -48,7 +48,10 @@ var _ ctxd.Backend = (*Client)(nil)
 // as llama-server's --host takes it).
 func New(addr string, opts Options) (*Client, error) {
 	c := &Client{opts: opts, addr: addr}
-	tr := &http.Transport{MaxIdleConnsPerHost: 8}
+	// llama-server closes a connection idle for 5 s (it answers with
+	// "Keep-Alive: timeout=5"): the client lets go of one first, so that
+	// a request does not go out on a connection the server is closing.
+	tr := &http.Transport{MaxIdleConnsPerHost: 8, IdleConnTimeout: idleTimeout}
 	switch {
 	case strings.HasSuffix(addr, ".sock") && !strings.Contains(addr, "://"):
 		c.base = "http://unix"
@@ -69,6 +72,10 @@ func New(addr string, opts Options) (*Client, error) {
 	c.http = &http.Client{Transport: tr}
 	return c, nil
 }
+
+// idleTimeout is how long the client keeps an idle connection: under
+// llama-server's keep-alive timeout.
+const idleTimeout = 4 * time.Second
 
 // Addr is the server's address as given.
 func (c *Client) Addr() string { return c.addr }
@@ -95,11 +102,11 @@ type apiError struct {
 
 // do sends a request and decodes a JSON answer into out (unless nil).
 func (c *Client) do(ctx context.Context, method, path string, body, out any) error {
-	resp, err := c.send(ctx, method, path, body)
+	resp, err := c.send(ctx, method, path, body, false)
 	if err != nil {
 		return err
 	}
-	defer resp.Body.Close()
+	defer release(resp.Body)
 	if out == nil {
 		return nil
 	}
@@ -109,9 +116,27 @@ func (c *Client) do(ctx context.Context, method, path string, body, out any) err
 	return nil
 }
 
+// Most of an answer's tail release reads before it gives up the
+// connection instead.
+const releaseMax = 64 << 10
+
+// release closes an answer the server has finished sending, reading what
+// is left of it first (at most releaseMax bytes): Go's transport reuses a
+// connection only once its answer was read to the end, and closes it
+// otherwise. A connection made anew costs a dial and, for a managed
+// server, the check of who holds its other end (see Options.Dial).
+func release(body io.ReadCloser) {
+	io.Copy(io.Discard, io.LimitReader(body, releaseMax))
+	body.Close()
+}
+
 // send sends a request; an error status becomes an error naming the
-// server's message.
-func (c *Client) send(ctx context.Context, method, path string, body any) (*http.Response, error) {
+// server's message. A stream's request asks for its connection to close
+// once the answer ends: llama-server closes it then anyway, without
+// saying so, and a connection back in the pool would be taken by the next
+// request while the server closes it (which fails that request once part
+// of it was written).
+func (c *Client) send(ctx context.Context, method, path string, body any, stream bool) (*http.Response, error) {
 	var rd io.Reader
 	if body != nil {
 		b, err := json.Marshal(body)
@@ -127,6 +152,7 @@ func (c *Client) send(ctx context.Context, method, path string, body any) (*http
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
+	req.Close = stream
 	if c.opts.APIKey != "" {
 		req.Header.Set("Authorization", "Bearer "+c.opts.APIKey)
 	}
@@ -388,10 +414,13 @@ func (c *Client) Generate(ctx context.Context, req ctxd.GenerateRequest, onToken
 	}
 	gen := ctxd.Generation{BackendCached: -1}
 	start := time.Now()
-	resp, err := c.send(ctx, http.MethodPost, "/completion", body)
+	resp, err := c.send(ctx, http.MethodPost, "/completion", body, true)
 	if err != nil {
 		return gen, err
 	}
+	// The stream's connection closes with it (see send): what ends a
+	// generation early (an error from onToken, a bad event, a cancelled
+	// ctx) stops the server's work too.
 	defer resp.Body.Close()
 	var sb strings.Builder
 	sc := bufio.NewScanner(resp.Body)

@@ -4,14 +4,17 @@
 // server it started, not to another local user's process that bound the
 // same loopback port after the server crashed (or before it started).
 //
-// On Linux it reads /proc: the listening socket's (or a connection's
-// server end's) inode and user in /proc/net/tcp and tcp6, the processes
-// holding it in /proc/PID/fd, their process group in /proc/PID/stat; for a
-// Unix socket, the peer credentials of a connection (SO_PEERCRED). Root
-// sees every process there, so an impostor's pid is named when ctxd runs
-// as root; its user is named always. Reading /proc/net/tcp walks the
-// kernel's whole connection table, some milliseconds: a check is meant for
-// each new connection, not each request.
+// On Linux it asks the kernel's socket diagnostics (NETLINK_SOCK_DIAG, as
+// ss does) for the listening socket's (or a connection's server end's)
+// inode and user, or reads them from /proc/net/tcp and tcp6 where netlink
+// is not allowed; it finds the processes holding the socket in
+// /proc/PID/fd, their process group in /proc/PID/stat; for a Unix socket,
+// it reads the peer credentials of a connection (SO_PEERCRED). Root sees
+// every process there, so an impostor's pid is named when ctxd runs as
+// root; its user is named always. A check of a connection through netlink
+// takes tens of microseconds; reading /proc/net/tcp walks the kernel's
+// whole connection table, some milliseconds. Either way a check is meant
+// for each new connection, not each request.
 //
 // Elsewhere every check fails with errors.ErrUnsupported: there is no
 // portable way to ask who holds a socket.

@@ -31,9 +31,11 @@ func (o Owner) CheckListener(network, addr string) error {
 		if err != nil {
 			return fmt.Errorf("sockowner: %w", err)
 		}
-		socks, err := readTCP(tcp4, tcp6)
+		socks, err := diagListeners()
 		if err != nil {
-			return err
+			if socks, err = readTCP(tcp4, tcp6); err != nil {
+				return err
+			}
 		}
 		lns := listeners(socks, target)
 		if len(lns) == 0 {
@@ -67,9 +69,16 @@ func (o Owner) CheckConn(c net.Conn) error {
 	switch c := c.(type) {
 	case *net.TCPConn:
 		server, client := c.RemoteAddr().(*net.TCPAddr).AddrPort(), c.LocalAddr().(*net.TCPAddr).AddrPort()
-		// Reading a table walks the kernel's whole hash table (some
-		// milliseconds): the server end of an IPv4 connection is in the
-		// IPv4 table unless the server listens on [::].
+		switch s, err := diagConn(server, client); {
+		case err == nil && s.state != stateListen && s.inode != 0:
+			return o.checkSocket(server.String(), s)
+		case err == nil || errors.Is(err, errNotFound):
+			// Not accepted yet (no inode), or not in the table: below.
+			return o.CheckListener("tcp", server.String())
+		}
+		// No netlink here. Reading a table walks the kernel's whole hash
+		// table (some milliseconds): the server end of an IPv4 connection
+		// is in the IPv4 table unless the server listens on [::].
 		tables := []string{tcp4, tcp6}
 		if !server.Addr().Unmap().Is4() {
 			tables = tables[1:]

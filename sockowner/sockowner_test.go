@@ -54,7 +54,7 @@ func listenHelper(spec string) int {
 
 // foreign starts a helper process in its own process group that listens
 // at network/addr; it returns the address it listens on and its pid.
-func foreign(t *testing.T, network, addr string) (string, int) {
+func foreign(t testing.TB, network, addr string) (string, int) {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), listenEnv+"="+network+" "+addr)
@@ -163,8 +163,9 @@ func TestCheckListener(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			network, addr, owner := c.setup(t)
-			err := owner.CheckListener(network, addr)
-			checkErr(t, err, c.want, c.names)
+			bothWays(t, func(t *testing.T) {
+				checkErr(t, owner.CheckListener(network, addr), c.want, c.names)
+			})
 		})
 	}
 }
@@ -208,7 +209,9 @@ func TestCheckConn(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer conn.Close()
-			checkErr(t, self().CheckConn(conn), c.want, "")
+			bothWays(t, func(t *testing.T) {
+				checkErr(t, self().CheckConn(conn), c.want, "")
+			})
 		})
 	}
 }
@@ -301,6 +304,108 @@ func TestListeners(t *testing.T) {
 			}
 			if fmt.Sprint(got) != fmt.Sprint(c.want) {
 				t.Errorf("reached %v, want %v", got, c.want)
+			}
+		})
+	}
+}
+
+// bothWays runs a test with the kernel's socket diagnostics (netlink), and
+// again with /proc/net/tcp, which the checks read where netlink is not
+// allowed.
+func bothWays(t *testing.T, test func(t *testing.T)) {
+	t.Run("netlink", test)
+	t.Run("proc", func(t *testing.T) {
+		useNetlink = false
+		defer func() { useNetlink = true }()
+		test(t)
+	})
+}
+
+// TestDiagAgreesWithProc: what netlink says of a listener and of the
+// server end of a connection, accepted or still queued, is what
+// /proc/net/tcp says.
+func TestDiagAgreesWithProc(t *testing.T) {
+	for _, listen := range []string{"127.0.0.1:0", "[::1]:0"} {
+		t.Run(listen, func(t *testing.T) {
+			ln, err := net.Listen("tcp", listen)
+			if err != nil {
+				t.Skipf("cannot listen on %s: %v", listen, err)
+			}
+			defer ln.Close()
+			accepted, err := net.Dial("tcp", ln.Addr().String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer accepted.Close()
+			sc, err := ln.Accept()
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer sc.Close()
+			if sc.RemoteAddr().String() != accepted.LocalAddr().String() {
+				t.Fatalf("accepted %v, dialed from %v", sc.RemoteAddr(), accepted.LocalAddr())
+			}
+			queued, err := net.Dial("tcp", ln.Addr().String()) // never accepted: its server end has no inode
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer queued.Close()
+			proc, err := readTCP(tcp4, tcp6)
+			if err != nil {
+				t.Fatal(err)
+			}
+			inProc := func(local, remote netip.AddrPort) socket {
+				for _, s := range proc {
+					if same(s.local, local) && (s.state == stateListen && !remote.IsValid() || s.state != stateListen && same(s.remote, remote)) {
+						return s
+					}
+				}
+				t.Fatalf("%v–%v is not in /proc/net/tcp", local, remote)
+				return socket{}
+			}
+			server := ln.Addr().(*net.TCPAddr).AddrPort()
+			for _, c := range []net.Conn{accepted, queued} {
+				client := c.LocalAddr().(*net.TCPAddr).AddrPort()
+				got, err := diagConn(server, client)
+				if err != nil {
+					t.Fatal(err)
+				}
+				want := inProc(server, client)
+				if got.state != want.state || got.uid != want.uid || got.inode != want.inode || !same(got.local, server) || !same(got.remote, client) {
+					t.Errorf("netlink %+v, /proc %+v", got, want)
+				}
+			}
+			lns, err := diagListeners()
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := inProc(server, netip.AddrPort{})
+			if got := listeners(lns, server); len(got) != 1 || got[0].inode != want.inode || got[0].uid != want.uid {
+				t.Errorf("netlink listeners on %v: %+v, /proc: %+v", server, got, want)
+			}
+		})
+	}
+}
+
+// BenchmarkCheckConn: the check of an accepted connection's server end,
+// held by another process group's leader (as a managed server's is),
+// through netlink and through /proc.
+func BenchmarkCheckConn(b *testing.B) {
+	addr, pid := foreign(b, "tcp", "127.0.0.1:0")
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	owner := Owner{PGID: pid, UID: os.Geteuid()}
+	for _, way := range []string{"netlink", "proc"} {
+		b.Run(way, func(b *testing.B) {
+			useNetlink = way == "netlink"
+			defer func() { useNetlink = true }()
+			for b.Loop() {
+				if err := owner.CheckConn(c); err != nil {
+					b.Fatal(err)
+				}
 			}
 		})
 	}

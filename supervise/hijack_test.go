@@ -14,11 +14,13 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/ctxd/ctxd/internal/logtest"
+	"github.com/ctxd/ctxd/sockowner"
 )
 
 // serveEnv makes the test binary a helper server: it listens on the
@@ -293,4 +295,50 @@ func alive(pid int) bool {
 	}
 	s := string(b)
 	return !strings.HasPrefix(strings.TrimSpace(s[strings.LastIndexByte(s, ')')+1:]), "Z")
+}
+
+// TestOwnershipCheckedOncePerConnection: the ownership check (milliseconds
+// of /proc reading) is made when DialContext makes a connection, and not
+// again for the requests a pooling client sends over it; a new connection
+// gets its own.
+func TestOwnershipCheckedOncePerConnection(t *testing.T) {
+	addr := freeAddr(t)
+	p, err := Start(t.Context(), Config{
+		Name:    "helper",
+		Command: func() *exec.Cmd { return helper(addr) },
+		LogPath: filepath.Join(t.TempDir(), "log"),
+		Ready:   ready(addr),
+		Network: "tcp", Addr: addr,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	var checks, dials atomic.Int64
+	check := p.checkConn
+	p.checkConn = func(o sockowner.Owner, c net.Conn) error {
+		checks.Add(1)
+		return check(o, c)
+	}
+	tr := &http.Transport{DialContext: func(ctx context.Context, network, address string) (net.Conn, error) {
+		dials.Add(1)
+		return p.DialContext(ctx, network, address)
+	}}
+	defer tr.CloseIdleConnections()
+	client := &http.Client{Transport: tr}
+	for i := range 10 {
+		if got, err := get(t.Context(), client, addr); err != nil || got != "child" {
+			t.Fatalf("request %d: %q, %v", i, got, err)
+		}
+	}
+	if c, d := checks.Load(), dials.Load(); c != 1 || d != 1 {
+		t.Errorf("10 requests in turn: %d checks, %d dials; want 1 of each", c, d)
+	}
+	tr.CloseIdleConnections()
+	if got, err := get(t.Context(), client, addr); err != nil || got != "child" {
+		t.Fatalf("on a new connection: %q, %v", got, err)
+	}
+	if c, d := checks.Load(), dials.Load(); c != 2 || d != 2 {
+		t.Errorf("a second connection: %d checks, %d dials in all; want 2 of each", c, d)
+	}
 }

@@ -72,6 +72,9 @@ type Process struct {
 	restart int
 
 	unchecked sync.Once // logs that the socket's owner cannot be checked here
+	// checkConn checks who holds the server end of a connection
+	// DialContext made (sockowner's CheckConn; tests count its calls).
+	checkConn func(sockowner.Owner, net.Conn) error
 
 	ctx  context.Context    // ends when Close is called: restarts stop waiting
 	stop context.CancelFunc // ends ctx
@@ -103,7 +106,8 @@ func Start(ctx context.Context, cfg Config) (*Process, error) {
 	if err := os.MkdirAll(filepath.Dir(cfg.LogPath), 0o700); err != nil {
 		return nil, fmt.Errorf("%s: %w", cfg.Name, err)
 	}
-	p := &Process{cfg: cfg, log: cfg.Logger.With("component", cfg.Name), done: make(chan struct{})}
+	p := &Process{cfg: cfg, log: cfg.Logger.With("component", cfg.Name), done: make(chan struct{}),
+		checkConn: sockowner.Owner.CheckConn}
 	p.ctx, p.stop = context.WithCancel(context.Background())
 	exited, err := p.spawn()
 	if err != nil {
@@ -378,6 +382,15 @@ var dialer = &net.Dialer{Timeout: 5 * time.Second}
 // asked for, and returns the connection only if the running process holds
 // its server end; else an error of Op "dial" that says who does, or that
 // the process is restarting. Without Config.Addr it dials as asked.
+//
+// The check is made once per connection, here: a client keeps its
+// connections (an http.Transport's pool) and reads its answers to the end,
+// so that requests reuse them. A connection checked stays the server's: it
+// ends with the process that accepted it, and a restarted server is
+// reached over new, checked ones. Servers still close connections
+// (llama-server after every streamed completion, and idle ones after a few
+// seconds), so a request often comes on a new connection: the check is on
+// the request path, and sockowner keeps it to tens of microseconds.
 func (p *Process) DialContext(ctx context.Context, network, address string) (net.Conn, error) {
 	if p.cfg.Addr == "" {
 		return dialer.DialContext(ctx, network, address)
@@ -390,7 +403,7 @@ func (p *Process) DialContext(ctx context.Context, network, address string) (net
 	if err != nil {
 		return nil, err
 	}
-	if err := p.allowUnchecked(owner.CheckConn(c)); err != nil {
+	if err := p.allowUnchecked(p.checkConn(owner, c)); err != nil {
 		c.Close()
 		return nil, &net.OpError{Op: "dial", Net: p.cfg.Network, Addr: c.RemoteAddr(),
 			Err: fmt.Errorf("%s: refusing a server ctxd did not start: %w", p.cfg.Name, err)}

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime/pprof"
 	"strings"
 	"syscall"
 
@@ -37,6 +38,7 @@ func cmdBench(args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&cfg.RAGPackage, "rag-package", cfg.RAGPackage, "directory of the rag tree its questions are about")
 	from := fs.String("from", "", "rewrite the outputs from an earlier results.json instead of running")
 	replot := fs.Bool("replot", false, "only redraw the plots in DIR from DIR/results.json (or --from), without running")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the run (the in-process daemons included) to FILE, for `go tool pprof`")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -72,6 +74,17 @@ func cmdBench(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	cfg.Log = func(format string, a ...any) { fmt.Fprintf(stderr, format+"\n", a...) }
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	r, err := bench.Run(ctx, cfg, prev)
