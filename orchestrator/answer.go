@@ -22,13 +22,14 @@ import (
 // generateAnswer, account, record, answered. It belongs to one request's
 // goroutine and needs no lock.
 type answering struct {
-	o     *Orchestrator
-	ctx   context.Context
-	req   ctxd.AskRequest
-	p     *prepared
-	codex *codexState   // the codex the request was prepared with
-	slot  slotted       // the backend slot; set by acquireSlot
-	sum   *ctxd.Summary // the summary; set by summarize
+	o      *Orchestrator
+	ctx    context.Context
+	req    ctxd.AskRequest
+	p      *prepared
+	codex  *codexState   // the codex the request was prepared with
+	behind *writeBehind  // the request's writes behind the prompt: made before its answer is recorded
+	slot   slotted       // the backend slot; set by acquireSlot
+	sum    *ctxd.Summary // the summary; set by summarize
 }
 
 // slotted is a prepared request's backend slot, and the saved stable
@@ -228,6 +229,9 @@ func (a *answering) record(text string) error {
 	answer := a.toolCalls(text)
 	if req.Ephemeral {
 		return nil
+	}
+	if err := a.behind.wait(); err != nil {
+		return a.behind.notRecorded(err)
 	}
 	var err error
 	if a.sum.Trace, err = o.karma.recordTrace(a.ctx, req, p.rc, p.rendered, answer, a.codex.fingerprint); err != nil {

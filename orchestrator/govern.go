@@ -57,6 +57,7 @@ type preparation struct {
 	refresh   bool           // the request's karma refresh is still to be made
 	pruned    bool           // the governor pruned karma already
 	tally     tally          // the prompt's count
+	behind    *writeBehind   // the request's writes behind the prompt
 }
 
 // prepare builds and validates the RunContext of a request in session
@@ -64,8 +65,9 @@ type preparation struct {
 // fit: compaction, then leaving out the history's excerpts, then the
 // question's, then karma, then condensation, then a refusal with the
 // numbers.
-func (o *Orchestrator) prepare(ctx context.Context, req ctxd.AskRequest, sigil runcontext.Sigil, sess ctxd.Session, codex *codexState, lim governor.Limits) (prepared, error) {
+func (o *Orchestrator) prepare(ctx context.Context, req ctxd.AskRequest, sigil runcontext.Sigil, sess ctxd.Session, codex *codexState, lim governor.Limits, behind *writeBehind) (prepared, error) {
 	g := o.newPreparation(ctx, req, sigil, sess, codex, lim)
+	g.behind = behind
 	if err := g.chooseKarma(); err != nil {
 		return prepared{}, err
 	}
@@ -322,9 +324,13 @@ func (g *preparation) condense() error {
 
 // storeKarma stores the karma epoch this request begins, now that its
 // prompt fits: a refused request leaves no epoch that was never shown.
+// The prompt holds the epoch's block already, so the write is made behind
+// it, while the backend evaluates it; the answer is recorded only once
+// the write is made.
 func (g *preparation) storeKarma() error {
 	if g.p.karmaChosen && !g.req.Ephemeral && g.o.karma.on() && sigils.Allows(g.sigil, sigils.ScopeKarmaRead) {
-		return g.o.karma.save(g.ctx, g.p.karma)
+		snap := g.p.karma
+		g.behind.queue(func() error { return g.o.karma.save(g.ctx, snap) })
 	}
 	return nil
 }

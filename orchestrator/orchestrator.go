@@ -304,7 +304,11 @@ func (o *Orchestrator) ask(ctx context.Context, arrived time.Time, sigil runcont
 		return nil, o.stopped(ctx, req.Session, "while it waited for the session's earlier request", false, err)
 	}
 	defer release()
-	sess, followed, err := o.sessions.open(ctx, req, sigil)
+	// Writes behind the prompt end before the session is released,
+	// whatever becomes of the request.
+	w := &writeBehind{}
+	defer w.wait()
+	sess, followed, err := o.sessions.open(ctx, req, sigil, w)
 	if err != nil {
 		return nil, err
 	}
@@ -313,7 +317,7 @@ func (o *Orchestrator) ask(ctx context.Context, arrived time.Time, sigil runcont
 	v := o.view.Load()
 	codex, lim := v.codex, v.limits
 	prepStart := o.cfg.Now()
-	p, err := o.prepare(ctx, req, sigil, sess, codex, lim)
+	p, err := o.prepare(ctx, req, sigil, sess, codex, lim, w)
 	governed := o.cfg.Now().Sub(prepStart)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -321,7 +325,7 @@ func (o *Orchestrator) ask(ctx context.Context, arrived time.Time, sigil runcont
 		}
 		return nil, err
 	}
-	a := &answering{o: o, ctx: ctx, req: req, p: &p, codex: codex}
+	a := &answering{o: o, ctx: ctx, req: req, p: &p, codex: codex, behind: w}
 	if err := a.acquireSlot(); err != nil {
 		return nil, err
 	}

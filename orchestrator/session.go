@@ -38,16 +38,23 @@ func newSessions(store ctxd.Store, deadline storeDeadline, reg *sigils.Registry,
 // every later step: claimed for the request's sigil, and following its
 // client's history if the request carries one. followed says whether the
 // session took that history (a new epoch). An ephemeral ask runs in an
-// empty session of its name, read and written nowhere. The caller holds
-// the session.
-func (s *sessions) open(ctx context.Context, req ctxd.AskRequest, sigil runcontext.Sigil) (sess ctxd.Session, followed bool, err error) {
+// empty session of its name, read and written nowhere. A new session
+// (nothing stored under its id) is the sigil's at once, and its claim is
+// written behind (w), while the backend evaluates the prompt: nobody else
+// can take it meanwhile, as the caller holds the session and the state
+// directory is this daemon's alone.
+func (s *sessions) open(ctx context.Context, req ctxd.AskRequest, sigil runcontext.Sigil, w *writeBehind) (sess ctxd.Session, followed bool, err error) {
 	if req.Ephemeral {
 		return ctxd.Session{ID: req.Session}, false, nil
 	}
 	if sess, err = s.get(ctx, req.Session); err != nil {
 		return sess, false, err
 	}
-	if err := s.claim(ctx, &sess, sigil.Name); err != nil {
+	if sess.Owner == "" && sess.Count == 0 && req.History == nil {
+		claimed := sess // owned by nobody yet: the claim writes its owner
+		w.queue(func() error { return s.claim(ctx, &claimed, sigil.Name) })
+		sess.Owner = sigil.Name
+	} else if err := s.claim(ctx, &sess, sigil.Name); err != nil {
 		return sess, false, err
 	}
 	if req.History != nil {

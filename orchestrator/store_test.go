@@ -21,7 +21,9 @@ func TestStuckStoreWriteFailsItsRequest(t *testing.T) {
 		req          ctxd.AskRequest
 		kind         ctxd.Kind
 	}{
-		{"ClaimSession", "claim the session", ctxd.AskRequest{Session: "stuck", Query: "q"}, ctxd.KindUnavailable},
+		// A new session's claim is written behind the prompt: the answer
+		// streams, and is not recorded.
+		{"ClaimSession", "claim the session", ctxd.AskRequest{Session: "stuck", Query: "q"}, ctxd.KindNotRecorded},
 		{"ReplaceTurns", "take the client's history", ctxd.AskRequest{Session: "stuck", Query: "q", History: []ctxd.Turn{{Query: "a", Answer: "b"}}}, ctxd.KindUnavailable},
 		{"AppendTurn", "write the turn", ctxd.AskRequest{Session: "stuck", Query: "q"}, ctxd.KindNotRecorded},
 	} {
@@ -73,5 +75,40 @@ func TestRequestsProceedBesideAStuckWrite(t *testing.T) {
 	close(gs.release)
 	if err := waitFor(t, done, "the released request"); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestNewSessionsClaimIsWrittenBehindThePrompt: a new session's claim
+// does not delay the prompt: the backend has it while the claim's write is
+// still held, and the answer is recorded, as the sigil's, once the write
+// is made; the session's next request finds the owner in memory.
+func TestNewSessionsClaimIsWrittenBehindThePrompt(t *testing.T) {
+	t.Parallel()
+	h, gs := newGatedTest(t, time.Minute)
+	gs.block("ClaimSession", "fresh")
+	done := make(chan error, 1)
+	go func() {
+		_, err := h.o.Ask(t.Context(), ctxd.AskRequest{Session: "fresh", Query: "q"}, noop)
+		done <- err
+	}()
+	waitFor(t, gs.entered, "the claim never reached the store")
+	waitFor(t, h.backend.Started(), "the prompt did not reach the backend while the claim's write was held")
+	select {
+	case err := <-done:
+		t.Fatalf("the request returned before its claim was written: %v", err)
+	default:
+	}
+	close(gs.release)
+	if err := waitFor(t, done, "the request after its claim was written"); err != nil {
+		t.Fatal(err)
+	}
+	s, err := gs.Store.Session(t.Context(), "fresh")
+	if err != nil || s.Count != 1 || s.Owner != "default" {
+		t.Fatalf("the new session as stored: %+v %v", s, err)
+	}
+	claims := gs.count("ClaimSession")
+	h.ask(t, "fresh", "again")
+	if n := gs.count("ClaimSession"); n != claims {
+		t.Errorf("the session's next request claimed it again (%d claims, then %d)", claims, n)
 	}
 }
