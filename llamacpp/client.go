@@ -219,6 +219,23 @@ func (c *Client) Health(ctx context.Context) error {
 	return c.do(ctx, http.MethodGet, "/health", nil, nil)
 }
 
+// refill puts a connection back in the pool once a completion's has
+// closed (llama-server closes it after every streamed completion): a
+// health check made on a new one leaves it idle there, dialled and, for a
+// managed server, checked for who holds its other end, so the session's
+// next completion, if it comes within the idle timeout, sends its prompt
+// at once instead of paying the dial first. It runs after the answer, off
+// any request's time to first token; a failure costs only that.
+func (c *Client) refill() {
+	ctx, cancel := context.WithTimeout(context.Background(), refillTimeout)
+	defer cancel()
+	_ = c.Health(ctx)
+}
+
+// refillTimeout bounds refill's health check: the server answers it at
+// once, or is busy with a restart that the next request will find anyway.
+const refillTimeout = 2 * time.Second
+
 // Props are the server's facts.
 type Props struct {
 	TotalSlots   int    `json:"total_slots"`
@@ -418,6 +435,7 @@ func (c *Client) Generate(ctx context.Context, req ctxd.GenerateRequest, onToken
 	if err != nil {
 		return gen, err
 	}
+	defer c.refill()
 	// The stream's connection closes with it (see send): what ends a
 	// generation early (an error from onToken, a bad event, a cancelled
 	// ctx) stops the server's work too.

@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"sync"
 	"sync/atomic"
 	"testing"
 
@@ -19,18 +20,29 @@ import (
 // their connections: answers it reads in part or not at all (/health,
 // erase) go back to the pool like the rest. A streamed completion asks for
 // its connection to be closed (llama-server closes it anyway, unannounced,
-// and a pooled one would be taken by the next request as it closes), so
-// each completion ends one connection and the next request makes one. A
-// client that makes a connection per request again (through a managed
-// server's dialer, a dial and an ownership check each) fails this test.
+// and a pooled one would be taken by the next request as it closes), and
+// the client then makes a new one at once (refill), off any request's
+// time to first token, so that no completion waits for a dial. A client
+// that makes a connection per request again (through a managed server's
+// dialer, a dial and an ownership check each), or whose completions dial
+// their own, fails this test.
 func TestConnectionsAreReused(t *testing.T) {
 	t.Parallel()
-	var conns, keptStreams atomic.Int64
+	var conns, keptStreams, coldCompletions atomic.Int64
+	var mu sync.Mutex
+	served := map[string]int{} // requests served, by the client's end of each connection
 	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		before := served[r.RemoteAddr]
+		served[r.RemoteAddr]++
+		mu.Unlock()
 		switch r.URL.Path {
 		case "/completion":
 			if !r.Close {
 				keptStreams.Add(1)
+			}
+			if before == 0 {
+				coldCompletions.Add(1)
 			}
 			w.Header().Set("Content-Type", "text/event-stream")
 			fmt.Fprint(w, "data: {\"content\":\"hello\",\"stop\":false}\n\n")
@@ -79,11 +91,15 @@ func TestConnectionsAreReused(t *testing.T) {
 	if n := keptStreams.Load(); n != 0 {
 		t.Errorf("%d completions did not ask for their connection to close", n)
 	}
-	// One connection for the first requests, one after each completion
-	// but the last.
-	if n, d := conns.Load(), dials.Load(); n != completions || d != completions {
+	// One connection for the first requests, and one made after each
+	// completion: the next requests, the next completion among them, take
+	// it.
+	if n, d := conns.Load(), dials.Load(); n != completions+1 || d != completions+1 {
 		t.Errorf("%d requests, %d of them completions, made %d connections (%d dials), want %d: answers do not go back to the pool",
-			1+completions*7, completions, n, d, completions)
+			1+completions*7, completions, n, d, completions+1)
+	}
+	if n := coldCompletions.Load(); n != 0 {
+		t.Errorf("%d of %d completions went out on a connection made for them: each waited for a dial", n, completions)
 	}
 }
 
