@@ -306,7 +306,7 @@ func (o *Orchestrator) ask(ctx context.Context, arrived time.Time, sigil runcont
 	defer release()
 	// Writes behind the prompt end before the session is released,
 	// whatever becomes of the request.
-	w := &writeBehind{}
+	w := newWriteBehind()
 	defer w.wait()
 	sess, followed, err := o.sessions.open(ctx, req, sigil, w)
 	if err != nil {

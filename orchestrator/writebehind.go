@@ -8,19 +8,30 @@ import (
 
 // writeBehind is a request's store writes that need not delay its first
 // token: a new session's claim and a new karma epoch's snapshot change
-// nothing in the prompt, so they are made in order, in one goroutine at a
-// time, while the backend evaluates it. The request waits for them before
-// it records its answer (a write that failed leaves the answer not
-// recorded) and before it releases its session, so the session's next
-// request finds them made. The zero value is ready to use.
+// nothing in the prompt, so they are made behind it, once its first token
+// has come (open): on a CPU, a write made while the backend evaluates the
+// prompt would take its time from that. They are made in order, in one
+// goroutine at a time. The request waits for them before it records its
+// answer (a write that failed leaves the answer not recorded) and before
+// it releases its session, so the session's next request finds them made.
+// Use newWriteBehind.
 type writeBehind struct {
+	gate chan struct{} // closed by open: the writes may begin
+	once sync.Once     // closes gate
+
 	mu   sync.Mutex    // guards done and err
 	done chan struct{} // closed when the last write queued has ended; nil: none queued
 	err  error         // the first write's failure; the writes after it are not made
 }
 
-// queue makes write after the writes queued before it, in a goroutine of
-// its own that wait waits for.
+func newWriteBehind() *writeBehind { return &writeBehind{gate: make(chan struct{})} }
+
+// open lets the writes begin: the answer's first token has come, or the
+// request ends without one.
+func (w *writeBehind) open() { w.once.Do(func() { close(w.gate) }) }
+
+// queue makes write once the writes may begin, after the writes queued
+// before it, in a goroutine of its own that wait waits for.
 func (w *writeBehind) queue(write func() error) {
 	w.mu.Lock()
 	prev, next := w.done, make(chan struct{})
@@ -28,6 +39,7 @@ func (w *writeBehind) queue(write func() error) {
 	w.mu.Unlock()
 	go func() {
 		defer close(next)
+		<-w.gate
 		if prev != nil {
 			<-prev
 		}
@@ -45,8 +57,10 @@ func (w *writeBehind) queue(write func() error) {
 	}()
 }
 
-// wait waits for every write queued so far and returns the first failure.
+// wait lets the writes begin if they have not, waits for every write
+// queued so far, and returns the first failure.
 func (w *writeBehind) wait() error {
+	w.open()
 	w.mu.Lock()
 	done := w.done
 	w.mu.Unlock()
