@@ -136,11 +136,10 @@ func (a *answering) generateAnswer(answerCap int, onToken func(string) error) (g
 	gen, streamed, err := o.generate(ctx, s.lease, p.rendered.Prompt(), p.tokens.IDs, answerCap, func(piece string) error {
 		if first.IsZero() {
 			first = o.cfg.Now()
-			a.behind.open() // the prompt is evaluated: the writes behind it may use the machine
 		}
 		return onToken(piece)
 	})
-	a.behind.open()
+	a.behind.open() // the answer is generated: the writes behind it may use the machine
 	if first.IsZero() { // an empty answer: its end is its first token
 		first = o.cfg.Now()
 	}

@@ -8,10 +8,10 @@ import (
 
 // writeBehind is a request's store writes that need not delay its first
 // token: a new session's claim and a new karma epoch's snapshot change
-// nothing in the prompt, so they are made behind it, once its first token
-// has come (open): on a CPU, a write made while the backend evaluates the
-// prompt would take its time from that. They are made in order, in one
-// goroutine at a time. The request waits for them before it records its
+// nothing in the prompt, so they are made behind it, once the answer is
+// generated (open): on a CPU, a write made while the backend evaluates the
+// prompt, or while the first token goes to the client, takes its time from
+// them. They are made in order, in one goroutine at a time. The request waits for them before it records its
 // answer (a write that failed leaves the answer not recorded) and before
 // it releases its session, so the session's next request finds them made.
 // Use newWriteBehind.
@@ -26,8 +26,8 @@ type writeBehind struct {
 
 func newWriteBehind() *writeBehind { return &writeBehind{gate: make(chan struct{})} }
 
-// open lets the writes begin: the answer's first token has come, or the
-// request ends without one.
+// open lets the writes begin: the answer is generated, or the request
+// ends without one.
 func (w *writeBehind) open() { w.once.Do(func() { close(w.gate) }) }
 
 // queue makes write once the writes may begin, after the writes queued
