@@ -1,6 +1,8 @@
 package orchestrator
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"strings"
 	"sync"
 	"testing"
@@ -110,5 +112,35 @@ func TestCodexAndLimitsSwapTogether(t *testing.T) {
 	h.o.SetCodex(a, ctxd.CodexPlan{Mode: runcontext.ModeCAG}, nil, wrong)
 	if got := h.o.Limits(); got != l2 {
 		t.Errorf("a codex planned for another window changed the limits to %+v", got)
+	}
+}
+
+// TestWarmFingerprint: a stable prefix's fingerprint (the saved slot's
+// file name) is the SHA-256 of the model's name, a zero byte and the ids
+// as 32-bit little-endian words, whether computed or remembered; another
+// prefix or model has another.
+func TestWarmFingerprint(t *testing.T) {
+	t.Parallel()
+	want := func(model string, ids []int) string {
+		b := append([]byte(model), 0)
+		for _, id := range ids {
+			b = append(b, byte(id), byte(id>>8), byte(id>>16), byte(id>>24))
+		}
+		sum := sha256.Sum256(b)
+		return hex.EncodeToString(sum[:12])
+	}
+	w := newWarmer(WarmConfig{Model: "m.gguf@llama-server 1"}, nil)
+	a, b := []int{1, 2, 70000, 4}, []int{1, 2, 70000, 5}
+	for range 2 { // computed, then remembered
+		if got := w.fingerprint(a); got != want(w.cfg.Model, a) {
+			t.Errorf("fingerprint %s, want %s", got, want(w.cfg.Model, a))
+		}
+	}
+	if w.fingerprint(b) == w.fingerprint(a) {
+		t.Error("two prefixes share a fingerprint")
+	}
+	other := newWarmer(WarmConfig{Model: "other.gguf"}, nil)
+	if other.fingerprint(a) == w.fingerprint(a) {
+		t.Error("two models share a prefix's fingerprint")
 	}
 }

@@ -42,8 +42,13 @@ type warmer struct {
 	cfg WarmConfig
 	log *slog.Logger
 
-	mu    sync.Mutex     // guards saved
+	mu    sync.Mutex     // guards saved, last and lastFP
 	saved map[string]int // fingerprint → tokens of the saved prefix
+	// last is the prefix fingerprinted last, and lastFP its fingerprint:
+	// requests over one codex share their stable prefix, and comparing it
+	// costs a fraction of hashing it again.
+	last   []int
+	lastFP string
 }
 
 const warmPrefix, warmSuffix = "ctxd-", ".bin"
@@ -69,17 +74,27 @@ func newWarmer(cfg WarmConfig, log *slog.Logger) *warmer {
 	return w
 }
 
-// fingerprint names a stable prefix of one model.
+// fingerprint names a stable prefix of one model: the SHA-256 of the
+// model's name, a zero byte and the prefix's ids (32-bit, little-endian).
 func (w *warmer) fingerprint(prefix []int) string {
-	h := sha256.New()
-	h.Write([]byte(w.cfg.Model))
-	h.Write([]byte{0})
-	var b [4]byte
-	for _, id := range prefix {
-		binary.LittleEndian.PutUint32(b[:], uint32(id))
-		h.Write(b[:])
+	w.mu.Lock()
+	if w.lastFP != "" && slices.Equal(w.last, prefix) {
+		fp := w.lastFP
+		w.mu.Unlock()
+		return fp
 	}
-	return hex.EncodeToString(h.Sum(nil)[:12])
+	w.mu.Unlock()
+	b := make([]byte, 0, len(w.cfg.Model)+1+4*len(prefix))
+	b = append(append(b, w.cfg.Model...), 0)
+	for _, id := range prefix {
+		b = binary.LittleEndian.AppendUint32(b, uint32(id))
+	}
+	sum := sha256.Sum256(b)
+	fp := hex.EncodeToString(sum[:12])
+	w.mu.Lock()
+	w.last, w.lastFP = slices.Clone(prefix), fp
+	w.mu.Unlock()
+	return fp
 }
 
 // restorable is how many tokens a restore of the prefix would give.
