@@ -7,6 +7,7 @@ VERSION        ?= $(shell git describe --tags --always --dirty 2>/dev/null || ec
 
 BIN        := bin
 CTXD       := $(BIN)/ctxd
+CTXD_BENCH := $(BIN)/ctxd-bench
 OLLAMA     := $(BIN)/ollama
 OLLAMA_PIN := $(BIN)/ollama-$(OLLAMA_VERSION)
 # The demo model (modelgen.DemoConfig): small enough to load in a second,
@@ -20,6 +21,11 @@ build: $(CTXD)
 
 $(CTXD): FORCE
 	$(GO) build -ldflags "-X main.version=$(VERSION)" -o $@ ./cmd/ctxd
+
+# The benchmark harness is a binary of its own: the daemon's links neither
+# it nor its plotting library.
+$(CTXD_BENCH): FORCE
+	$(GO) build -o $@ ./cmd/ctxd-bench
 
 # The pinned Ollama, built from the Go module proxy (cgo, CPU) once per
 # machine and version. bin/ollama points at the version in use.
@@ -76,12 +82,12 @@ test: ollama $(BIN)/ollama-$(COMPAT_VERSION) $(NODE_CLIENTS) systemd-analyze
 # Benchmarks on the real backend: the harness (multi-turn three ways,
 # sidecar overhead, compose latency, scaling, many agents) rewrites its
 # section of docs/benchmarks.md, the figures in README.md and
-# docs/bench/{results.json,scaling.png,turns.png} (`ctxd bench --replot`
+# docs/bench/{results.json,scaling.png,turns.png} (`ctxd-bench --replot`
 # redraws the plots alone from results.json); then the Go benchmarks (compose
 # allocations, cold/warm TTFT, depth policies). BENCH_FLAGS="--phases agents"
 # measures some phases and keeps the others.
-bench: build ollama
-	$(CTXD) bench --ollama $(OLLAMA) --ollama-version $(OLLAMA_VERSION) --llama-server "$(LLAMA_SERVER)" \
+bench: build $(CTXD_BENCH) ollama
+	$(CTXD_BENCH) --ollama $(OLLAMA) --ollama-version $(OLLAMA_VERSION) --llama-server "$(LLAMA_SERVER)" \
 		--out docs/bench --doc docs/benchmarks.md --readme README.md $(BENCH_FLAGS)
 	$(GO) test -run '^$$' -bench Compose -benchmem ./runcontext/
 	CTXD_REQUIRE_OLLAMA=1 CTXD_OLLAMA_BIN=$(abspath $(OLLAMA)) $(GO) test -count=1 -run '^$$' -bench . -benchtime 1x -timeout 60m ./integration/
@@ -133,4 +139,4 @@ vet:
 	@test -z "$$(gofmt -l .)" || { gofmt -l .; echo "gofmt needed"; exit 1; }
 
 clean:
-	rm -rf $(CTXD) var/
+	rm -rf $(CTXD) $(CTXD_BENCH) var/

@@ -5,6 +5,6 @@
 // writes the results as Markdown tables, raw JSON and PNG plots (drawn with
 // gonum.org/v1/plot; Report.WritePlots redraws them from a saved report).
 //
-// It is not a test: nothing here asserts a time. `ctxd bench` runs it and
+// It is not a test: nothing here asserts a time. `ctxd-bench` runs it and
 // `make bench` calls that.
 package bench

@@ -22,7 +22,7 @@ type Machine struct {
 }
 
 // Report is everything the harness measured. A run may measure some
-// phases only (ctxd bench --phases); the others keep an earlier run's
+// phases only (ctxd-bench --phases); the others keep an earlier run's
 // results, and Ran says when each phase was measured.
 type Report struct {
 	Started   string            `json:"started"`
@@ -70,7 +70,7 @@ func ReadReport(path string) (*Report, error) {
 
 // Markers delimit the section of docs/benchmarks.md the harness owns.
 const (
-	beginMarker = "<!-- bench:begin (written by `ctxd bench`; edits inside are overwritten) -->"
+	beginMarker = "<!-- bench:begin (written by `ctxd-bench`; edits inside are overwritten) -->"
 	endMarker   = "<!-- bench:end -->"
 )
 
@@ -78,9 +78,9 @@ const (
 // main paragraph (required), and llama-server's (where the README has its
 // markers and the report has the phase).
 const (
-	readmeBegin      = "<!-- bench:readme:begin (written by `ctxd bench`) -->"
+	readmeBegin      = "<!-- bench:readme:begin (written by `ctxd-bench`) -->"
 	readmeEnd        = "<!-- bench:readme:end -->"
-	readmeLlamaBegin = "<!-- bench:readme-llamacpp:begin (written by `ctxd bench`) -->"
+	readmeLlamaBegin = "<!-- bench:readme-llamacpp:begin (written by `ctxd-bench`) -->"
 	readmeLlamaEnd   = "<!-- bench:readme-llamacpp:end -->"
 )
 
@@ -215,7 +215,7 @@ func (r *Report) Markdown(dir string) string {
 	var b strings.Builder
 	m := r.Machine
 	fmt.Fprintf(&b, "## The benchmark harness\n\n")
-	fmt.Fprintf(&b, "`make bench` → `ctxd bench`, last run %s (each section says when it was measured; `ctxd bench --phases` measures some and keeps the others). Machine: %s, %d cores, %.1f GiB, %s, %s. Backend: Ollama %s (managed, CPU). Model: %s (%.1fM parameters), `num_ctx` %d. Raw numbers: [%s/results.json](%s/results.json).\n\n",
+	fmt.Fprintf(&b, "`make bench` → `ctxd-bench`, last run %s (each section says when it was measured; `ctxd-bench --phases` measures some and keeps the others). Machine: %s, %d cores, %.1f GiB, %s, %s. Backend: Ollama %s (managed, CPU). Model: %s (%.1fM parameters), `num_ctx` %d. Raw numbers: [%s/results.json](%s/results.json).\n\n",
 		r.Started, m.CPU, m.Cores, m.MemoryGiB, m.OS, m.Go, m.Ollama, m.Model, float64(m.ModelParams)/1e6, m.NumCtx, dir, dir)
 
 	mt := r.MultiTurn

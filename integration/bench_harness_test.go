@@ -77,7 +77,7 @@ func TestBenchHarnessSmoke(t *testing.T) {
 		t.Fatal(err)
 	}
 	readme := filepath.Join(dir, "README.md")
-	if err := os.WriteFile(readme, []byte("# ctxd\n\n<!-- bench:readme:begin (written by `ctxd bench`) -->\nold figures\n<!-- bench:readme:end -->\n\nMore.\n"), 0o644); err != nil {
+	if err := os.WriteFile(readme, []byte("# ctxd\n\n<!-- bench:readme:begin (written by `ctxd-bench`) -->\nold figures\n<!-- bench:readme:end -->\n\nMore.\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	for range 2 { // rewriting replaces the section, it does not append another

@@ -139,7 +139,8 @@ func (a *answering) generateAnswer(answerCap int, onToken func(string) error) (g
 		}
 		return onToken(piece)
 	})
-	a.behind.open() // the answer is generated: the writes behind it may use the machine
+	// The answer is generated: the writes behind it may use the machine.
+	a.behind.open()
 	if first.IsZero() { // an empty answer: its end is its first token
 		first = o.cfg.Now()
 	}

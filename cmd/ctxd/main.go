@@ -54,7 +54,6 @@ Usage:
   ctxd sigil token NAME                           a new token for sigil NAME (printed once) and its config line
   ctxd sigil revoke NAME --config FILE [--all]    the lines that revoke its token (or the sigil)
   ctxd genmodel --out FILE [flags]                write a random-weight GGUF model
-  ctxd bench [--ollama BIN] [--out DIR] [--replot] run the benchmark harness on the real backend (--replot: redraw its plots)
   ctxd systemd-units [--config FILE] DIR          write the systemd unit files (a user service and its socket)
   ctxd version
 
@@ -92,8 +91,6 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = cmdPrompt(args[1:], stdout)
 	case "codex":
 		err = cmdCodex(args[1:], stdout, stderr)
-	case "bench":
-		err = cmdBench(args[1:], stdout, stderr)
 	case "schema":
 		_, err = stdout.Write(runcontext.Schema())
 	case "mcp":

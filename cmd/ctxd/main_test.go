@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -62,5 +63,24 @@ func TestSchemaCommand(t *testing.T) {
 	var v map[string]any
 	if err := json.Unmarshal(out.Bytes(), &v); err != nil || v["$defs"] == nil {
 		t.Errorf("schema output is not a JSON Schema: %v", err)
+	}
+}
+
+// TestTheDaemonLinksNoBenchmarkHarness: the benchmark harness and its
+// plotting library are ctxd-bench's, not the daemon's binary's.
+func TestTheDaemonLinksNoBenchmarkHarness(t *testing.T) {
+	t.Parallel()
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		t.Skipf("the go command is needed to list the binary's packages: %v", err)
+	}
+	out, err := exec.Command(goBin, "list", "-deps", ".").Output()
+	if err != nil {
+		t.Fatalf("go list -deps: %v", err)
+	}
+	for _, pkg := range strings.Fields(string(out)) {
+		if pkg == "github.com/ctxd/ctxd/bench" || strings.HasPrefix(pkg, "gonum.org/") {
+			t.Errorf("ctxd links %s", pkg)
+		}
 	}
 }

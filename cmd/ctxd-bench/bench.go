@@ -19,7 +19,7 @@ import (
 
 func cmdBench(args []string, stdout, stderr io.Writer) error {
 	cfg := bench.DefaultConfig()
-	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs := flag.NewFlagSet("ctxd-bench", flag.ContinueOnError)
 	fs.StringVar(&cfg.OllamaBin, "ollama", "bin/ollama", "the ollama binary to run")
 	fs.StringVar(&cfg.OllamaLabel, "ollama-version", "", "Ollama version to report when the binary reports 0.0.0")
 	fs.StringVar(&cfg.ModelPath, "model", "var/models/ctxd-bench.gguf", "bench model (written if missing or stale)")
@@ -39,8 +39,15 @@ func cmdBench(args []string, stdout, stderr io.Writer) error {
 	from := fs.String("from", "", "rewrite the outputs from an earlier results.json instead of running")
 	replot := fs.Bool("replot", false, "only redraw the plots in DIR from DIR/results.json (or --from), without running")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the run (the in-process daemons included) to FILE, for `go tool pprof`")
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), usage)
+		fs.PrintDefaults()
+	}
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected argument %q: every setting is a flag (ctxd-bench --help)", fs.Arg(0))
 	}
 	if *replot {
 		src := *from
