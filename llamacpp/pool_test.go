@@ -61,18 +61,8 @@ func TestConnectionsAreReused(t *testing.T) {
 	}
 	srv.Start()
 	t.Cleanup(srv.Close)
-	var dials atomic.Int64
-	c, err := New(srv.URL, Options{Dial: func(ctx context.Context, network, addr string) (net.Conn, error) {
-		dials.Add(1)
-		return (&net.Dialer{}).DialContext(ctx, network, addr)
-	}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, dials := countingClient(t, srv.URL)
 	ctx := t.Context()
-	if _, err := c.Props(ctx); err != nil {
-		t.Fatal(err)
-	}
 	const completions = 5
 	for i := range completions {
 		for range 3 {
@@ -112,18 +102,8 @@ func TestConnectionsAreReused(t *testing.T) {
 func TestBackToBackOnTheRealServer(t *testing.T) {
 	model := ollamatest.Model(t, modelgen.DefaultConfig())
 	base := llamaservertest.Start(t, model, "-c", "512", "-np", "1", "--slot-save-path", t.TempDir())
-	var dials atomic.Int64
-	c, err := New(base, Options{Dial: func(ctx context.Context, network, addr string) (net.Conn, error) {
-		dials.Add(1)
-		return (&net.Dialer{}).DialContext(ctx, network, addr)
-	}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, dials := countingClient(t, base)
 	ctx := t.Context()
-	if _, err := c.Props(ctx); err != nil {
-		t.Fatal(err)
-	}
 	const completions = 30
 	for i := range completions {
 		if _, err := c.Generate(ctx, ctxd.GenerateRequest{Tokens: []int{1, 100 + i, 200}, MaxTokens: 2}, nil); err != nil {
@@ -139,4 +119,22 @@ func TestBackToBackOnTheRealServer(t *testing.T) {
 	if d := dials.Load(); d > completions+1 {
 		t.Errorf("%d requests, %d of them completions, made %d connections; want at most %d", 1+3*completions, completions, d, completions+1)
 	}
+}
+
+// countingClient is a client of base that counts its dials, after its
+// first request (props) has made one.
+func countingClient(t *testing.T, base string) (*Client, *atomic.Int64) {
+	t.Helper()
+	dials := new(atomic.Int64)
+	c, err := New(base, Options{Dial: func(ctx context.Context, network, addr string) (net.Conn, error) {
+		dials.Add(1)
+		return (&net.Dialer{}).DialContext(ctx, network, addr)
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Props(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	return c, dials
 }
