@@ -138,8 +138,22 @@ func newBenchOrchestrator(b *testing.B, lim governor.Limits, tok costlyTokenizer
 	if err != nil {
 		b.Fatal(err)
 	}
-	o.SetCodex(runcontext.Codex{Name: "big", Mode: runcontext.ModeRAG, Body: pad("pkg/fNN.go: functions f00 to f99, their values and their callers\n", benchCodexBytes)},
-		ctxd.CodexPlan{Mode: runcontext.ModeRAG, Reason: "too big"}, benchRetriever{}, o.Limits())
+	block := runcontext.Codex{Name: "big", Mode: runcontext.ModeRAG, Body: pad("pkg/fNN.go: functions f00 to f99, their values and their callers\n", benchCodexBytes)}
+	plan := ctxd.CodexPlan{Mode: runcontext.ModeRAG, Reason: "too big"}
+	// scripts/bench-governor.sh builds this file at an older commit too,
+	// whose SetCodex took no limits.
+	switch s := any(o).(type) {
+	case interface {
+		SetCodex(runcontext.Codex, ctxd.CodexPlan, ctxd.Retriever, governor.Limits)
+	}:
+		s.SetCodex(block, plan, benchRetriever{}, o.Limits())
+	case interface {
+		SetCodex(runcontext.Codex, ctxd.CodexPlan, ctxd.Retriever)
+	}:
+		s.SetCodex(block, plan, benchRetriever{})
+	default:
+		b.Fatal("the orchestrator has no SetCodex this benchmark knows")
+	}
 	return o
 }
 
