@@ -154,13 +154,8 @@ func (srv *Server) actor(r *http.Request, named string) (runcontext.Sigil, error
 func (srv *Server) actorScoped(r *http.Request, named string, scopes []string) (runcontext.Sigil, error) {
 	name := named
 	if a, _ := r.Context().Value(authKey{}).(authInfo); a.token != "" {
-		// Checked again: a reload may have revoked it since the
-		// connection began.
-		if s, err := srv.cfg.Sigils.Authenticate(a.token); err != nil || s.Name != a.name {
-			if err == nil {
-				err = fmt.Errorf("it now belongs to sigil %q", s.Name)
-			}
-			return runcontext.Sigil{}, ctxd.Errorf(ctxd.KindUnauthorized, "the token this connection began with no longer holds: %v", err)
+		if err := srv.stillHolds(a, "connection"); err != nil {
+			return runcontext.Sigil{}, err
 		}
 	}
 	if auth := authenticated(r); auth != "" {
@@ -183,6 +178,20 @@ func (srv *Server) actorScoped(r *http.Request, named string, scopes []string) (
 		return s, ctxd.Errorf(ctxd.KindForbidden, "%v", err)
 	}
 	return s, nil
+}
+
+// stillHolds checks a's token again: a reload may have revoked it, or
+// given it to another sigil, since the stream that carries it (what: a
+// connection, an MCP session) began.
+func (srv *Server) stillHolds(a authInfo, what string) error {
+	s, err := srv.cfg.Sigils.Authenticate(a.token)
+	if err == nil && s.Name != a.name {
+		err = fmt.Errorf("it now belongs to sigil %q", s.Name)
+	}
+	if err != nil {
+		return ctxd.Errorf(ctxd.KindUnauthorized, "the token this %s began with no longer holds: %v", what, err)
+	}
+	return nil
 }
 
 // doorSigil is the sigil a door's request acts as: its token's, else the

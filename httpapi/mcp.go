@@ -3,7 +3,6 @@ package httpapi
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"net/http"
 	"strings"
 	"sync"
@@ -142,11 +141,8 @@ var _ mcpserver.Daemon = mcpDaemon{}
 // revoked the token the session was opened with, or changed its scopes.
 func (m mcpDaemon) sigil() (runcontext.Sigil, error) {
 	if m.auth.token != "" {
-		if s, err := m.srv.cfg.Sigils.Authenticate(m.auth.token); err != nil || s.Name != m.auth.name {
-			if err == nil {
-				err = fmt.Errorf("it now belongs to sigil %q", s.Name)
-			}
-			return runcontext.Sigil{}, ctxd.Errorf(ctxd.KindUnauthorized, "the token this MCP session began with no longer holds: %v", err)
+		if err := m.srv.stillHolds(m.auth, "MCP session"); err != nil {
+			return runcontext.Sigil{}, err
 		}
 	}
 	s, err := m.srv.cfg.Sigils.Resolve(m.auth.name)
