@@ -357,10 +357,8 @@ func (d *Daemon) start(ctx context.Context) error {
 		return err
 	}
 	lv, limits := d.startLimits(m.Window.NumCtx)
-	if err := limits.Validate(); err != nil {
-		m.Close()
-		return ctxd.Errorf(ctxd.KindInvalid, "daemon: %w", err)
-	}
+	// engine.New refuses limits that do not fit the window (KindInvalid:
+	// the daemon stops) and closes m when it fails.
 	e, err := engine.New(ctx, engine.Config{
 		Identity: runcontext.Identity{Name: d.cfg.Identity.Name, Persona: d.cfg.Identity.Persona},
 		Codex:    d.cfg.Codex, Karma: d.cfg.Karma, LowPowerAnswerReserve: d.cfg.Limits.LowPowerAnswerReserve,
