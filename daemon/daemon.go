@@ -357,8 +357,9 @@ func (d *Daemon) start(ctx context.Context) error {
 		return err
 	}
 	lv, limits := d.startLimits(m.Window.NumCtx)
-	// engine.New refuses limits that do not fit the window (KindInvalid:
-	// the daemon stops) and closes m when it fails.
+	// engine.New refuses limits that do not fit the window (the
+	// orchestrator checks them; KindInvalid: the daemon stops) and closes
+	// m when it fails.
 	e, err := engine.New(ctx, engine.Config{
 		Identity: runcontext.Identity{Name: d.cfg.Identity.Name, Persona: d.cfg.Identity.Persona},
 		Codex:    d.cfg.Codex, Karma: d.cfg.Karma, LowPowerAnswerReserve: d.cfg.Limits.LowPowerAnswerReserve,

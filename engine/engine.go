@@ -63,9 +63,6 @@ func New(ctx context.Context, cfg Config, m *bringup.Model) (_ *Engine, err erro
 			e.Close()
 		}
 	}()
-	if err := cfg.Limits.Validate(); err != nil {
-		return nil, ctxd.Errorf(ctxd.KindInvalid, "engine: %w", err)
-	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -74,7 +71,7 @@ func New(ctx context.Context, cfg Config, m *bringup.Model) (_ *Engine, err erro
 	}
 	counter := tokencount.New(m.Tokenizer, cfg.Logger)
 	e.Sched = scheduler.New(scheduler.Options{Slots: m.Window.Slots, LeastRecentTies: m.ChoosesSlots})
-	if e.Orch, err = newOrchestrator(cfg, e, counter); err != nil {
+	if e.Orch, err = newOrchestrator(cfg, e, counter); err != nil { // limits that do not fit the window among them
 		return nil, ctxd.Errorf(ctxd.KindInvalid, "%w", err)
 	}
 	e.Codex = codexsvc.New(codexsvc.Config{
