@@ -15,8 +15,10 @@ import (
 )
 
 // capServer serves a handler that answers "ok" (after reading any body)
-// on a Unix socket through serveCapped with a cap of n connections.
-func capServer(t *testing.T, n int) string {
+// on a Unix socket through serveCapped with a cap of n connections. The
+// channel receives once each time the server has recorded a connection as
+// idle (after the listener saw it), so a test can order idle times.
+func capServer(t *testing.T, n int) (string, <-chan struct{}) {
 	t.Helper()
 	sock := filepath.Join(t.TempDir(), "s")
 	ln, err := net.Listen("unix", sock)
@@ -30,6 +32,15 @@ func capServer(t *testing.T, n int) string {
 		}),
 		ReadHeaderTimeout: time.Minute, IdleTimeout: time.Hour, // never what frees a place here
 	}
+	idle := make(chan struct{}, 64)
+	srv.ConnState = func(_ net.Conn, s http.ConnState) { // runs after the listener's own record
+		if s == http.StateIdle {
+			select {
+			case idle <- struct{}{}:
+			default:
+			}
+		}
+	}
 	done := make(chan error, 1)
 	go func() { done <- serveCapped(srv, ln, n) }()
 	t.Cleanup(func() {
@@ -38,7 +49,7 @@ func capServer(t *testing.T, n int) string {
 			t.Errorf("serve: %v", err)
 		}
 	})
-	return sock
+	return sock, idle
 }
 
 // get sends GET / on conn and reads the answer.
@@ -99,11 +110,19 @@ func askAsync(sock string) <-chan error {
 func TestCapClosesTheLongestIdleConnection(t *testing.T) {
 	t.Parallel()
 	const n = 4
-	sock := capServer(t, n)
+	sock, idle := capServer(t, n)
 	conns := make([]net.Conn, n)
 	for i := range conns {
 		conns[i] = dialUnix(t, sock)
 		get(t, conns[i], bufio.NewReader(conns[i]))
+		// The client has its answer before the server records the
+		// connection idle; wait for that record, so idle times follow
+		// the order of the connections.
+		select {
+		case <-idle:
+		case <-time.After(30 * time.Second):
+			t.Fatalf("the server never recorded connection %d idle", i)
+		}
 	}
 	select {
 	case err := <-askAsync(sock):
@@ -129,7 +148,7 @@ func TestCapClosesTheLongestIdleConnection(t *testing.T) {
 func TestCapKeepsRequestsInProgress(t *testing.T) {
 	t.Parallel()
 	const n = 4
-	sock := capServer(t, n)
+	sock, _ := capServer(t, n)
 	conns := make([]net.Conn, n)
 	for i := range conns {
 		conns[i] = dialUnix(t, sock)
@@ -159,7 +178,7 @@ func TestCapKeepsRequestsInProgress(t *testing.T) {
 func TestCapClosesSilentNewConnections(t *testing.T) {
 	t.Parallel()
 	const n = 4
-	sock := capServer(t, n)
+	sock, _ := capServer(t, n)
 	for range n {
 		dialUnix(t, sock)
 	}
