@@ -22,8 +22,8 @@ type AskRequest struct {
 	Sigil   string `json:"sigil,omitempty"`
 	Pin     bool   `json:"pin,omitempty"` // keep this turn verbatim: never compacted or condensed
 
-	// System is the client's own system message: it joins the identity
-	// block after ctxd's persona, so the same text keeps the same prefix.
+	// System is the client's own system message: it ends the sigil block,
+	// after the identity, codex and environment every request shares.
 	System string `json:"system,omitempty"`
 	// History is the conversation as the client holds it, oldest first,
 	// for clients that resend it with every request (the OpenAI and

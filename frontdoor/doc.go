@@ -4,8 +4,10 @@
 // /api/tags, /api/show, /api/version, /api/ps). Pointing an agent's base
 // URL at ctxd is the one setting it needs.
 //
-// A door translates. The client's system messages join the identity block
-// (the same text keeps the same cached prefix), its earlier messages are
+// A door translates. The client's system messages end the sigil block,
+// after the identity, codex and environment that every request shares (a
+// side request with a system text of its own re-evaluates only what
+// follows them), its earlier messages are
 // the session's state, its last user message the query; ctxd renders the
 // rest of the RunContext in cache order, exactly as for its native API.
 // Clients resend their whole history with every request: the session

@@ -34,7 +34,7 @@ func TestSessionFollowsClientHistory(t *testing.T) {
 		history = append(history, ctxd.Turn{Query: q, Answer: "the answer"})
 	}
 	if p := h.lastPrompt(); !strings.Contains(p, "### INSTRUCTIONS\nclient rules\n") {
-		t.Errorf("the client's system text is not in the identity block:\n%s", p[:min(300, len(p))])
+		t.Errorf("the client's system text is not in the prompt:\n%s", p[:min(300, len(p))])
 	}
 
 	// The client edits its first question: a new epoch with its turns.
@@ -95,5 +95,40 @@ func TestFollowAfterCompaction(t *testing.T) {
 	}
 	if !compacted {
 		t.Fatal("the governor never compacted: the test proves nothing")
+	}
+}
+
+// TestSideRequestsShareTheFloor: an agent's side request (a title, a
+// compaction, a memory extraction) carries a system text of its own in a
+// session of its own; the prompt it sends shares ctxd's identity, the
+// codex and the environment with the main conversation's, so the backend
+// evaluates only what follows them.
+func TestSideRequestsShareTheFloor(t *testing.T) {
+	t.Parallel()
+	h := newTest(t, governor.Limits{NumCtx: 100000, AnswerReserve: 64}, 1)
+	main := ctxd.AskRequest{Session: "main", Query: "where is main?", System: "You are a coding agent.", History: []ctxd.Turn{},
+		Tools: []ctxd.Tool{{Name: "grep", Parameters: []byte(`{"type":"object"}`)}}, Sigil: "tooler"}
+	if _, err := h.o.Ask(t.Context(), main, noop); err != nil {
+		t.Fatal(err)
+	}
+	side := ctxd.AskRequest{Session: "side", Query: "Title this conversation.", System: "You write titles.", History: []ctxd.Turn{}, Sigil: "tooler"}
+	if _, err := h.o.Ask(t.Context(), side, noop); err != nil {
+		t.Fatal(err)
+	}
+	p := h.backend.Prompts()
+	a, b := p[len(p)-2], p[len(p)-1]
+	n := 0
+	for n < len(a) && n < len(b) && a[n] == b[n] {
+		n++
+	}
+	floor := strings.Index(a, "### SIGIL ")
+	if floor < 0 || !strings.Contains(a[:floor], "### CODEX") || !strings.Contains(a[:floor], "### ENVIRONMENT") {
+		t.Fatalf("the prompt's sigil block does not follow the codex and the environment:\n%s", a[:min(400, len(a))])
+	}
+	if n < floor {
+		t.Errorf("the side request's prompt parts from the main one at byte %d, before the sigil block (%d): its system text sits in the shared floor", n, floor)
+	}
+	if i := strings.Index(a, "### INSTRUCTIONS\nYou are a coding agent."); i < floor || i < strings.Index(a, "grep") {
+		t.Errorf("the client's system text does not follow the sigil's tools")
 	}
 }

@@ -19,15 +19,14 @@ func withCodexTools(sigil runcontext.Sigil, mode string) runcontext.Sigil {
 }
 
 // stableContext is the RunContext of the stable blocks a request of sigil
-// renders over codex: the identity (with the client's instructions, if
-// any), the codex block, the environment bands now, and the sigil with the
-// tools it is offered there. Requests and the codex's plan both build
+// renders over codex: the identity, the codex block, the environment bands
+// now, and the sigil with the tools it is offered there and the client's
+// instructions, if any (after the floor every request shares). Requests and the codex's plan both build
 // theirs here, so they render the same bytes.
 func (o *Orchestrator) stableContext(instructions string, codex runcontext.Codex, sigil runcontext.Sigil) *runcontext.RunContext {
-	identity := o.cfg.Identity
-	identity.Instructions = instructions
-	return &runcontext.RunContext{Identity: identity, Codex: codex, Environment: o.env.Environment(),
-		Sigil: withCodexTools(sigil, codex.Mode)}
+	sigil = withCodexTools(sigil, codex.Mode)
+	sigil.Instructions = instructions
+	return &runcontext.RunContext{Identity: o.cfg.Identity, Codex: codex, Environment: o.env.Environment(), Sigil: sigil}
 }
 
 // StableBlocks renders the stable blocks (identity, codex, environment,

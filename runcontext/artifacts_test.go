@@ -12,7 +12,7 @@ import (
 // volatile one in the query.
 func withArtifactsFixture() *RunContext {
 	rc := fixture()
-	rc.Identity.Instructions = "Answer in French."
+	rc.Sigil.Instructions = "Answer in French."
 	rc.Artifacts = []Artifact{
 		{Formatter: "zeta", Block: BlockIdentity, Stable: true, Text: "zeta's note, after alpha's"},
 		{Formatter: "alpha", Block: BlockIdentity, Stable: true, Text: "\nproject conventions (AGENTS.md):\n### Build\nmake test\n"},
@@ -116,16 +116,15 @@ func TestArtifactsStayInTheirBlock(t *testing.T) {
 	}
 	for k, want := range map[int]string{
 		BlockCodex: "package main\ncodex index: 2 files\n\n", BlockEnvironment: "connectivity: offline\ntimezone: UTC\n\n",
-		BlockSigil: "scopes: ask read_codex\ntool: search_codex\n\n", BlockKarma: "make test.\nmemory summary: the user prefers tables.\n\n",
+		BlockSigil: "scopes: ask read_codex\ntool: search_codex\n\n### INSTRUCTIONS\nAnswer in French.\n\n", BlockKarma: "make test.\nmemory summary: the user prefers tables.\n\n",
 		BlockQuery: "### USER\n[clock] 2026-01-02 03:04\nWhere is main?\n### ASSISTANT\n",
 	} {
 		if !strings.HasSuffix(with.Blocks[k], want) {
 			t.Errorf("%s block does not end with its artifacts:\n%q", BlockNames[k], with.Blocks[k])
 		}
 	}
-	id := with.Blocks[BlockIdentity]
-	if p, i := strings.Index(id, "project conventions"), strings.Index(id, "### INSTRUCTIONS"); p < 0 || i < p {
-		t.Errorf("identity artifacts do not come after the persona and before the client's instructions:\n%s", id)
+	if id := with.Blocks[BlockIdentity]; !strings.Contains(id, "project conventions") || strings.Contains(id, "### INSTRUCTIONS") {
+		t.Errorf("the identity block holds its artifacts and not the client's instructions (they follow the sigil's tools):\n%s", id)
 	}
 }
 

@@ -16,15 +16,16 @@ import (
 // order, as ctxd writes it. Content must add none.
 func wantMarkers(rc *RunContext) []string {
 	m := []string{"### IDENTITY " + rc.Identity.Name}
-	if strings.TrimSpace(rc.Identity.Instructions) != "" {
-		m = append(m, "### INSTRUCTIONS")
-	}
 	if rc.Codex.Mode == ModeNone || rc.Codex.Mode == "" {
 		m = append(m, "### CODEX")
 	} else {
 		m = append(m, "### CODEX "+strconv.Quote(rc.Codex.Name)+" mode="+rc.Codex.Mode+" files="+strconv.Itoa(len(rc.Codex.Files)))
 	}
-	m = append(m, "### ENVIRONMENT", "### SIGIL "+rc.Sigil.Name, "### KARMA", "### CONVERSATION epoch="+strconv.Itoa(rc.State.Epoch))
+	m = append(m, "### ENVIRONMENT", "### SIGIL "+rc.Sigil.Name)
+	if strings.TrimSpace(rc.Sigil.Instructions) != "" {
+		m = append(m, "### INSTRUCTIONS")
+	}
+	m = append(m, "### KARMA", "### CONVERSATION epoch="+strconv.Itoa(rc.State.Epoch))
 	if rc.State.Summary != "" {
 		m = append(m, "[summary of earlier turns]", "[/summary]")
 	}
@@ -101,7 +102,7 @@ var forgeries = map[string]string{
 // fields are the free-text fields of a RunContext, each set to text.
 var fields = map[string]func(rc *RunContext, text string){
 	"persona":      func(rc *RunContext, s string) { rc.Identity.Persona = "p\n" + s },
-	"instructions": func(rc *RunContext, s string) { rc.Identity.Instructions = s },
+	"instructions": func(rc *RunContext, s string) { rc.Sigil.Instructions = s },
 	"codex body":   func(rc *RunContext, s string) { rc.Codex.Body = "~~~ file \"a\"\n" + s + "\n~~~\n" },
 	"karma text":   func(rc *RunContext, s string) { rc.Karma.Entries[0].Text = s },
 	"karma id":     func(rc *RunContext, s string) { rc.Karma.Entries[0].ID = "k" + s },

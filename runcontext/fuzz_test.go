@@ -55,7 +55,7 @@ func FuzzRenderCannotForge(f *testing.F) {
 	f.Fuzz(func(t *testing.T, persona, instructions, name, body, karmaID, karmaText, summary, turnQuery, answer, excerpt, query, artifact string, block uint8) {
 		rc := fixture()
 		rc.Identity.Persona = clean(persona, true)
-		rc.Identity.Instructions = clean(instructions, false)
+		rc.Sigil.Instructions = clean(instructions, false)
 		if rc.Identity.Name = clean(name, true); len(rc.Identity.Name) > 64 || strings.ContainsAny(rc.Identity.Name, lineBreaks) {
 			rc.Identity.Name = "ctxd"
 		}

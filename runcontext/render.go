@@ -99,7 +99,7 @@ func render(rc *RunContext, sp Specials, stableOnly bool) Rendered {
 		r.Blocks[BlockCodex] = sp.Escape(withArtifacts(renderCodex(rc.Codex), arts[BlockCodex]))
 	}
 	r.Blocks[BlockEnvironment] = sp.Escape(withArtifacts(renderEnvironment(rc.Environment), arts[BlockEnvironment]))
-	r.Blocks[BlockSigil] = sp.Escape(withArtifacts(renderSigil(rc.Sigil), arts[BlockSigil]))
+	r.Blocks[BlockSigil] = sp.Escape(withArtifacts(renderSigil(rc.Sigil), arts[BlockSigil]) + renderInstructions(rc.Sigil.Instructions))
 	r.Blocks[BlockKarma] = sp.Escape(withArtifacts(renderKarma(rc.Karma), arts[BlockKarma]))
 	if !stableOnly {
 		r.Blocks[BlockState] = sp.Escape(RenderState(rc.State))
@@ -117,15 +117,20 @@ func withArtifacts(block, arts string) string {
 	return block[:len(block)-1] + arts + "\n"
 }
 
-// renderIdentity renders the persona, its artifacts, then the client's
-// instructions: the artifacts are the daemon's, as the persona is, and
-// they change less often than the client's system message.
+// renderIdentity renders the persona, then its artifacts.
 func renderIdentity(id Identity, arts string) string {
-	out := "### IDENTITY " + escapeInline(id.Name) + "\n" + escape(id.Persona) + "\n" + arts + "\n"
-	if strings.TrimSpace(id.Instructions) != "" {
-		out += "### INSTRUCTIONS\n" + escape(strings.TrimSpace(id.Instructions)) + "\n\n"
+	return "### IDENTITY " + escapeInline(id.Name) + "\n" + escape(id.Persona) + "\n" + arts + "\n"
+}
+
+// renderInstructions renders the client's system message, if any, as the
+// sigil block's last part: after the sigil's tools, which change less
+// often (an agent's side requests offer the same tools, or none, under
+// system messages of their own).
+func renderInstructions(text string) string {
+	if strings.TrimSpace(text) == "" {
+		return ""
 	}
-	return out
+	return "### INSTRUCTIONS\n" + escape(strings.TrimSpace(text)) + "\n\n"
 }
 
 func renderCodex(c Codex) string {

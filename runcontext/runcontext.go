@@ -24,8 +24,8 @@ type RunContext struct {
 // is stable.
 //
 // A stable artifact joins the cached prefix: it renders at the end of its
-// block's content (identity to karma; in the identity block, after the
-// persona and before the client's instructions), so it must change only
+// block's content (identity to karma; in the sigil block, before the
+// client's instructions), so it must change only
 // when what it is derived from does. A volatile artifact joins the tail:
 // it renders in the query block, after the query's excerpts and before its
 // text, and never changes a byte of the blocks before the query. The
@@ -50,9 +50,6 @@ type Artifact struct {
 type Identity struct {
 	Name    string `json:"name" jsonschema:"minLength=1,maxLength=64" jsonschema_description:"persona name"`
 	Persona string `json:"persona" jsonschema:"minLength=1" jsonschema_description:"system prompt"`
-	// Instructions is the client's own system message (an OpenAI or
-	// Ollama client's), after the persona.
-	Instructions string `json:"instructions,omitempty" jsonschema_description:"the client's system message"`
 }
 
 // Codex modes.
@@ -111,6 +108,11 @@ type Sigil struct {
 	// ClientTools are the tools the client offers the model, as far as
 	// the sigil's scopes allow them.
 	ClientTools []ClientTool `json:"client_tools,omitempty" jsonschema_description:"the client's tools the sigil's scopes allow"`
+	// Instructions is the client's own system message (an OpenAI or
+	// Ollama client's). It renders last in the sigil block, after the
+	// tools: past ctxd's identity, the codex and the environment, the
+	// prefix every agent and every side request shares.
+	Instructions string `json:"instructions,omitempty" jsonschema_description:"the client's system message"`
 }
 
 // ClientTool is a function the client offers the model.

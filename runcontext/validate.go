@@ -60,7 +60,6 @@ func (rc *RunContext) Validate() error {
 	var v validator
 	v.name("identity.name", rc.Identity.Name, 64)
 	v.text("identity.persona", rc.Identity.Persona, true)
-	v.text("identity.instructions", rc.Identity.Instructions, false)
 
 	if !rc.Codex.bodyValid {
 		v.codex(rc.Codex)
@@ -85,6 +84,7 @@ func (rc *RunContext) Validate() error {
 		}
 	}
 
+	v.text("sigil.instructions", rc.Sigil.Instructions, false)
 	for i, tool := range rc.Sigil.Tools {
 		if !scopeRE.MatchString(tool) {
 			v.fail(fmt.Sprintf("sigil.tools[%d]", i), fmt.Sprintf("%q must match %s", tool, scopeRE))
