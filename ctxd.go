@@ -56,6 +56,12 @@ type AskRequest struct {
 	// block is chosen again (taking in new verifications), which breaks
 	// the cached prefix from the karma block on.
 	RefreshKarma bool `json:"refresh_karma,omitempty"`
+	// Accepted, if set, is called once the request is accepted: its
+	// prompt fits (the governor made it fit) and only the backend is left
+	// to wait for. A door commits its stream's headers there, so a refusal
+	// keeps its HTTP status and a long wait is never silent. Not part of
+	// the wire format.
+	Accepted func() `json:"-"`
 }
 
 // Tool is a function a client offers the model.

@@ -53,7 +53,12 @@ type Config struct {
 	Sigil        func(*http.Request) (runcontext.Sigil, error)
 	MaxBodyBytes int64
 	WriteTimeout time.Duration // for the client to take one chunk of a stream
-	Logger       *slog.Logger
+	// HeaderGrace is how long a streamed answer's headers may wait for
+	// the request to be accepted before they are sent anyway (default
+	// 50ms); KeepAlive how often a stream with nothing else to say says it
+	// is alive (default 5s). See streamer.
+	HeaderGrace, KeepAlive time.Duration
+	Logger                 *slog.Logger
 }
 
 // Doors serves the OpenAI- and Ollama-compatible routes.
@@ -73,6 +78,12 @@ func New(cfg Config) *Doors {
 	}
 	if cfg.WriteTimeout <= 0 {
 		cfg.WriteTimeout = 30 * time.Second
+	}
+	if cfg.HeaderGrace <= 0 {
+		cfg.HeaderGrace = 50 * time.Millisecond
+	}
+	if cfg.KeepAlive <= 0 {
+		cfg.KeepAlive = 5 * time.Second
 	}
 	if cfg.MaxBodyBytes <= 0 {
 		cfg.MaxBodyBytes = 1 << 20

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/ctxd/ctxd"
@@ -219,9 +220,10 @@ func (d *Doors) ollamaLoaded(w http.ResponseWriter, model string, chat bool, ign
 }
 
 // ollamaAnswer asks and answers in Ollama's shape, streaming NDJSON unless
-// the client said stream: false. An answer to a request that offers tools
-// is sent whole when it is complete: only the whole answer tells a tool
-// call from text.
+// the client said stream: false. A stream's headers go out when the
+// request is accepted, and empty chunks keep it alive while the prompt is
+// read (see streamer). When tools are offered, text streams as it comes
+// and tool calls are sent whole once recognised (see toolSniffer).
 func (d *Doors) ollamaAnswer(w http.ResponseWriter, r *http.Request, eng Engine, ask ctxd.AskRequest, sigil runcontext.Sigil, model string, stream, chat bool, ignored []string) {
 	if len(ignored) > 0 {
 		d.log.Info("ollama door: ignored fields and options (never forwarded)", "session", ask.Session, "ignored", ignored)
@@ -251,19 +253,35 @@ func (d *Doors) ollamaAnswer(w http.ResponseWriter, r *http.Request, eng Engine,
 		c.Ctxd = &ollamaCtxd{Session: s.Session, Ignored: ignored, Summary: s}
 		return c
 	}
-	whole := !stream || len(ask.Tools) > 0
-	var sb strings.Builder
+	var sb strings.Builder // the answer, when it is not streamed
 	s := &streamer{w: w, timeout: d.cfg.WriteTimeout}
+	var sniff *toolSniffer
+	if stream {
+		accepted := make(chan struct{})
+		ask.Accepted = sync.OnceFunc(func() { close(accepted) })
+		s.keep(accepted, d.cfg.HeaderGrace, d.cfg.KeepAlive, func() []byte {
+			b, _ := json.Marshal(piece("", nil))
+			return b
+		})
+		if len(ask.Tools) > 0 {
+			sniff = &toolSniffer{}
+		}
+	}
 	sum, err := eng.AskAs(r.Context(), sigil, ask, func(t string) error {
-		if whole {
+		if !stream {
 			sb.WriteString(t)
 			return nil
 		}
+		if sniff != nil {
+			if t = sniff.feed(t); t == "" {
+				return nil
+			}
+		}
 		return s.send(piece(t, nil))
 	})
-	if err != nil {
+	if started := s.release(); err != nil {
 		d.logAskError(ask.Session, err)
-		if !s.started {
+		if !started {
 			WriteOllamaError(w, err)
 			return
 		}
@@ -274,8 +292,8 @@ func (d *Doors) ollamaAnswer(w http.ResponseWriter, r *http.Request, eng Engine,
 		writeJSON(w, http.StatusOK, final(sb.String(), sum))
 		return
 	}
-	if whole && len(sum.ToolCalls) == 0 && sb.Len() > 0 {
-		if err := s.send(piece(sb.String(), nil)); err != nil {
+	if sniff != nil && len(sum.ToolCalls) == 0 && sniff.rest() != "" { // held as a possible call, and text after all
+		if err := s.send(piece(sniff.rest(), nil)); err != nil {
 			return
 		}
 	}

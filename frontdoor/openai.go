@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/ctxd/ctxd"
 	"github.com/ctxd/ctxd/runcontext"
@@ -261,9 +262,10 @@ func (d *Doors) openaiCompletion(w http.ResponseWriter, r *http.Request) {
 }
 
 // openaiAnswer asks and answers in OpenAI's shape: object is
-// "chat.completion" or "text_completion". An answer to a request that
-// offers tools is sent whole when it is complete, streamed or not: only
-// the whole answer tells a tool call from text.
+// "chat.completion" or "text_completion". A stream's headers go out when
+// the request is accepted, and keep-alive comments while the prompt is
+// read (see streamer). When tools are offered, text streams as it comes
+// and tool calls are sent whole once recognised (see toolSniffer).
 func (d *Doors) openaiAnswer(w http.ResponseWriter, r *http.Request, eng Engine, ask ctxd.AskRequest, sigil runcontext.Sigil, model string, stream, includeUsage bool, object string, ignored []string) {
 	chat := object == "chat.completion"
 	id, created := newID("chatcmpl-"), d.now().Unix()
@@ -273,14 +275,20 @@ func (d *Doors) openaiAnswer(w http.ResponseWriter, r *http.Request, eng Engine,
 	if len(ignored) > 0 {
 		d.log.Debug("openai door: ignored request fields", "session", ask.Session, "fields", ignored)
 	}
-	whole := !stream || len(ask.Tools) > 0
-	var sb strings.Builder
+	var sb strings.Builder // the answer, when it is not streamed
 	var s *streamer
+	var sniff *toolSniffer
 	chunkObject := object
 	if stream {
 		s = &streamer{w: w, timeout: d.cfg.WriteTimeout, sse: true}
+		accepted := make(chan struct{})
+		ask.Accepted = sync.OnceFunc(func() { close(accepted) })
+		s.keep(accepted, d.cfg.HeaderGrace, d.cfg.KeepAlive, sseBeat)
 		if chat {
 			chunkObject = "chat.completion.chunk"
+		}
+		if len(ask.Tools) > 0 {
+			sniff = &toolSniffer{}
 		}
 	}
 	newCompletion := func() completion {
@@ -301,24 +309,36 @@ func (d *Doors) openaiAnswer(w http.ResponseWriter, r *http.Request, eng Engine,
 		}
 		return chatChoice{Message: m, FinishReason: fr}
 	}
-	first := true
+	first := true // no delta sent yet: the first carries the role
+	role := func() string {
+		if first && chat {
+			first = false
+			return "assistant"
+		}
+		return ""
+	}
+	sendText := func(t string) error {
+		if t == "" {
+			return nil
+		}
+		c := newCompletion()
+		c.Choices = []chatChoice{choice(t, role(), nil, nil)}
+		return s.send(c)
+	}
 	sum, err := eng.AskAs(r.Context(), sigil, ask, func(t string) error {
-		if whole {
+		if !stream {
 			sb.WriteString(t)
 			return nil
 		}
-		role := ""
-		if first && chat {
-			role = "assistant"
+		if sniff != nil {
+			t = sniff.feed(t)
 		}
-		first = false
-		c := newCompletion()
-		c.Choices = []chatChoice{choice(t, role, nil, nil)}
-		return s.send(c)
+		return sendText(t)
 	})
+	started := stream && s.release()
 	if err != nil {
 		d.logAskError(ask.Session, err)
-		if s == nil || !s.started {
+		if !started {
 			WriteOpenAIError(w, err)
 			return
 		}
@@ -337,20 +357,20 @@ func (d *Doors) openaiAnswer(w http.ResponseWriter, r *http.Request, eng Engine,
 		writeJSON(w, http.StatusOK, c)
 		return
 	}
-	if whole { // the answer, or its tool calls, in one chunk
+	switch {
+	case len(sum.ToolCalls) > 0: // recognised at the end: the calls in one chunk
 		c := newCompletion()
-		c.Choices = []chatChoice{choice(sb.String(), "assistant", sum.ToolCalls, nil)}
-		first = false
+		c.Choices = []chatChoice{choice("", role(), sum.ToolCalls, nil)}
 		if err := s.send(c); err != nil {
+			return
+		}
+	case sniff != nil: // held as a possible call, and text after all
+		if err := sendText(sniff.rest()); err != nil {
 			return
 		}
 	}
 	last := newCompletion()
-	role := ""
-	if first && chat {
-		role = "assistant"
-	}
-	last.Choices = []chatChoice{choice("", role, nil, &fr)}
+	last.Choices = []chatChoice{choice("", role(), nil, &fr)}
 	last.Ctxd = sum
 	if err := s.send(last); err != nil {
 		return

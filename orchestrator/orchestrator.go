@@ -325,6 +325,9 @@ func (o *Orchestrator) ask(ctx context.Context, arrived time.Time, sigil runcont
 		}
 		return nil, err
 	}
+	if req.Accepted != nil {
+		req.Accepted()
+	}
 	a := &answering{o: o, ctx: ctx, req: req, p: &p, codex: codex, behind: w}
 	if err := a.acquireSlot(); err != nil {
 		return nil, err

@@ -158,14 +158,25 @@ func TestRefusals(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
+			accepted := false
+			c.req.Accepted = func() { accepted = true }
 			_, err := h.o.Ask(t.Context(), c.req, noop)
 			if got := ctxd.KindOf(err); got != c.want {
 				t.Errorf("%v: kind %q, want %q", err, got, c.want)
+			}
+			if accepted {
+				t.Error("a refused request was reported accepted")
 			}
 		})
 	}
 	if n := len(h.backend.Requests()); n != 0 {
 		t.Errorf("%d refused requests reached the backend", n)
+	}
+	// One that fits is accepted before the backend sees it.
+	var atAccept int
+	req := ctxd.AskRequest{Session: "s", Query: "q", Accepted: func() { atAccept = len(h.backend.Requests()) + 1 }}
+	if _, err := h.o.Ask(t.Context(), req, noop); err != nil || atAccept != 1 {
+		t.Errorf("a request that fits: accepted with %d requests at the backend (want 0), err %v", atAccept-1, err)
 	}
 }
 
