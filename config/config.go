@@ -105,6 +105,11 @@ type Daemon struct {
 	// fails that request, with an error saying so, instead of holding its
 	// session for ever.
 	StoreTimeout Duration `toml:"store_timeout"`
+	// DisallowedTools is what a request that offers tools its sigil may
+	// not offer gets: "refuse" (403, naming them and the scope) or
+	// "leave_out" (answered without them; X-Ctxd-Ignored and the summary
+	// list them).
+	DisallowedTools string `toml:"disallowed_tools"`
 }
 
 // Backend is the model server.
@@ -252,7 +257,7 @@ func Default(env Env) Config {
 			MaxBodyBytes: 1 << 20, DefaultSigil: "default", ShutdownGrace: Duration{10 * time.Second},
 			WriteTimeout:   Duration{30 * time.Second},
 			MaxConnections: 1024, BodyTimeout: Duration{30 * time.Second}, IdleTimeout: Duration{2 * time.Minute},
-			StoreTimeout: Duration{10 * time.Second},
+			StoreTimeout: Duration{10 * time.Second}, DisallowedTools: "refuse",
 		},
 		Backend: Backend{
 			Kind: "ollama", Mode: "managed", Listen: "127.0.0.1:0", URL: "http://127.0.0.1:11434",

@@ -74,6 +74,9 @@ func (c Config) validateDaemon(p *problems) {
 	if s := d.StoreTimeout.Duration; s < 100*time.Millisecond || s > 10*time.Minute {
 		p.bad("daemon.store_timeout", "%v must be between 100ms and 10m", s)
 	}
+	if !slices.Contains([]string{"refuse", "leave_out"}, d.DisallowedTools) {
+		p.bad("daemon.disallowed_tools", "%q is not refuse or leave_out", d.DisallowedTools)
+	}
 	if w := d.WriteTimeout.Duration; w < 100*time.Millisecond {
 		p.bad("daemon.write_timeout", "%v must be at least 100ms", w)
 	}

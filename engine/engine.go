@@ -41,6 +41,7 @@ type Config struct {
 	LowPowerAnswerReserve int
 	StateDir              string          // the codex's caches and index go here
 	StoreTimeout          time.Duration   // bounds each store call of a request (0: the orchestrator's default)
+	LeaveOutTools         bool            // tools a sigil may not offer are left out and listed, not refused
 	Limits                governor.Limits // the governor's limits on this model's window
 	Sigils                *sigils.Registry
 	Formatters            *formatters.Registry
@@ -113,6 +114,7 @@ func newOrchestrator(cfg Config, e *Engine, counter *tokencount.Counter) (*orche
 			TopK: k.TopK, MaxChars: k.MaxChars, MaxEntryChars: k.MaxEntryChars, HalfLife: k.HalfLife.Duration}},
 		LowPowerReserve: cfg.LowPowerAnswerReserve,
 		StoreTimeout:    cfg.StoreTimeout,
+		LeaveOutTools:   cfg.LeaveOutTools,
 		Observe:         cfg.Observe,
 		Formatters:      cfg.Formatters,
 		CodexFile: func(path string) (string, error) {

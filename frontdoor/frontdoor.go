@@ -16,6 +16,7 @@ import (
 
 	"github.com/ctxd/ctxd"
 	"github.com/ctxd/ctxd/runcontext"
+	"github.com/ctxd/ctxd/sigils"
 )
 
 // Engine is the request path the doors send their asks to.
@@ -66,6 +67,9 @@ type Doors struct {
 	cfg Config
 	log *slog.Logger
 	now func() time.Time
+	// sigils: requests act as sigils with scopes (Config.Sigil), so the
+	// tools a sigil may not offer can be named.
+	sigils bool
 }
 
 // New returns the doors.
@@ -73,6 +77,7 @@ func New(cfg Config) *Doors {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
+	withSigils := cfg.Sigil != nil
 	if cfg.Sigil == nil {
 		cfg.Sigil = func(*http.Request) (runcontext.Sigil, error) { return runcontext.Sigil{}, nil }
 	}
@@ -88,7 +93,7 @@ func New(cfg Config) *Doors {
 	if cfg.MaxBodyBytes <= 0 {
 		cfg.MaxBodyBytes = 1 << 20
 	}
-	return &Doors{cfg: cfg, log: cfg.Logger.With("component", "frontdoor"), now: time.Now}
+	return &Doors{cfg: cfg, log: cfg.Logger.With("component", "frontdoor"), now: time.Now, sigils: withSigils}
 }
 
 // Register adds the doors' routes to mux.
@@ -182,11 +187,11 @@ func (d *Doors) open(w http.ResponseWriter, r *http.Request, req any, model *str
 }
 
 // answerCap is the cap on the answer's length a client asked for, if ctxd
-// honours it: one under the answer reserve (the window is planned with the
+// honours it: one up to the answer reserve (the window is planned with the
 // reserve, so a smaller cap changes nothing the backend holds). A larger
 // one has no effect, and its field is listed as ignored.
 func answerCap(asked float64, m Model) (int, bool) {
-	if asked >= 1 && asked == float64(int(asked)) && int(asked) < m.AnswerReserve {
+	if asked >= 1 && asked == float64(int(asked)) && int(asked) <= m.AnswerReserve {
 		return int(asked), true
 	}
 	return 0, false
@@ -272,6 +277,23 @@ func ignoredOf(sent []string, honoured ...string) []string {
 	for _, f := range sent {
 		if !slices.Contains(honoured, f) {
 			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// notAllowed lists, as ignored fields ("tools.NAME"), the tools the
+// sigil may not offer the model: where the daemon leaves them out rather
+// than refusing the request (daemon.disallowed_tools), the client learns
+// which.
+func (d *Doors) notAllowed(sigil runcontext.Sigil, tools []ctxd.Tool) []string {
+	if !d.sigils {
+		return nil
+	}
+	var out []string
+	for _, t := range tools {
+		if !sigils.AllowsTool(sigil, t.Name) {
+			out = append(out, "tools."+t.Name)
 		}
 	}
 	return out

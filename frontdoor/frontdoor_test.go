@@ -540,6 +540,7 @@ func TestAnswerCap(t *testing.T) {
 		{"/v1/chat/completions", `{"model":"ctxd","max_tokens":9,` + msgs + `}`, 200, 9, ""},
 		{"/v1/chat/completions", `{"model":"ctxd","max_tokens":9,"max_completion_tokens":20,` + msgs + `}`, 200, 20, "max_tokens"},
 		{"/v1/chat/completions", `{"model":"ctxd","max_tokens":4096,` + msgs + `}`, 200, 0, "max_tokens"},
+		{"/v1/chat/completions", `{"model":"ctxd","max_tokens":64,` + msgs + `}`, 200, 64, ""}, // the reserve itself is honoured
 		{"/v1/chat/completions", `{"model":"ctxd","max_tokens":0,` + msgs + `}`, 400, 0, ""},
 		{"/v1/completions", `{"model":"ctxd","prompt":"q","max_tokens":5}`, 200, 5, ""},
 		{"/api/chat", `{"model":"ctxd","stream":false,"options":{"num_predict":7,"num_ctx":8192},` + msgs + `}`, 200, 7, "options.num_ctx"},
@@ -586,5 +587,26 @@ func TestUnservedRoutesAndTemplate(t *testing.T) {
 	json.Unmarshal(b, &show)
 	if !strings.Contains(show.Template, ".Tools") {
 		t.Errorf("template %q", show.Template)
+	}
+}
+
+// TestToolsNotAllowedAreListed: where the daemon leaves out the tools a
+// sigil may not offer, the door lists them in X-Ctxd-Ignored.
+func TestToolsNotAllowedAreListed(t *testing.T) {
+	e := &engine{pieces: []string{"a"}}
+	d := New(Config{Engine: func() (Engine, Model, error) { return e, testModel, nil },
+		Sigil: func(*http.Request) (runcontext.Sigil, error) {
+			return runcontext.Sigil{Name: "a", Scopes: []string{"ask", "tool:grep"}}, nil
+		}})
+	mux := http.NewServeMux()
+	d.Register(mux)
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+	tools := `"tools":[{"type":"function","function":{"name":"grep"}},{"type":"function","function":{"name":"Shell"}}]`
+	for _, path := range []string{"/v1/chat/completions", "/api/chat"} {
+		resp, b := post(t, srv, path, `{"model":"ctxd","stream":false,`+tools+`,"messages":[{"role":"user","content":"q"}]}`)
+		if got := resp.Header.Get("X-Ctxd-Ignored"); got != "tools.Shell" {
+			t.Errorf("%s: X-Ctxd-Ignored %q; want tools.Shell (%s)", path, got, b)
+		}
 	}
 }

@@ -198,7 +198,7 @@ func checkAsk(t *testing.T, ask ctxd.AskRequest, header string) {
 	if strings.TrimSpace(ask.Query) == "" {
 		t.Fatalf("ask with a blank query: %+v", ask)
 	}
-	if ask.MaxTokens < 0 || ask.MaxTokens >= fuzzModel.AnswerReserve {
+	if ask.MaxTokens < 0 || ask.MaxTokens > fuzzModel.AnswerReserve {
 		t.Fatalf("ask with max_tokens %d (reserve %d)", ask.MaxTokens, fuzzModel.AnswerReserve)
 	}
 	if ask.Ephemeral {

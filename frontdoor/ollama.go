@@ -177,7 +177,7 @@ func (d *Doors) ollamaChat(w http.ResponseWriter, r *http.Request) {
 		WriteOllamaError(w, err)
 		return
 	}
-	ignored := ollamaIgnored(sent, req.Options, ollamaCap(req.Options, &ask, m))
+	ignored := append(ollamaIgnored(sent, req.Options, ollamaCap(req.Options, &ask, m)), d.notAllowed(sigil, tools)...)
 	setSummaryHeaders(w, ask.Session, ignored)
 	d.ollamaAnswer(w, r, eng, ask, sigil, req.Model, req.Stream == nil || *req.Stream, true, ignored)
 }

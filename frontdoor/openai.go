@@ -212,7 +212,7 @@ func (d *Doors) openaiChat(w http.ResponseWriter, r *http.Request) {
 	if !toolChoiceHonoured(req.ToolChoice) {
 		honoured = slices.DeleteFunc(honoured, func(f string) bool { return f == "tool_choice" })
 	}
-	ignored := ignoredOf(sent, honoured...)
+	ignored := append(ignoredOf(sent, honoured...), d.notAllowed(sigil, tools)...)
 	setSummaryHeaders(w, ask.Session, ignored)
 	d.openaiAnswer(w, r, eng, ask, sigil, req.Model, req.Stream, req.StreamOptions != nil && req.StreamOptions.IncludeUsage, "chat.completion", ignored)
 }

@@ -249,13 +249,21 @@ func TestSigilRejections(t *testing.T) {
 		}
 	}
 
-	// The model calls a tool the sigil may not offer: refused, the answer
-	// stays text, and the summary names it.
-	f.backend.SetAnswer(`{"name": "rm", "arguments": {"path": "/"}}`)
+	// Offering a tool the sigil may not offer is refused, naming it.
+	hdr := http.Header{"X-Ctxd-Sigil": {"coder"}, "Content-Type": {"application/json"}}
 	body := `{"model":"fake","messages":[{"role":"user","content":"clean up"}],"tools":[` +
 		`{"type":"function","function":{"name":"grep","parameters":{"type":"object"}}},` +
 		`{"type":"function","function":{"name":"rm","parameters":{"type":"object"}}}]}`
-	status, out := socktest.DoHeader(t, f.cfg.Daemon.Socket, "POST", "/v1/chat/completions", http.Header{"X-Ctxd-Sigil": {"coder"}, "Content-Type": {"application/json"}}, body)
+	if status, out := socktest.DoHeader(t, f.cfg.Daemon.Socket, "POST", "/v1/chat/completions", hdr, body); status != 403 || !strings.Contains(out, "tools rm") {
+		t.Errorf("a tool outside the sigil's scopes offered: %d %s", status, out)
+	}
+
+	// The model calls a tool it was not offered: refused, the answer
+	// stays text, and the summary names it.
+	f.backend.SetAnswer(`{"name": "rm", "arguments": {"path": "/"}}`)
+	body = `{"model":"fake","messages":[{"role":"user","content":"clean up"}],"tools":[` +
+		`{"type":"function","function":{"name":"grep","parameters":{"type":"object"}}}]}`
+	status, out := socktest.DoHeader(t, f.cfg.Daemon.Socket, "POST", "/v1/chat/completions", hdr, body)
 	var cc struct {
 		Choices []struct {
 			Message struct {

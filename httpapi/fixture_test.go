@@ -171,7 +171,8 @@ func newFixture(t testing.TB, o fixtureOptions) *fixture {
 	eng, err := engine.New(t.Context(), engine.Config{
 		Identity: runcontext.Identity{Name: cfg.Identity.Name, Persona: cfg.Identity.Persona},
 		Codex:    cfg.Codex, Karma: cfg.Karma, StateDir: cfg.Daemon.StateDir, Limits: lim,
-		Sigils: reg, Formatters: o.formatters, Store: f.store, KarmaStore: karma, Sensor: f.sensor,
+		LeaveOutTools: cfg.Daemon.DisallowedTools == "leave_out",
+		Sigils:        reg, Formatters: o.formatters, Store: f.store, KarmaStore: karma, Sensor: f.sensor,
 		Observe: func(_ context.Context, sum *ctxd.Summary) { met.Answer(sum) },
 		OnCodex: f.srv.PublishCodex, Logger: log,
 	}, model)

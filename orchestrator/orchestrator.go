@@ -48,7 +48,12 @@ type Config struct {
 	// DefaultStoreTimeout. A call past it fails the request with
 	// KindUnavailable (KindNotRecorded once the answer streamed).
 	StoreTimeout time.Duration
-	Now          func() time.Time
+	// LeaveOutTools: a client's tools its sigil may not offer are left
+	// out of the prompt and listed in the summary (tools_refused,
+	// tool_note); false (the default): the request is refused, naming
+	// them and the scope that would allow them.
+	LeaveOutTools bool
+	Now           func() time.Time
 	Logger       *slog.Logger
 }
 
@@ -299,6 +304,9 @@ func (o *Orchestrator) ask(ctx context.Context, arrived time.Time, sigil runcont
 	if !sigils.Allows(sigil, sigils.ScopeAsk) {
 		return nil, ctxd.Errorf(ctxd.KindForbidden, "sigil %q lacks the %q scope", sigil.Name, sigils.ScopeAsk)
 	}
+	if err := o.checkTools(sigil, req.Tools); err != nil {
+		return nil, err
+	}
 	release, sessionWait, err := o.sched.Session(ctx, req.Session)
 	if err != nil {
 		return nil, o.stopped(ctx, req.Session, "while it waited for the session's earlier request", false, err)
@@ -344,6 +352,26 @@ func (o *Orchestrator) ask(ctx context.Context, arrived time.Time, sigil runcont
 	}
 	a.answered()
 	return a.sum, nil
+}
+
+// checkTools refuses a request that offers tools its sigil may not offer,
+// unless the configuration leaves them out (Config.LeaveOutTools): never
+// a silent drop.
+func (o *Orchestrator) checkTools(sigil runcontext.Sigil, tools []ctxd.Tool) error {
+	if o.cfg.LeaveOutTools {
+		return nil
+	}
+	var refused []string
+	for _, t := range tools {
+		if !sigils.AllowsTool(sigil, t.Name) {
+			refused = append(refused, t.Name)
+		}
+	}
+	if len(refused) == 0 {
+		return nil
+	}
+	return ctxd.Errorf(ctxd.KindForbidden, "sigil %q may not offer the model the client's tools %s: give it the scope %q (all of a client's tools) or tool:NAME for each (`ctxd sigil add NAME --preset agent` makes a sigil for coding agents), or set daemon.disallowed_tools = \"leave_out\" to leave them out and list them",
+		sigil.Name, strings.Join(refused, ", "), sigils.ScopeTools)
 }
 
 // generate sends a prompt to the lease's slot, for an answer of at most

@@ -11,7 +11,9 @@ import (
 	"github.com/ctxd/ctxd/runcontext"
 )
 
-// TestClientTools: the client's tools the sigil's scopes allow are
+// TestClientTools: by default a request that offers tools its sigil may
+// not offer is refused, naming them, before anything is recorded; left
+// out by configuration, the client's tools the sigil's scopes allow are
 // offered in the sigil block, the others are not and the summary says so;
 // an answer that calls an offered tool is a tool call, recorded in its
 // canonical text so that the client's echo of it extends the session; a
@@ -22,6 +24,14 @@ func TestClientTools(t *testing.T) {
 		{Name: "grep", Description: "Search the files.", Parameters: json.RawMessage(`{"type": "object", "properties": {"pattern": {"type": "string"}}}`)},
 		{Name: "shell", Description: "Run a command."},
 	}
+	_, err := h.o.Ask(t.Context(), ctxd.AskRequest{Session: "t", Query: "where is Listen?", Sigil: "tooler", Tools: tools, History: []ctxd.Turn{}}, noop)
+	if ctxd.KindOf(err) != ctxd.KindForbidden || !strings.Contains(err.Error(), "tools shell") || !strings.Contains(err.Error(), "disallowed_tools") {
+		t.Fatalf("a tool the sigil may not offer: %v; want a refusal that names it and the setting", err)
+	}
+	if s, _ := h.store.Session(t.Context(), "t"); s.Count != 0 || len(h.backend.Requests()) != 0 {
+		t.Fatalf("the refused request left a session of %d turns, %d backend requests", s.Count, len(h.backend.Requests()))
+	}
+	h.o.cfg.LeaveOutTools = true
 	h.backend.SetAnswer(`  {"name": "grep", "arguments": {"pattern": "Listen"}} `)
 	sum, err := h.o.Ask(t.Context(), ctxd.AskRequest{Session: "t", Query: "where is Listen?", Sigil: "tooler", Tools: tools, History: []ctxd.Turn{}}, noop)
 	if err != nil {

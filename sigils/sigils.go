@@ -33,6 +33,15 @@ var Known = []string{ScopeAdmin, ScopeAsk, ScopeCodexLoad, ScopeKarmaRead, Scope
 // configuration without sigils holds (a local single-user setup).
 var All = []string{ScopeAdmin, ScopeAsk, ScopeCodexLoad, ScopeKarmaRead, ScopeKarmaWrite, ScopeSearchCodex, ScopeSessRead, ScopeSessWrite}
 
+// Presets are named sets of scopes (`ctxd sigil add NAME --preset P`):
+// "agent" is what a coding agent on the OpenAI or Ollama door needs (ask,
+// offer its own tools, search the codex, read its own sessions and
+// karma); "ask" only asks.
+var Presets = map[string][]string{
+	"agent": {ScopeAsk, ScopeKarmaRead, ScopeSearchCodex, ScopeSessRead, ScopeTools},
+	"ask":   {ScopeAsk},
+}
+
 // Errors callers branch on.
 var (
 	ErrUnknown  = errors.New("unknown sigil")

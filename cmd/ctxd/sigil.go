@@ -16,8 +16,9 @@ import (
 )
 
 const sigilUsage = `usage:
-  ctxd sigil add NAME [--scopes ask,karma:read] [--description TEXT] [--uid N]... [--gid N]... [--config FILE]
-  ctxd sigil token NAME        a new token for an existing sigil
+  ctxd sigil add NAME [--preset agent | --scopes ask,karma:read] [--description TEXT] [--uid N]... [--gid N]... [--config FILE]
+  ctxd sigil token NAME [--preset agent | --scopes S]   a new token, and the sigil's lines for the config
+presets: agent (ask, tools, search_codex, sessions:read, karma:read: what a coding agent needs), ask
   ctxd sigil revoke NAME --config FILE [--all]`
 
 // cmdSigil manages sigils. The daemon stores only a token's hash, so a
@@ -71,7 +72,8 @@ func cmdSigilAdd(args []string, stdout io.Writer) error {
 		return err
 	}
 	fs := flag.NewFlagSet("sigil add", flag.ContinueOnError)
-	scopes := fs.String("scopes", "ask", "comma-separated scopes: ask, search_codex, tools, tool:NAME, karma:read, karma:write")
+	scopes := fs.String("scopes", "", "comma-separated scopes: ask, search_codex, tools, tool:NAME, karma:read, karma:write (default: ask)")
+	preset := fs.String("preset", "", "a preset set of scopes: agent, ask")
 	desc := fs.String("description", "", "what the sigil is for")
 	cfgPath := fs.String("config", "", "append the sigil to this config file (default: print it)")
 	var uids, gids intList
@@ -83,18 +85,10 @@ func cmdSigilAdd(args []string, stdout io.Writer) error {
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments %q\n%s", fs.Args(), sigilUsage)
 	}
-	var sc []string
-	for s := range strings.SplitSeq(*scopes, ",") {
-		if s = strings.TrimSpace(s); s == "" {
-			continue
-		}
-		if err := sigils.CheckScope(s); err != nil {
-			return err
-		}
-		sc = append(sc, s)
+	sc, err := scopesOf(*preset, *scopes, "ask")
+	if err != nil {
+		return err
 	}
-	slices.Sort(sc)
-	sc = slices.Compact(sc)
 	tok, hash, err := sigils.NewToken()
 	if err != nil {
 		return err
@@ -123,6 +117,36 @@ func cmdSigilAdd(args []string, stdout io.Writer) error {
 	}
 	fmt.Fprintf(stdout, "# Added [sigils.%s] to %s; restart the daemon to use it.\n", name, *cfgPath)
 	return nil
+}
+
+// scopesOf is the scopes a preset or a comma-separated list names (one of
+// them, not both), sorted; neither: the preset def.
+func scopesOf(preset, list, def string) ([]string, error) {
+	if preset != "" && list != "" {
+		return nil, errors.New("--preset and --scopes: give one of them")
+	}
+	if preset == "" && list == "" {
+		preset = def
+	}
+	if preset != "" {
+		sc, ok := sigils.Presets[preset]
+		if !ok {
+			return nil, fmt.Errorf("--preset %q: not a preset; the presets are agent and ask", preset)
+		}
+		return slices.Sorted(slices.Values(sc)), nil
+	}
+	var sc []string
+	for s := range strings.SplitSeq(list, ",") {
+		if s = strings.TrimSpace(s); s == "" {
+			continue
+		}
+		if err := sigils.CheckScope(s); err != nil {
+			return nil, err
+		}
+		sc = append(sc, s)
+	}
+	slices.Sort(sc)
+	return slices.Compact(sc), nil
 }
 
 // appendSigil appends a sigil's table to a config file, after checking
@@ -186,8 +210,18 @@ func cmdSigilToken(args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if len(rest) > 0 {
-		return fmt.Errorf("unexpected arguments %q\n%s", rest, sigilUsage)
+	fs := flag.NewFlagSet("sigil token", flag.ContinueOnError)
+	scopes := fs.String("scopes", "", "comma-separated scopes for the printed lines")
+	preset := fs.String("preset", "", "a preset set of scopes for the printed lines: agent (default), ask")
+	if err := fs.Parse(rest); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments %q\n%s", fs.Args(), sigilUsage)
+	}
+	sc, err := scopesOf(*preset, *scopes, "agent")
+	if err != nil {
+		return err
 	}
 	tok, hash, err := sigils.NewToken()
 	if err != nil {
@@ -202,9 +236,9 @@ func cmdSigilToken(args []string, stdout io.Writer) error {
 # token_sha256 to this hash instead, and list the old hash in its
 # revoked_sha256 (`+"`ctxd sigil revoke %s --config FILE`"+` prints the line).
 [sigils.%s]
-scopes = ["ask"]     # keep the sigil's own scopes if it has them
+scopes = %s     # keep the sigil's own scopes if it has them
 token_sha256 = %q
-`, name, tok, name, name, hash)
+`, name, tok, name, name, tomlStrings(sc), hash)
 	return nil
 }
 

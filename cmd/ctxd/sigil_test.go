@@ -54,7 +54,8 @@ func TestSigilTokenSetsUpTheDoors(t *testing.T) {
 		t.Errorf("tcp_listen %q", cfg.Daemon.TCPListen)
 	}
 	reg := registryOf(t, cfg)
-	if s, err := reg.Authenticate(token); err != nil || s.Name != "agent" || !sigils.Allows(s, sigils.ScopeAsk) {
+	// An agent offers its tools: the printed sigil may (the agent preset).
+	if s, err := reg.Authenticate(token); err != nil || s.Name != "agent" || !sigils.Allows(s, sigils.ScopeAsk) || !sigils.AllowsTool(s, "bash") {
 		t.Errorf("the printed token: %+v %v", s, err)
 	}
 	if strings.Contains(cfgText, token) {
@@ -114,6 +115,8 @@ func TestSigilAddAndRevoke(t *testing.T) {
 	}
 	for _, bad := range [][]string{
 		{"sigil", "add", "x", "--scopes", "root"},
+		{"sigil", "add", "x", "--preset", "root"},
+		{"sigil", "add", "x", "--preset", "agent", "--scopes", "ask"},
 		{"sigil", "add", "Bad Name"},
 		{"sigil", "revoke", "ci"},
 		{"sigil", "revoke", "nobody", "--config", path},
@@ -123,6 +126,14 @@ func TestSigilAddAndRevoke(t *testing.T) {
 		if code := run(bad, &out, &errOut); code == 0 || errOut.Len() == 0 {
 			t.Errorf("%q: exit %d, stderr %q", bad, code, errOut.String())
 		}
+	}
+
+	out.Reset()
+	if code := run([]string{"sigil", "add", "coder", "--preset", "agent", "--config", path}, &out, &errOut); code != 0 {
+		t.Fatalf("add --preset agent: exit %d: %s", code, errOut.String())
+	}
+	if cfg, err = config.Load(path, config.Env{UID: os.Getuid(), Home: dir}); err != nil || strings.Join(cfg.Sigils["coder"].Scopes, " ") != "ask karma:read search_codex sessions:read tools" {
+		t.Errorf("--preset agent: scopes %v (%v)", cfg.Sigils["coder"].Scopes, err)
 	}
 
 	out.Reset()
