@@ -54,7 +54,7 @@ type Config struct {
 	// them and the scope that would allow them.
 	LeaveOutTools bool
 	Now           func() time.Time
-	Logger       *slog.Logger
+	Logger        *slog.Logger
 }
 
 // Orchestrator serves requests. It is safe for concurrent use: requests of
