@@ -24,7 +24,6 @@ type conversation struct {
 	System  string      // the leading system (or developer) messages, joined
 	History []ctxd.Turn // the earlier exchanges
 	Query   string      // the last user message (with any tool results or system notes after the last answer)
-	First   string      // the conversation's first user message, for its session
 	// Ephemeral: one question outside any conversation, not recorded.
 	Ephemeral bool
 }
@@ -78,9 +77,6 @@ func toConversation(msgs []message) (conversation, error) {
 			}
 			switch m.Role {
 			case "user":
-				if c.First == "" {
-					c.First = text
-				}
 			case "tool", "function":
 				label := "[tool result"
 				if m.Name != "" {
@@ -122,9 +118,6 @@ func toConversation(msgs []message) (conversation, error) {
 	c.Query = strings.Join(pending, "\n\n")
 	if strings.TrimSpace(c.Query) == "" {
 		return c, ctxd.Errorf(ctxd.KindInvalid, "messages[%d].content: the last user message is empty", len(msgs)-1)
-	}
-	if c.First == "" {
-		c.First = c.Query
 	}
 	if c.History == nil {
 		c.History = []ctxd.Turn{}

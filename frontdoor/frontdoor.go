@@ -2,8 +2,6 @@ package frontdoor
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"io"
@@ -70,6 +68,7 @@ type Doors struct {
 	// sigils: requests act as sigils with scopes (Config.Sigil), so the
 	// tools a sigil may not offer can be named.
 	sigils bool
+	convs  *conversations // which session each conversation is in
 }
 
 // New returns the doors.
@@ -93,7 +92,8 @@ func New(cfg Config) *Doors {
 	if cfg.MaxBodyBytes <= 0 {
 		cfg.MaxBodyBytes = 1 << 20
 	}
-	return &Doors{cfg: cfg, log: cfg.Logger.With("component", "frontdoor"), now: time.Now, sigils: withSigils}
+	return &Doors{cfg: cfg, log: cfg.Logger.With("component", "frontdoor"), now: time.Now, sigils: withSigils,
+		convs: newConversations(maxConversations)}
 }
 
 // Register adds the doors' routes to mux.
@@ -197,20 +197,20 @@ func answerCap(asked float64, m Model) (int, bool) {
 	return 0, false
 }
 
-// ask is the AskRequest of a conversation on a door: its session (the
-// header's, or one derived from how the conversation starts) and the
-// request's sigil.
-func (d *Doors) ask(r *http.Request, door, model string, c conversation, tools []ctxd.Tool) (ctxd.AskRequest, runcontext.Sigil, error) {
+// ask is the AskRequest of a conversation on a door: its session (see
+// sessionOf), the request's sigil, and what to remember of the
+// conversation once it is answered.
+func (d *Doors) ask(r *http.Request, door, model string, c conversation, tools []ctxd.Tool) (ctxd.AskRequest, runcontext.Sigil, following, error) {
 	sigil, err := d.cfg.Sigil(r)
 	if err != nil {
-		return ctxd.AskRequest{}, sigil, err
+		return ctxd.AskRequest{}, sigil, following{}, err
 	}
-	session, err := sessionOf(r, door, sigil.Name, model, c.System, c.First)
+	session, f, err := d.sessionOf(r, door, sigil.Name, model, c)
 	if err != nil {
-		return ctxd.AskRequest{}, sigil, err
+		return ctxd.AskRequest{}, sigil, following{}, err
 	}
 	return ctxd.AskRequest{Session: session, Query: c.Query, Sigil: sigil.Name, System: c.System, History: c.History, Tools: tools,
-		Ephemeral: c.Ephemeral, Scopes: sigil.Scopes}, sigil, nil
+		Ephemeral: c.Ephemeral, Scopes: sigil.Scopes}, sigil, f, nil
 }
 
 // oneTurn is one question outside any conversation (a text completion,
@@ -219,7 +219,7 @@ func (d *Doors) ask(r *http.Request, door, model string, c conversation, tools [
 // prompts leaves no sessions behind, and one that names a session in
 // X-Ctxd-Session does not disturb its conversation.
 func oneTurn(system, prompt string) conversation {
-	return conversation{System: system, Query: prompt, First: prompt, Ephemeral: true}
+	return conversation{System: system, Query: prompt, Ephemeral: true}
 }
 
 // checkModel accepts the served model's name, with or without Ollama's
@@ -297,26 +297,6 @@ func (d *Doors) notAllowed(sigil runcontext.Sigil, tools []ctxd.Tool) []string {
 		}
 	}
 	return out
-}
-
-// sessionOf is the session of a conversation: the X-Ctxd-Session header,
-// else one derived from who asks and what the conversation starts with
-// (door, sigil, model, system text, first user message), so a client that
-// resends its history lands in the same session every turn, and two agents
-// whose conversations start alike do not share one.
-func sessionOf(r *http.Request, door, sigil, model, system, first string) (string, error) {
-	if s := r.Header.Get("X-Ctxd-Session"); s != "" {
-		if err := ctxd.CheckSessionID(s); err != nil {
-			return "", ctxd.Errorf(ctxd.KindInvalid, "header X-Ctxd-Session: %v", err)
-		}
-		return s, nil
-	}
-	h := sha256.New()
-	for _, s := range []string{door, sigil, strings.TrimSuffix(model, ":latest"), strings.TrimSpace(system), strings.TrimSpace(first)} {
-		h.Write([]byte(s))
-		h.Write([]byte{0})
-	}
-	return door + "-" + hex.EncodeToString(h.Sum(nil))[:20], nil
 }
 
 // summaryHeader carries the summary's headline figures on answers that

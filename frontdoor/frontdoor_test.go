@@ -106,8 +106,8 @@ func TestConversation(t *testing.T) {
 	if !reflect.DeepEqual(c.History, want) {
 		t.Errorf("history\n got %+v\nwant %+v", c.History, want)
 	}
-	if c.Query != "[system]\nlate note\n\nq4" || c.First != "q1" {
-		t.Errorf("query %q first %q", c.Query, c.First)
+	if c.Query != "[system]\nlate note\n\nq4" {
+		t.Errorf("query %q", c.Query)
 	}
 
 	c, err = toConversation([]message{{Role: "assistant", Content: json.RawMessage(`"hello"`)}, {Role: "user", Content: json.RawMessage(`"hi"`)}})
@@ -169,13 +169,15 @@ func TestOpenAIChat(t *testing.T) {
 	if ask.System != "S" || ask.Query != "q2" || len(ask.History) != 1 || !strings.HasPrefix(ask.Session, "oai-") {
 		t.Errorf("ask %+v", ask)
 	}
-	// The same conversation one turn on lands in the same session; another
-	// system text or first message in another.
-	post(t, srv, "/v1/chat/completions", `{"model":"ctxd-demo","messages":[{"role":"system","content":"S"},{"role":"user","content":"q1"}]}`)
-	post(t, srv, "/v1/chat/completions", `{"model":"ctxd-demo","messages":[{"role":"system","content":"T"},{"role":"user","content":"q1"}]}`)
+	// The conversation one turn on (with the answer it got) lands in the
+	// same session; one that diverged, or under another system text, in
+	// another; the header names one.
+	post(t, srv, "/v1/chat/completions", `{"model":"ctxd-demo","messages":[{"role":"system","content":"S"},{"role":"user","content":"q1"},{"role":"assistant","content":"a1"},{"role":"user","content":"q2"},{"role":"assistant","content":"Hello "},{"role":"user","content":"q3"}]}`)
+	post(t, srv, "/v1/chat/completions", `{"model":"ctxd-demo","messages":[{"role":"system","content":"S"},{"role":"user","content":"q1"},{"role":"assistant","content":"a1"},{"role":"user","content":"q2"},{"role":"assistant","content":"Bye"},{"role":"user","content":"q3"}]}`)
+	post(t, srv, "/v1/chat/completions", `{"model":"ctxd-demo","messages":[{"role":"system","content":"T"},{"role":"user","content":"q1"},{"role":"assistant","content":"a1"},{"role":"user","content":"q2"},{"role":"assistant","content":"Hello"},{"role":"user","content":"q3"}]}`)
 	post(t, srv, "/v1/chat/completions", `{"model":"ctxd-demo:latest","messages":[{"role":"user","content":"q1"}]}`, "X-Ctxd-Session", "mine")
-	if e.asks[1].Session != ask.Session || e.asks[2].Session == ask.Session || e.asks[3].Session != "mine" {
-		t.Errorf("sessions %q %q %q %q", ask.Session, e.asks[1].Session, e.asks[2].Session, e.asks[3].Session)
+	if e.asks[1].Session != ask.Session || e.asks[2].Session == ask.Session || e.asks[3].Session == ask.Session || e.asks[4].Session != "mine" {
+		t.Errorf("sessions %q %q %q %q %q", ask.Session, e.asks[1].Session, e.asks[2].Session, e.asks[3].Session, e.asks[4].Session)
 	}
 }
 
@@ -471,9 +473,12 @@ func TestToolCalls(t *testing.T) {
 	}
 }
 
-// Two agents whose conversations start alike get sessions of their own:
-// the derived session names the sigil the request acts as.
-func TestDerivedSessionIsPerSigil(t *testing.T) {
+// TestSessionsFollowConversations: each conversation that begins is a
+// session of its own, even when it begins as another did, and each
+// sigil's are its own; a conversation that goes on (its history what it
+// was answered) stays in its session; a refused request leaves nothing
+// for another to join.
+func TestSessionsFollowConversations(t *testing.T) {
 	e := &engine{pieces: []string{"a"}}
 	d := New(Config{
 		Engine: func() (Engine, Model, error) { return e, testModel, nil },
@@ -494,8 +499,21 @@ func TestDerivedSessionIsPerSigil(t *testing.T) {
 			}
 		}
 		a1, b, a2 := e.asks[0], e.asks[1], e.asks[2]
-		if a1.Sigil != "alice" || b.Sigil != "bob" || a1.Session == b.Session || a1.Session != a2.Session {
+		if a1.Sigil != "alice" || b.Sigil != "bob" || a1.Session == b.Session || a1.Session == a2.Session || a2.Session == b.Session {
 			t.Errorf("%s: alice %q (%s), bob %q (%s), alice again %q", path, a1.Session, a1.Sigil, b.Session, b.Sigil, a2.Session)
+		}
+		next := `{"model":"ctxd","stream":false,"messages":[{"role":"user","content":"q1"},{"role":"assistant","content":"a"},{"role":"user","content":"q2"}]}`
+		post(t, srv, path, next, "X-Test-Sigil", "bob")
+		if got := e.asks[3].Session; got != b.Session {
+			t.Errorf("%s: bob's conversation went on in %q, not %q", path, got, b.Session)
+		}
+		// Refused: nothing remembered.
+		e.err = ctxd.Errorf(ctxd.KindDoesNotFit, "too long")
+		post(t, srv, path, strings.Replace(next, "q2", "q2b", 1), "X-Test-Sigil", "bob")
+		e.err = nil
+		post(t, srv, path, `{"model":"ctxd","stream":false,"messages":[{"role":"user","content":"q1"},{"role":"assistant","content":"a"},{"role":"user","content":"q2b"},{"role":"assistant","content":"a"},{"role":"user","content":"q3"}]}`, "X-Test-Sigil", "bob")
+		if got := e.asks[5].Session; got == b.Session || got == e.asks[4].Session {
+			t.Errorf("%s: a conversation that went on from a refused request joined %q", path, got)
 		}
 	}
 }

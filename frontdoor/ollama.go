@@ -170,8 +170,9 @@ func (d *Doors) ollamaChat(w http.ResponseWriter, r *http.Request) {
 	}
 	var ask ctxd.AskRequest
 	var sigil runcontext.Sigil
+	var follow following
 	if err == nil {
-		ask, sigil, err = d.ask(r, "oll", req.Model, conv, tools)
+		ask, sigil, follow, err = d.ask(r, "oll", req.Model, conv, tools)
 	}
 	if err != nil {
 		WriteOllamaError(w, err)
@@ -179,7 +180,7 @@ func (d *Doors) ollamaChat(w http.ResponseWriter, r *http.Request) {
 	}
 	ignored := append(ollamaIgnored(sent, req.Options, ollamaCap(req.Options, &ask, m)), d.notAllowed(sigil, tools)...)
 	setSummaryHeaders(w, ask.Session, ignored)
-	d.ollamaAnswer(w, r, eng, ask, sigil, req.Model, req.Stream == nil || *req.Stream, true, ignored)
+	d.ollamaAnswer(w, r, eng, ask, sigil, follow, req.Model, req.Stream == nil || *req.Stream, true, ignored)
 }
 
 func (d *Doors) ollamaGenerate(w http.ResponseWriter, r *http.Request) {
@@ -196,14 +197,14 @@ func (d *Doors) ollamaGenerate(w http.ResponseWriter, r *http.Request) {
 		d.ollamaLoaded(w, req.Model, false, ollamaIgnored(sent, req.Options, false))
 		return
 	}
-	ask, sigil, err := d.ask(r, "ollg", req.Model, oneTurn(req.System, req.Prompt), nil)
+	ask, sigil, _, err := d.ask(r, "ollg", req.Model, oneTurn(req.System, req.Prompt), nil)
 	if err != nil {
 		WriteOllamaError(w, err)
 		return
 	}
 	ignored := ollamaIgnored(sent, req.Options, ollamaCap(req.Options, &ask, m))
 	setSummaryHeaders(w, ask.Session, ignored)
-	d.ollamaAnswer(w, r, eng, ask, sigil, req.Model, req.Stream == nil || *req.Stream, false, ignored)
+	d.ollamaAnswer(w, r, eng, ask, sigil, following{}, req.Model, req.Stream == nil || *req.Stream, false, ignored)
 }
 
 // ollamaLoaded answers a request with nothing to generate, as Ollama does
@@ -224,7 +225,7 @@ func (d *Doors) ollamaLoaded(w http.ResponseWriter, model string, chat bool, ign
 // request is accepted, and empty chunks keep it alive while the prompt is
 // read (see streamer). When tools are offered, text streams as it comes
 // and tool calls are sent whole once recognised (see toolSniffer).
-func (d *Doors) ollamaAnswer(w http.ResponseWriter, r *http.Request, eng Engine, ask ctxd.AskRequest, sigil runcontext.Sigil, model string, stream, chat bool, ignored []string) {
+func (d *Doors) ollamaAnswer(w http.ResponseWriter, r *http.Request, eng Engine, ask ctxd.AskRequest, sigil runcontext.Sigil, follow following, model string, stream, chat bool, ignored []string) {
 	if len(ignored) > 0 {
 		d.log.Info("ollama door: ignored fields and options (never forwarded)", "session", ask.Session, "ignored", ignored)
 	}
@@ -253,7 +254,7 @@ func (d *Doors) ollamaAnswer(w http.ResponseWriter, r *http.Request, eng Engine,
 		c.Ctxd = &ollamaCtxd{Session: s.Session, Ignored: ignored, Summary: s}
 		return c
 	}
-	var sb strings.Builder // the answer, when it is not streamed
+	var sb strings.Builder // the answer's text
 	s := &streamer{w: w, timeout: d.cfg.WriteTimeout}
 	var sniff *toolSniffer
 	if stream {
@@ -268,8 +269,8 @@ func (d *Doors) ollamaAnswer(w http.ResponseWriter, r *http.Request, eng Engine,
 		}
 	}
 	sum, err := eng.AskAs(r.Context(), sigil, ask, func(t string) error {
+		sb.WriteString(t)
 		if !stream {
-			sb.WriteString(t)
 			return nil
 		}
 		if sniff != nil {
@@ -288,6 +289,7 @@ func (d *Doors) ollamaAnswer(w http.ResponseWriter, r *http.Request, eng Engine,
 		_ = s.send(map[string]string{"error": err.Error()})
 		return
 	}
+	follow.answered(sum.Session, answerAsSent(sb.String(), sum))
 	if !stream {
 		writeJSON(w, http.StatusOK, final(sb.String(), sum))
 		return

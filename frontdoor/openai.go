@@ -197,8 +197,9 @@ func (d *Doors) openaiChat(w http.ResponseWriter, r *http.Request) {
 	}
 	var ask ctxd.AskRequest
 	var sigil runcontext.Sigil
+	var follow following
 	if err == nil {
-		ask, sigil, err = d.ask(r, "oai", req.Model, conv, tools)
+		ask, sigil, follow, err = d.ask(r, "oai", req.Model, conv, tools)
 	}
 	var capped string
 	if err == nil {
@@ -214,7 +215,7 @@ func (d *Doors) openaiChat(w http.ResponseWriter, r *http.Request) {
 	}
 	ignored := append(ignoredOf(sent, honoured...), d.notAllowed(sigil, tools)...)
 	setSummaryHeaders(w, ask.Session, ignored)
-	d.openaiAnswer(w, r, eng, ask, sigil, req.Model, req.Stream, req.StreamOptions != nil && req.StreamOptions.IncludeUsage, "chat.completion", ignored)
+	d.openaiAnswer(w, r, eng, ask, sigil, follow, req.Model, req.Stream, req.StreamOptions != nil && req.StreamOptions.IncludeUsage, "chat.completion", ignored)
 }
 
 // openaiCompletionRequest is the part of a text completion request ctxd
@@ -246,7 +247,7 @@ func (d *Doors) openaiCompletion(w http.ResponseWriter, r *http.Request) {
 	var ask ctxd.AskRequest
 	var sigil runcontext.Sigil
 	if err == nil {
-		ask, sigil, err = d.ask(r, "oaic", req.Model, oneTurn("", prompt), nil)
+		ask, sigil, _, err = d.ask(r, "oaic", req.Model, oneTurn("", prompt), nil)
 	}
 	var capped string
 	if err == nil {
@@ -258,7 +259,7 @@ func (d *Doors) openaiCompletion(w http.ResponseWriter, r *http.Request) {
 	}
 	ignored := ignoredOf(sent, append(slices.Clone(openaiHonoured), capped)...)
 	setSummaryHeaders(w, ask.Session, ignored)
-	d.openaiAnswer(w, r, eng, ask, sigil, req.Model, req.Stream, req.StreamOptions != nil && req.StreamOptions.IncludeUsage, "text_completion", ignored)
+	d.openaiAnswer(w, r, eng, ask, sigil, following{}, req.Model, req.Stream, req.StreamOptions != nil && req.StreamOptions.IncludeUsage, "text_completion", ignored)
 }
 
 // openaiAnswer asks and answers in OpenAI's shape: object is
@@ -266,7 +267,7 @@ func (d *Doors) openaiCompletion(w http.ResponseWriter, r *http.Request) {
 // the request is accepted, and keep-alive comments while the prompt is
 // read (see streamer). When tools are offered, text streams as it comes
 // and tool calls are sent whole once recognised (see toolSniffer).
-func (d *Doors) openaiAnswer(w http.ResponseWriter, r *http.Request, eng Engine, ask ctxd.AskRequest, sigil runcontext.Sigil, model string, stream, includeUsage bool, object string, ignored []string) {
+func (d *Doors) openaiAnswer(w http.ResponseWriter, r *http.Request, eng Engine, ask ctxd.AskRequest, sigil runcontext.Sigil, follow following, model string, stream, includeUsage bool, object string, ignored []string) {
 	chat := object == "chat.completion"
 	id, created := newID("chatcmpl-"), d.now().Unix()
 	if !chat {
@@ -275,7 +276,7 @@ func (d *Doors) openaiAnswer(w http.ResponseWriter, r *http.Request, eng Engine,
 	if len(ignored) > 0 {
 		d.log.Debug("openai door: ignored request fields", "session", ask.Session, "fields", ignored)
 	}
-	var sb strings.Builder // the answer, when it is not streamed
+	var sb strings.Builder // the answer's text
 	var s *streamer
 	var sniff *toolSniffer
 	chunkObject := object
@@ -326,8 +327,8 @@ func (d *Doors) openaiAnswer(w http.ResponseWriter, r *http.Request, eng Engine,
 		return s.send(c)
 	}
 	sum, err := eng.AskAs(r.Context(), sigil, ask, func(t string) error {
+		sb.WriteString(t)
 		if !stream {
-			sb.WriteString(t)
 			return nil
 		}
 		if sniff != nil {
@@ -346,6 +347,7 @@ func (d *Doors) openaiAnswer(w http.ResponseWriter, r *http.Request, eng Engine,
 		_ = s.send(body)
 		return
 	}
+	follow.answered(sum.Session, answerAsSent(sb.String(), sum))
 	fr := finishReason(sum)
 	if len(sum.ToolCalls) > 0 {
 		fr = "tool_calls"

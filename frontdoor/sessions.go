@@ -1,0 +1,138 @@
+package frontdoor
+
+import (
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"net/http"
+	"strings"
+	"sync"
+
+	"github.com/ctxd/ctxd"
+	"github.com/ctxd/ctxd/toolcall"
+)
+
+// conversations finds the session a door's conversation belongs to. A
+// client resends its whole history with each request; after each answer
+// the door remembers what the conversation has said so far (its history,
+// the question and the answer as the client will send it back) under the
+// session that answered it. A request whose history is one the door
+// remembers joins that session, so a conversation stays in one session
+// whatever its first message; any other (a first turn, a conversation
+// that diverged from every one the door knows) begins a session of its
+// own. Nothing is remembered for a request that was refused or failed, so
+// it leaves nothing behind. Two conversations that said the same things
+// share a session, as they share a prefix.
+//
+// What the door remembers is a digest per answered turn, in memory and
+// bounded (the oldest are forgotten first): after a restart, a
+// conversation continues in a new session, which still shares the
+// identity, codex and environment with every other.
+type conversations struct {
+	mu    sync.Mutex
+	ids   map[string]string // conversation digest → session
+	order []string          // digests, oldest first
+	max   int
+}
+
+// maxConversations bounds the door's memory of conversations: digests of
+// answered turns, about 100 bytes each.
+const maxConversations = 1 << 16
+
+func newConversations(max int) *conversations {
+	return &conversations{ids: map[string]string{}, max: max}
+}
+
+// conversationKey is the digest of a conversation on a door: who asks
+// (door, sigil, model), its system text and its turns. Texts are compared
+// trimmed, as clients send back answers trimmed or not.
+func conversationKey(door, sigil, model, system string, turns []ctxd.Turn) string {
+	h := sha256.New()
+	for _, s := range []string{door, sigil, strings.TrimSuffix(model, ":latest"), strings.TrimSpace(system)} {
+		h.Write([]byte(s))
+		h.Write([]byte{0})
+	}
+	for _, t := range turns {
+		h.Write([]byte{1})
+		h.Write([]byte(strings.TrimSpace(t.Query)))
+		h.Write([]byte{0})
+		h.Write([]byte(strings.TrimSpace(t.Answer)))
+		h.Write([]byte{0})
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// find is the session a conversation whose digest is key belongs to.
+func (c *conversations) find(key string) (string, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	id, ok := c.ids[key]
+	return id, ok
+}
+
+// remember records that the conversation whose digest is key belongs to
+// session.
+func (c *conversations) remember(key, session string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.ids[key]; !ok {
+		c.order = append(c.order, key)
+	}
+	c.ids[key] = session
+	for len(c.order) > c.max {
+		delete(c.ids, c.order[0])
+		c.order = c.order[1:]
+	}
+}
+
+// following is how a door request's session was found, and what to
+// remember once it is answered.
+type following struct {
+	convs *conversations
+	key   func(answer string) string // the digest of the conversation with this turn answered; nil: nothing to remember
+}
+
+// answered remembers the conversation, with this answer, under session.
+func (f following) answered(session, answer string) {
+	if f.key != nil {
+		f.convs.remember(f.key(answer), session)
+	}
+}
+
+// sessionOf is the session of a conversation: the X-Ctxd-Session header;
+// for a question outside any conversation, one derived from who asks and
+// what; else the session whose conversation the history continues, or a
+// new one.
+func (d *Doors) sessionOf(r *http.Request, door, sigil, model string, c conversation) (string, following, error) {
+	if s := r.Header.Get("X-Ctxd-Session"); s != "" {
+		if err := ctxd.CheckSessionID(s); err != nil {
+			return "", following{}, ctxd.Errorf(ctxd.KindInvalid, "header X-Ctxd-Session: %v", err)
+		}
+		return s, following{}, nil
+	}
+	if c.Ephemeral {
+		return door + "-" + conversationKey(door, sigil, model, c.System, []ctxd.Turn{{Query: c.Query}})[:20], following{}, nil
+	}
+	f := following{convs: d.convs, key: func(answer string) string {
+		turns := append(c.History[:len(c.History):len(c.History)], ctxd.Turn{Query: c.Query, Answer: answer})
+		return conversationKey(door, sigil, model, c.System, turns)
+	}}
+	if len(c.History) > 0 {
+		if id, ok := d.convs.find(conversationKey(door, sigil, model, c.System, c.History)); ok {
+			return id, f, nil
+		}
+	}
+	b := make([]byte, 10)
+	_, _ = rand.Read(b)
+	return door + "-" + hex.EncodeToString(b), f, nil
+}
+
+// answerAsSent is an answer as its client holds it, and sends it back in
+// its next request's history (see toConversation): its tool calls in
+// their canonical text, or its text.
+func answerAsSent(text string, sum *ctxd.Summary) string {
+	if len(sum.ToolCalls) > 0 {
+		return toolcall.Render(sum.ToolCalls)
+	}
+	return text
+}
