@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -108,10 +109,14 @@ func TestOpenAIClientToolCalls(t *testing.T) {
 			t.Errorf("%s: %s", name, js)
 		}
 	}
-	if out.After.FinishReason != "stop" || !strings.Contains(out.After.Content, "daemon/listen.go") || out.After.Ctxd.Turn != 3 || out.After.Ctxd.PrefixNote != "" {
+	// The plain and the streamed request each began a conversation; the
+	// tool's result goes on in the one whose call it answers (both made
+	// the same call: the later).
+	if out.After.FinishReason != "stop" || !strings.Contains(out.After.Content, "daemon/listen.go") || out.After.Ctxd.Turn != 2 || out.After.Ctxd.PrefixNote != "" {
 		t.Errorf("after the tool's result: %+v", out.After)
 	}
-	if s, err := client.New(f.cfg.Daemon.Socket, client.WithToken(tok)).Sessions(t.Context()); err != nil || len(s) != 1 {
-		t.Errorf("one conversation, one session (agent's): %+v %v", s, err)
+	s, err := client.New(f.cfg.Daemon.Socket, client.WithToken(tok)).Sessions(t.Context())
+	if err != nil || len(s) != 2 || !slices.ContainsFunc(s, func(x ctxd.SessionInfo) bool { return x.ID == out.After.Ctxd.Session && x.Turns == 2 }) {
+		t.Errorf("two conversations, two sessions (agent's), the tool loop in one: %+v %v", s, err)
 	}
 }
