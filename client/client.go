@@ -26,6 +26,7 @@ type Client struct {
 	socket string
 	base   string // http://ctxd on the socket, or the TCP listener's URL
 	token  string
+	sigil  string // X-Ctxd-Sigil: the sigil requests act as on the socket ("": the token's, or the default)
 	http   *http.Client
 	uids   []int // the uids a daemon on the socket may run as, besides the client's own
 }
@@ -36,6 +37,12 @@ type Option func(*Client)
 // WithToken sends a sigil's token with every request (Authorization:
 // Bearer): the request acts as that sigil. The TCP listener requires one.
 func WithToken(token string) Option { return func(c *Client) { c.token = token } }
+
+// WithSigil has every request act as the sigil name (X-Ctxd-Sigil): on
+// the socket, where the daemon trusts its owner, that reaches the sessions
+// and traces of an agent that uses a token elsewhere. With a token, it
+// must name the token's own sigil.
+func WithSigil(name string) Option { return func(c *Client) { c.sigil = name } }
 
 // WithTransport sends every request through rt instead of the socket: for
 // a program that serves the daemon's API in process (the daemon's own MCP
@@ -126,6 +133,9 @@ func (c *Client) do(ctx context.Context, method, path string, body any) (*http.R
 	}
 	if c.token != "" {
 		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	if c.sigil != "" {
+		req.Header.Set("X-Ctxd-Sigil", c.sigil)
 	}
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")

@@ -81,13 +81,25 @@ func or(s, alt string) string {
 
 // tokenClient is a client that presents token, else $CTXD_TOKEN, else
 // none (acting as the daemon's default sigil).
-func tokenClient(socket, token string) *client.Client {
+func tokenClient(socket, token string) *client.Client { return actorClient(socket, token, "") }
+
+// actorClient is a client that acts as a sigil: the one token (else
+// $CTXD_TOKEN) authenticates, or on the socket the one sigil names (else
+// $CTXD_SIGIL), else the daemon's default sigil. It is how the CLI reaches
+// what an agent did through a door (its sessions, their prompts).
+func actorClient(socket, token, sigil string) *client.Client {
 	if token == "" {
 		token = os.Getenv("CTXD_TOKEN")
+	}
+	if sigil == "" {
+		sigil = os.Getenv("CTXD_SIGIL")
 	}
 	opts := daemonUIDs()
 	if token != "" {
 		opts = append(opts, client.WithToken(token))
+	}
+	if sigil != "" {
+		opts = append(opts, client.WithSigil(sigil))
 	}
 	return client.New(socketPath(socket), opts...)
 }

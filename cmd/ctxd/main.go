@@ -42,8 +42,8 @@ Usage:
   ctxd status   [--json]                          the daemon's state: an overview, or the JSON of GET /v1/status
   ctxd reload   [--token T]                       have the daemon read its config, sigils and codex settings again (as SIGHUP)
   ctxd log-level [--token T] [LEVEL]              show the daemon's log level, or change it (debug, info, warn, error)
-  ctxd sessions                                   list sessions
-  ctxd prompt   [--session S] [--json]            the exact prompt the session last sent to the backend
+  ctxd sessions [--token T | --sigil NAME]        list the sessions of a sigil (an agent's: its token, or its name on the socket)
+  ctxd prompt   [--session S] [--token T | --sigil NAME] [--json]  the exact prompt the session last sent to the backend
   ctxd codex load PATH                            load PATH as the daemon's codex (progress on a terminal)
   ctxd codex stats [--json]                       totals, mode and why, largest files, redactions, skips
   ctxd codex bench --gguf MODEL PATH              time first load, unchanged reload, one-file-changed reload
@@ -317,13 +317,20 @@ func cmdAsk(args []string, stdout, stderr io.Writer) error {
 	return nil
 }
 
+// cmdGet prints what GET path answers, acting as the sigil --token or
+// --sigil names (see actorClient).
 func cmdGet(args []string, stdout io.Writer, path string) error {
 	fs := flag.NewFlagSet(strings.TrimPrefix(path, "/v1/"), flag.ContinueOnError)
 	socket := fs.String("socket", "", "daemon socket")
+	token := fs.String("token", "", "act as the sigil of this token (default $CTXD_TOKEN)")
+	sigil := fs.String("sigil", "", "act as this sigil, on the socket (default $CTXD_SIGIL)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	b, err := clientFor(*socket).GetRaw(context.Background(), path)
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	b, err := actorClient(*socket, *token, *sigil).GetRaw(context.Background(), path)
 	if err != nil {
 		return err
 	}
@@ -336,6 +343,8 @@ func cmdPrompt(args []string, stdout io.Writer) error {
 	socket := fs.String("socket", "", "daemon socket")
 	session := fs.String("session", "default", "session")
 	asJSON := fs.Bool("json", false, "print JSON with each block's offset and size")
+	token := fs.String("token", "", "act as the sigil of this token, e.g. an agent's (default $CTXD_TOKEN)")
+	sigil := fs.String("sigil", "", "act as this sigil, on the socket (default $CTXD_SIGIL)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -344,10 +353,10 @@ func cmdPrompt(args []string, stdout io.Writer) error {
 	}
 	path := "/v1/sessions/" + url.PathEscape(*session) + "/prompt"
 	if *asJSON {
-		return cmdGet([]string{"--socket", *socket}, stdout, path)
+		return cmdGet([]string{"--socket", *socket, "--token", *token, "--sigil", *sigil}, stdout, path)
 	}
 	var lp ctxd.LastPrompt
-	if err := clientFor(*socket).GetJSON(context.Background(), path, &lp); err != nil {
+	if err := actorClient(*socket, *token, *sigil).GetJSON(context.Background(), path, &lp); err != nil {
 		return err
 	}
 	_, err := io.WriteString(stdout, lp.Prompt)

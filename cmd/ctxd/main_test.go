@@ -3,10 +3,14 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 )
 
@@ -81,6 +85,61 @@ func TestTheDaemonLinksNoBenchmarkHarness(t *testing.T) {
 	for _, pkg := range strings.Fields(string(out)) {
 		if pkg == "github.com/ctxd/ctxd/bench" || strings.HasPrefix(pkg, "gonum.org/") {
 			t.Errorf("ctxd links %s", pkg)
+		}
+	}
+}
+
+// TestSessionsAndPromptActAsTheAgent: `ctxd sessions` and `ctxd prompt`
+// reach an agent's door sessions: with its token (--token or
+// $CTXD_TOKEN) or, on the socket, its sigil's name (--sigil or
+// $CTXD_SIGIL).
+func TestSessionsAndPromptActAsTheAgent(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "s.sock")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var seen []string
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		seen = append(seen, r.URL.Path+" auth="+r.Header.Get("Authorization")+" sigil="+r.Header.Get("X-Ctxd-Sigil"))
+		mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		if strings.HasSuffix(r.URL.Path, "/prompt") {
+			fmt.Fprint(w, `{"prompt":"the prompt"}`)
+			return
+		}
+		fmt.Fprint(w, `[]`)
+	})}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	for _, c := range []struct {
+		args []string
+		env  []string
+		want string
+	}{
+		{[]string{"sessions", "--token", "ctxd_x"}, nil, "/v1/sessions auth=Bearer ctxd_x sigil="},
+		{[]string{"sessions", "--sigil", "agent"}, nil, "/v1/sessions auth= sigil=agent"},
+		{[]string{"sessions"}, []string{"CTXD_TOKEN", "ctxd_env"}, "/v1/sessions auth=Bearer ctxd_env sigil="},
+		{[]string{"prompt", "--session", "oai-1", "--token", "ctxd_y"}, nil, "/v1/sessions/oai-1/prompt auth=Bearer ctxd_y sigil="},
+		{[]string{"prompt", "--session", "oai-1", "--json"}, []string{"CTXD_SIGIL", "agent"}, "/v1/sessions/oai-1/prompt auth= sigil=agent"},
+	} {
+		t.Setenv("CTXD_TOKEN", "")
+		t.Setenv("CTXD_SIGIL", "")
+		if c.env != nil {
+			t.Setenv(c.env[0], c.env[1])
+		}
+		var out, errOut bytes.Buffer
+		if code := run(append(c.args, "--socket", sock), &out, &errOut); code != 0 {
+			t.Errorf("%q: exit %d: %s", c.args, code, errOut.String())
+			continue
+		}
+		mu.Lock()
+		last := seen[len(seen)-1]
+		mu.Unlock()
+		if last != c.want {
+			t.Errorf("%q: the daemon saw %q; want %q", c.args, last, c.want)
 		}
 	}
 }
