@@ -124,7 +124,7 @@ type Summary struct {
 	// cache_n), when it says; ReuseNote explains a difference from CachedTokens.
 	BackendCachedTokens *int    `json:"backend_cached_tokens,omitempty"`
 	ReuseNote           string  `json:"reuse_note,omitempty"`
-	EvaluatedTokens     int     `json:"evaluated_tokens"` // prompt tokens the backend must evaluate
+	EvaluatedTokens     int     `json:"evaluated_tokens"` // prompt tokens the backend evaluated: measured where it reports it, else expected
 	ReusePercent        float64 `json:"reuse_percent"`
 	AnswerTokens        int     `json:"answer_tokens"`
 	// TTFTMillis is the time to first token as the client sees it: from

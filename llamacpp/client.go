@@ -378,6 +378,13 @@ type chunk struct {
 		PredictedMs float64 `json:"predicted_ms"`
 	} `json:"timings"`
 	Error *apiError `json:"error"`
+	// PromptProgress is reported while the prompt is read (return_progress):
+	// processed counts the tokens the slot holds of it, reused or read.
+	PromptProgress *struct {
+		Total     int `json:"total"`
+		Cache     int `json:"cache"`
+		Processed int `json:"processed"`
+	} `json:"prompt_progress"`
 }
 
 // finish applies a completion's final event: why it stopped, and the
@@ -412,7 +419,7 @@ func (c *Client) Generate(ctx context.Context, req ctxd.GenerateRequest, onToken
 		return ctxd.Generation{BackendCached: -1}, err
 	}
 	body := map[string]any{
-		"stream": true, "cache_prompt": true, "id_slot": req.Slot, "timings_per_token": true,
+		"stream": true, "cache_prompt": true, "id_slot": req.Slot, "timings_per_token": true, "return_progress": true,
 		"temperature": c.opts.Temperature, "seed": c.opts.Seed,
 	}
 	if len(req.Tokens) > 0 {
@@ -469,6 +476,9 @@ func (c *Client) Generate(ctx context.Context, req ctxd.GenerateRequest, onToken
 			return gen, c.statusError("/completion", ch.Error.Code, *ch.Error)
 		}
 		ch.measured(&gen)
+		if p := ch.PromptProgress; p != nil {
+			gen.PromptRead = p.Processed
+		}
 		if ch.Content != "" {
 			if sb.Len() == 0 {
 				gen.TTFT = time.Since(start)

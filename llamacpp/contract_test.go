@@ -328,3 +328,36 @@ data: {"error":{"code":500,"message":"The model produced output that does not ma
 		})
 	}
 }
+
+// TestPromptProgressOfAStoppedGeneration: the adapter asks llama-server to
+// report its progress through the prompt (return_progress); a generation
+// stopped while the prompt is read says how much of it the slot held at
+// the last report. The events are the real server's shape (processed
+// counts reused and read tokens alike).
+func TestPromptProgressOfAStoppedGeneration(t *testing.T) {
+	t.Parallel()
+	var sent map[string]any
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		json.NewDecoder(r.Body).Decode(&sent)
+		w.Header().Set("Content-Type", "text/event-stream")
+		w.Write([]byte("data: {\"prompt_progress\":{\"total\":12720,\"cache\":1,\"processed\":1,\"time_ms\":0}}\n\n"))
+		w.Write([]byte("data: {\"prompt_progress\":{\"total\":12720,\"cache\":1,\"processed\":1537,\"time_ms\":1740}}\n\n"))
+		// The stream ends there: the server stopped while it read the
+		// prompt (as when ctxd's client goes away).
+	}))
+	defer srv.Close()
+	cl, err := New(srv.URL, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gen, err := cl.Generate(t.Context(), ctxd.GenerateRequest{Tokens: []int{1, 2, 3}}, nil)
+	if err == nil {
+		t.Fatal("a stopped generation returned no error")
+	}
+	if sent["return_progress"] != true {
+		t.Errorf("request %v does not ask for the prompt's progress", sent)
+	}
+	if gen.PromptRead != 1537 || gen.BackendCached != -1 {
+		t.Errorf("read %d, cached %d; want 1537 read and no measurement", gen.PromptRead, gen.BackendCached)
+	}
+}

@@ -112,8 +112,14 @@ func (m *Metrics) Answer(s *ctxd.Summary) {
 		"restore": t.RestoreMs, "backend": t.BackendTTFTMs, "other": t.OtherMs} {
 		m.parts.WithLabelValues(part).Observe(sec(ms))
 	}
+	// The backend's measured reuse where it reports one: the summary's
+	// evaluated tokens are measured then too.
+	reused := s.CachedTokens
+	if s.BackendCachedTokens != nil {
+		reused = *s.BackendCachedTokens
+	}
 	m.tokens.WithLabelValues("evaluated").Add(float64(s.EvaluatedTokens))
-	m.tokens.WithLabelValues("reused").Add(float64(s.CachedTokens))
+	m.tokens.WithLabelValues("reused").Add(float64(reused))
 	if b := s.PrefixBreak; b != nil {
 		m.breaks.WithLabelValues(b.Block, Cause(b.Reason)).Inc()
 	}

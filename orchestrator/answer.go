@@ -192,9 +192,17 @@ func (a *answering) account(gen ctxd.Generation, at answerTimes) {
 		o.log.WarnContext(ctx, "answer incomplete: the backend ended the stream without its final message", "session", sum.Session, "answer_tokens", sum.AnswerTokens)
 	}
 	if gen.BackendCached >= 0 {
+		// Measured figures win: what the backend evaluated is what it
+		// says it evaluated, whatever ctxd expected.
 		n := gen.BackendCached
 		sum.BackendCachedTokens = &n
-		sum.ReuseNote = reuseNote(sum.CachedTokens, n, sum.PromptTokens)
+		total := sum.PromptTokens
+		if gen.PromptEvalCount > 0 {
+			total = gen.PromptEvalCount
+		}
+		sum.EvaluatedTokens = max(0, total-n)
+		sum.ReusePercent = 100 * float64(n) / float64(max(1, total))
+		sum.ReuseNote = reuseNote(sum.CachedTokens, n, sum.PromptTokens, a.slot.lease.AfterStop)
 		if sum.ReuseNote != "" && n < sum.CachedTokens {
 			o.log.WarnContext(ctx, "the backend reused less than expected", "session", sum.Session, "slot", sum.Slot,
 				"expected", sum.CachedTokens, "measured", n, "note", sum.ReuseNote)
@@ -212,11 +220,14 @@ func (a *answering) account(gen ctxd.Generation, at answerTimes) {
 }
 
 // reuseNote explains a backend's measured reuse that differs from ctxd's
-// expectation; "" when they agree.
-func reuseNote(expected, measured, prompt int) string {
+// expectation; "" when they agree. afterStop: the slot's last request was
+// stopped while the backend read its prompt.
+func reuseNote(expected, measured, prompt int, afterStop bool) string {
 	switch {
 	case measured == expected, measured == prompt-1 && expected == prompt:
 		return "" // a backend always evaluates at least the last token
+	case measured > expected && afterStop:
+		return fmt.Sprintf("the backend reused %d tokens, %d more than ctxd expected: the slot's last request was stopped while its prompt was read, and the backend had read more of it than it had reported", measured, measured-expected)
 	case measured > expected:
 		return fmt.Sprintf("the backend reused %d tokens, %d more than ctxd expected: the slot held more of this prompt than ctxd counted on (the previous answer's tokens, or a restored slot's conversation)", measured, measured-expected)
 	}

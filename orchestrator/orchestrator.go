@@ -390,7 +390,7 @@ func (o *Orchestrator) generate(ctx context.Context, lease *scheduler.Lease, pro
 		return onToken(s)
 	})
 	if err != nil {
-		lease.Record(slotAfterFailure(tokens, lease.Cached, streamed))
+		lease.Stopped(slotAfterFailure(tokens, lease.Cached, gen.PromptRead, streamed))
 		return gen, streamed, err
 	}
 	lease.Record(tokens)
@@ -405,13 +405,14 @@ func (o *Orchestrator) generate(ctx context.Context, lease *scheduler.Lease, pro
 // has started whole, even when the client goes away, so once a token
 // streamed the slot holds the prompt. Before that the request may never
 // have reached the runner (the slot untouched) or been evaluated in part:
-// either way the slot still starts with the prefix it shared with the old
-// content, which is all ctxd can be sure of.
-func slotAfterFailure(prompt []int, cached int, streamed bool) []int {
+// the slot still starts with the prefix it shared with the old content,
+// and with as much of the prompt as the backend reported reading (read,
+// llama-server's progress), whichever is more.
+func slotAfterFailure(prompt []int, cached, read int, streamed bool) []int {
 	if streamed {
 		return prompt
 	}
-	return prompt[:cached]
+	return prompt[:min(len(prompt), max(cached, read))]
 }
 
 // stopped is the error of a request that was stopped: its client went

@@ -33,6 +33,7 @@ type slot struct {
 	session  string // the session using it, or the one it served last
 	lastUsed uint64 // when it was last released, in releases
 	measured int    // the backend's last measured reuse on it; -1: none
+	stopped  bool   // its last request was stopped: it may hold more than held
 	prefix   string // names the stable prefix it holds, for status
 }
 
@@ -150,6 +151,9 @@ type Lease struct {
 	Restore bool
 	Ahead   int           // requests that were waiting ahead of this one
 	Waited  time.Duration // time spent waiting for the slot
+	// AfterStop: the slot's last request was stopped (Stopped), so it may
+	// hold more of that request's prompt than Cached counts on.
+	AfterStop bool
 
 	s        *Scheduler
 	epoch    uint64
@@ -195,7 +199,7 @@ func (s *Scheduler) AcquireRestorable(ctx context.Context, session string, promp
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	l := &Lease{
-		Slot: w.slot, Cached: LCP(s.slots[w.slot].held, prompt), Ahead: w.ahead,
+		Slot: w.slot, Cached: LCP(s.slots[w.slot].held, prompt), Ahead: w.ahead, AfterStop: s.slots[w.slot].stopped,
 		Waited: s.now().Sub(w.since), s: s, epoch: s.epoch,
 	}
 	l.Restore = l.Cached < w.restorable
@@ -243,6 +247,20 @@ func (l *Lease) Record(tokens []int) {
 	defer l.s.mu.Unlock()
 	if !l.released && l.epoch == l.s.epoch {
 		l.s.slots[l.Slot].held = slices.Clip(tokens)
+		l.s.slots[l.Slot].stopped = false
+	}
+}
+
+// Stopped is Record for a request that failed or was stopped: the slot
+// holds tokens, and perhaps more of the request's prompt (a backend
+// notices a stop between batches of the prompt). The next lease on the
+// slot says so (AfterStop).
+func (l *Lease) Stopped(tokens []int) {
+	l.Record(tokens)
+	l.s.mu.Lock()
+	defer l.s.mu.Unlock()
+	if !l.released && l.epoch == l.s.epoch {
+		l.s.slots[l.Slot].stopped = true
 	}
 }
 

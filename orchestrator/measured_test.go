@@ -1,0 +1,71 @@
+package orchestrator
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/ctxd/ctxd"
+	"github.com/ctxd/ctxd/governor"
+	"github.com/ctxd/ctxd/internal/fake"
+)
+
+// measuring is a backend that measures as llama-server does: it reports
+// the prompt tokens it reused, and a generation stopped while its prompt
+// was read reports how much it had read.
+type measuring struct {
+	*fake.Backend
+	failRead int // the next generation fails, having read this much of its prompt
+	reused   int // what the next generation reports it reused
+}
+
+func (m *measuring) Generate(ctx context.Context, req ctxd.GenerateRequest, onToken func(string) error) (ctxd.Generation, error) {
+	if m.failRead > 0 {
+		n := m.failRead
+		m.failRead = 0
+		return ctxd.Generation{BackendCached: -1, PromptRead: n}, ctxd.Errorf(ctxd.KindBackend, "stopped while reading the prompt")
+	}
+	gen, err := m.Backend.Generate(ctx, req, onToken)
+	gen.BackendCached, gen.PromptEvalCount = m.reused, len(req.Tokens)
+	return gen, err
+}
+
+// TestMeasuredFiguresWin: after a generation stopped while its prompt was
+// read, ctxd expects the slot to hold what the backend reported reading;
+// where the backend measures its reuse, the summary's evaluated tokens
+// and reuse are the measured ones, and the note names the stop as the
+// cause when the backend kept more than it had reported.
+func TestMeasuredFiguresWin(t *testing.T) {
+	t.Parallel()
+	h := newTest(t, governor.Limits{NumCtx: 100000, AnswerReserve: 64}, 1)
+	m := &measuring{Backend: h.backend}
+	h.o.backend = m
+	q := "a question " + strings.Repeat("with a long text ", 20)
+	m.failRead = 1000 // most of the stable prefix, little of the conversation
+	if _, err := h.o.Ask(t.Context(), ctxd.AskRequest{Session: "s", Query: q}, noop); ctxd.KindOf(err) != ctxd.KindBackend {
+		t.Fatalf("the stopped generation: %v", err)
+	}
+	m.reused = 1100 // the backend had read more than it reported
+	sum, err := h.o.Ask(t.Context(), ctxd.AskRequest{Session: "s", Query: q}, noop)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sum.PromptTokens <= 1100 {
+		t.Fatalf("the prompt has %d tokens; the test needs more than 1100", sum.PromptTokens)
+	}
+	if sum.CachedTokens != 1000 {
+		t.Errorf("expected reuse %d; want 1000, what the backend reported reading before the stop", sum.CachedTokens)
+	}
+	if sum.BackendCachedTokens == nil || *sum.BackendCachedTokens != 1100 || sum.EvaluatedTokens != sum.PromptTokens-1100 {
+		t.Errorf("measured %v, evaluated %d of %d; want 1100 reused and the rest evaluated", sum.BackendCachedTokens, sum.EvaluatedTokens, sum.PromptTokens)
+	}
+	if !strings.Contains(sum.ReuseNote, "stopped while its prompt was read") {
+		t.Errorf("reuse note %q does not name the stopped request", sum.ReuseNote)
+	}
+	// The next request on the slot is past the stop: the ordinary note.
+	m.reused = sum.PromptTokens + 5
+	sum, _ = h.o.Ask(t.Context(), ctxd.AskRequest{Session: "s", Query: "next"}, noop)
+	if strings.Contains(sum.ReuseNote, "stopped") {
+		t.Errorf("the stop is named a turn later: %q", sum.ReuseNote)
+	}
+}
