@@ -31,15 +31,15 @@ type Generation struct {
 	DoneReason string // one of the Done* reasons, or the backend's own
 	Note       string // why an answer is DoneIncomplete, in words
 
-	TTFT               time.Duration // from sending the request to the first token
-	PromptEvalCount    int           // prompt tokens, cached or not
-	BackendCached      int           // prompt tokens the backend says it reused; -1 when it does not say
+	TTFT            time.Duration // from sending the request to the first token
+	PromptEvalCount int           // prompt tokens, cached or not
+	BackendCached   int           // prompt tokens the backend says it reused; -1 when it does not say
 	// PromptRead is how much of the prompt the backend said its slot held
 	// (reused or read) at its last report of progress, 0 if it made none.
 	// After a generation stopped while the prompt was read, the slot holds
 	// at least that much of it (a backend notices a stop between batches,
 	// so often more).
-	PromptRead int
+	PromptRead         int
 	PromptEvalDuration time.Duration
 	EvalCount          int
 	EvalDuration       time.Duration
