@@ -197,7 +197,11 @@ type CodexPlan struct {
 	StableTokens int     `json:"stable_tokens"` // identity + codex + environment + sigil + karma, whole; -1 when not rendered
 	Threshold    int     `json:"threshold_tokens"`
 	Ratio        float64 `json:"cag_ratio"`
-	Reason       string  `json:"reason"`
+	// ClientRoom is the prompt budget kept for the clients' own prompts
+	// (their system text, tools and conversation), as the largest one that
+	// did not fit measured it; 0 until one did not.
+	ClientRoom int    `json:"client_room,omitempty"`
+	Reason     string `json:"reason"`
 }
 
 // BlockUsage is one block's share of the prompt.

@@ -83,6 +83,7 @@ type Service struct {
 	cache  *codex.Cache
 	index  *sqlite.Index
 	closed bool
+	room   int // the prompt budget kept for the clients' own prompts (MakeRoom)
 
 	watchMu     sync.Mutex // guards watchCancel
 	watchCancel context.CancelFunc
@@ -139,6 +140,42 @@ func (s *Service) SetLimits(ctx context.Context, l governor.Limits) error {
 	}
 	_, err := s.loadTwice(ctx, st.cur.path, l, nil)
 	return err
+}
+
+// MakeRoom keeps at least n tokens of the prompt budget for the clients'
+// own prompts (system text, tools, conversation): a client's request did
+// not fit beside the codex. The codex is ctxd's to shrink, a client's
+// prompt is not: if the codex's share (CAG whole, or RAG's map and
+// working set) leaves less than n, it is planned again with a smaller
+// share — a whole codex may switch to retrieval, a working set gets
+// smaller — and every session's next prompt re-evaluates from the codex
+// block on. The room only grows (the largest client's prompt measured),
+// so clients of different sizes do not make the codex flip back and
+// forth. It reports whether the codex was planned again; like a reload,
+// it waits for other loads, and readers keep the old plan meanwhile.
+func (s *Service) MakeRoom(ctx context.Context, n int) (bool, error) {
+	s.loadMu.Lock()
+	defer s.loadMu.Unlock()
+	if n <= s.room {
+		return false, nil
+	}
+	st := s.state.Load()
+	if st.cur == nil {
+		s.room = n
+		return false, nil
+	}
+	old := s.room
+	s.room = n
+	if plan := st.cur.stats.Plan; plan.Mode == runcontext.ModeNone || plan.Threshold <= st.limits.PromptBudget()-n {
+		return false, nil // the codex already leaves that much
+	}
+	if _, err := s.loadTwice(ctx, st.cur.path, st.limits, nil); err != nil {
+		s.room = old
+		return false, err
+	}
+	s.log.Info("codex planned again to leave room for the clients' own prompts", "room_tokens", n, "mode", s.state.Load().cur.stats.Plan.Mode,
+		"threshold", s.state.Load().cur.stats.Plan.Threshold)
+	return true, nil
 }
 
 // replans reports whether a codex planned under a must be planned again
@@ -392,7 +429,7 @@ func (s *Service) plan(ctx context.Context, c *codex.Codex, limits governor.Limi
 	if len(c.Files) == 0 {
 		return runcontext.Codex{Mode: runcontext.ModeNone}, ctxd.CodexPlan{Mode: runcontext.ModeNone, Reason: "the codex has no usable files"}, nil
 	}
-	threshold := limits.PlanCodex(0, 0, ratio).Threshold
+	threshold := limits.PlanCodex(0, 0, ratio, s.room).Threshold
 	bound := s.bound()
 	var least int64 // the fewest tokens the codex's files can be in the prompt
 	counted := 0
@@ -412,7 +449,7 @@ func (s *Service) plan(ctx context.Context, c *codex.Codex, limits governor.Limi
 		return runcontext.Codex{}, ctxd.CodexPlan{}, err
 	}
 	if over {
-		plan := limits.PlanCodex(-1, least, ratio)
+		plan := limits.PlanCodex(-1, least, ratio, s.room)
 		if !c.Counted {
 			plan.Reason += fmt.Sprintf(" (at least: %d of %d files counted exactly, the rest bounded by their bytes over the vocabulary's longest token, %d bytes)",
 				counted, len(c.Files), bound.MaxTokenBytes)
@@ -432,7 +469,7 @@ func (s *Service) plan(ctx context.Context, c *codex.Codex, limits governor.Limi
 	if err != nil {
 		return cag, ctxd.CodexPlan{}, ctxd.Errorf(ctxd.KindInternal, "codex: count the stable blocks: %w", err)
 	}
-	if plan := limits.PlanCodex(n, c.Tokens, ratio); plan.Mode == runcontext.ModeCAG {
+	if plan := limits.PlanCodex(n, c.Tokens, ratio, s.room); plan.Mode == runcontext.ModeCAG {
 		return cag, plan, nil
 	} else {
 		return s.ragBlock(c, limits), plan, nil

@@ -115,6 +115,7 @@ func newOrchestrator(cfg Config, e *Engine, counter *tokencount.Counter) (*orche
 		LowPowerReserve: cfg.LowPowerAnswerReserve,
 		StoreTimeout:    cfg.StoreTimeout,
 		LeaveOutTools:   cfg.LeaveOutTools,
+		Room:            room{e},
 		Observe:         cfg.Observe,
 		Formatters:      cfg.Formatters,
 		CodexFile: func(path string) (string, error) {
@@ -151,6 +152,17 @@ func (e *Engine) Close() error {
 		}
 	}
 	return nil
+}
+
+// room is e's codex service as the orchestrator's Room; the service is
+// made after the orchestrator.
+type room struct{ e *Engine }
+
+func (r room) MakeRoom(ctx context.Context, n int) (bool, error) {
+	if r.e.Codex == nil {
+		return false, nil
+	}
+	return r.e.Codex.MakeRoom(ctx, n)
 }
 
 // sink hands each new codex to the request path, then tells OnCodex.

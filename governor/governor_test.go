@@ -66,20 +66,25 @@ func TestValidate(t *testing.T) {
 func TestPlanCodex(t *testing.T) {
 	l := Limits{NumCtx: 8192, AnswerReserve: 192} // budget 8000, threshold 5600 at 0.7
 	cases := []struct {
-		stable int
-		codex  int64
-		ratio  float64
-		mode   string
+		stable    int
+		codex     int64
+		ratio     float64
+		room      int
+		mode      string
+		threshold int
 	}{
-		{5600, 5000, 0, "cag"},
-		{5601, 5000, 0, "rag"},
-		{-1, 900000, 0.7, "rag"},
-		{3000, 2500, 0.3, "rag"}, // a codex TOML that lowers the ratio
+		{5600, 5000, 0, 0, "cag", 5600},
+		{5601, 5000, 0, 0, "rag", 5600},
+		{-1, 900000, 0.7, 0, "rag", 5600},
+		{3000, 2500, 0.3, 0, "rag", 2400},  // a codex TOML that lowers the ratio
+		{5600, 5000, 0, 2000, "cag", 5600}, // the room the ratio leaves is enough
+		{5600, 5000, 0, 3000, "rag", 5000}, // a client's prompt needs more: the codex's share shrinks
+		{100, 50, 0, 9000, "rag", 0},
 	}
 	for _, c := range cases {
-		p := l.PlanCodex(c.stable, c.codex, c.ratio)
-		if p.Mode != c.mode || p.Reason == "" {
-			t.Errorf("PlanCodex(%d, %d, %v) = %+v, want %s", c.stable, c.codex, c.ratio, p, c.mode)
+		p := l.PlanCodex(c.stable, c.codex, c.ratio, c.room)
+		if p.Mode != c.mode || p.Threshold != c.threshold || p.Reason == "" || (c.room > 2400) != strings.Contains(p.Reason, "clients' own prompts") {
+			t.Errorf("PlanCodex(%d, %d, %v, %d) = %+v, want %s under %d", c.stable, c.codex, c.ratio, c.room, p, c.mode, c.threshold)
 		}
 	}
 }

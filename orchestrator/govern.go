@@ -3,6 +3,7 @@ package orchestrator
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -82,6 +83,9 @@ func (o *Orchestrator) prepare(ctx context.Context, req ctxd.AskRequest, sigil r
 		return prepared{}, err
 	}
 	if err := g.fit(); err != nil {
+		if errors.Is(err, errRoomMade) {
+			return prepared{sess: g.p.sess}, err // the session as the steps left it, for the next try
+		}
 		return prepared{}, err
 	}
 	if err := g.storeKarma(); err != nil {
@@ -217,6 +221,9 @@ func (g *preparation) fit() error {
 		return err
 	}
 	if g.tally.over() {
+		if err := g.makeRoom(); err != nil {
+			return err
+		}
 		if err := g.condense(); err != nil {
 			return err
 		}
@@ -226,12 +233,60 @@ func (g *preparation) fit() error {
 	}
 	if err := g.tally.err; err != nil {
 		if len(g.p.actions) > 0 {
-			return fmt.Errorf("%w (after: %s)", err, describe(g.p.actions))
+			err = fmt.Errorf("%w (after: %s)", err, describe(g.p.actions))
 		}
-		return err
+		return g.clientHint(err)
 	}
 	return nil
 }
+
+// clientHint adds to a refusal what the client's own part of the prompt
+// is and what to change, when it is what leaves no room: ctxd gave up
+// what it could of its own first.
+func (g *preparation) clientHint(err error) error {
+	if !g.tally.isExact() || ctxd.KindOf(err) != ctxd.KindDoesNotFit {
+		return err
+	}
+	bt := g.tally.exact.BlockTokens
+	ours := bt[runcontext.BlockIdentity] + bt[runcontext.BlockCodex] + bt[runcontext.BlockEnvironment] + bt[runcontext.BlockKarma]
+	return fmt.Errorf("%w. The client's own prompt is %d tokens (tools and system text %d, conversation %d, question %d) beside ctxd's %d (identity, codex, environment, karma): "+
+		"send a shorter system prompt or fewer tools, start a new conversation, or serve a bigger window (backend.num_ctx; README: a window for coding agents)",
+		err, bt[runcontext.BlockSigil]+bt[runcontext.BlockState]+bt[runcontext.BlockQuery], bt[runcontext.BlockSigil], bt[runcontext.BlockState], bt[runcontext.BlockQuery], ours)
+}
+
+// errRoomMade: the codex was planned again to leave room for the
+// request's client; the request is prepared again over the new plan.
+var errRoomMade = errors.New("orchestrator: the codex was planned again to leave room for the client's prompt")
+
+// makeRoom has the codex leave room for the client's own prompt — its part
+// of the sigil block (tools, system text), its conversation and its
+// question, with a margin for the conversation to grow — once leaving out
+// excerpts and karma was not enough: ctxd's content gives way before the
+// client's is condensed or refused (see Room). errRoomMade if the codex
+// was planned again.
+func (g *preparation) makeRoom() error {
+	room := g.o.cfg.Room
+	if room == nil || g.codex.block.Mode == runcontext.ModeNone || !g.tally.isExact() {
+		return nil
+	}
+	bt := g.tally.exact.BlockTokens
+	n := bt[runcontext.BlockSigil] + bt[runcontext.BlockState] + bt[runcontext.BlockQuery] + roomMargin(g.lim)
+	made, err := room.MakeRoom(g.ctx, n)
+	switch {
+	case err != nil && g.ctx.Err() != nil:
+		return err
+	case err != nil:
+		g.o.log.WarnContext(g.ctx, "the codex could not be planned again to leave room for a client's prompt", "tokens", n, "err", err)
+	case made:
+		g.o.log.InfoContext(g.ctx, "the codex was planned again to leave room for a client's prompt", "session", g.req.Session, "tokens", n)
+		return errRoomMade
+	}
+	return nil
+}
+
+// roomMargin is what makeRoom adds to a client's prompt, for its
+// conversation to grow before the codex must shrink again.
+func roomMargin(l governor.Limits) int { return max(256, l.PromptBudget()/10) }
 
 // dropStale leaves the history's excerpts out: a new epoch whose history
 // keeps its turns without their excerpts, and the question's own come

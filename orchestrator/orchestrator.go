@@ -53,8 +53,19 @@ type Config struct {
 	// tool_note); false (the default): the request is refused, naming
 	// them and the scope that would allow them.
 	LeaveOutTools bool
-	Now           func() time.Time
-	Logger        *slog.Logger
+	// Room has the codex leave room for a client's own prompt that does
+	// not fit beside it (codexsvc.Service.MakeRoom); nil: it never does.
+	Room   Room
+	Now    func() time.Time
+	Logger *slog.Logger
+}
+
+// Room is a codex that can be planned again with a smaller share of the
+// window: n tokens of the prompt budget kept for the clients' own prompts.
+// It reports whether it was planned again (the request path then has its
+// new plan, through SetCodex).
+type Room interface {
+	MakeRoom(ctx context.Context, n int) (bool, error)
 }
 
 // Orchestrator serves requests. It is safe for concurrent use: requests of
@@ -326,6 +337,13 @@ func (o *Orchestrator) ask(ctx context.Context, arrived time.Time, sigil runcont
 	codex, lim := v.codex, v.limits
 	prepStart := o.cfg.Now()
 	p, err := o.prepare(ctx, req, sigil, sess, codex, lim, w)
+	if errors.Is(err, errRoomMade) {
+		// The codex was planned again with room for this client's prompt:
+		// prepared once more, over the new plan.
+		v = o.view.Load()
+		codex, lim = v.codex, v.limits
+		p, err = o.prepare(ctx, req, sigil, p.sess, codex, lim, w)
+	}
 	governed := o.cfg.Now().Sub(prepStart)
 	if err != nil {
 		if ctx.Err() != nil {
