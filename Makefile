@@ -11,8 +11,14 @@ CTXD_BENCH := $(BIN)/ctxd-bench
 OLLAMA     := $(BIN)/ollama
 OLLAMA_PIN := $(BIN)/ollama-$(OLLAMA_VERSION)
 # The demo model (modelgen.DemoConfig): small enough to load in a second,
-# big enough that a cold prompt takes visible time on a laptop CPU.
-DEMO_MODEL := var/models/ctxd-demo.gguf
+# big enough that a cold prompt takes visible time on a laptop CPU. Its
+# window is 16k tokens; coding agents send 10-25k of their own, so
+# `make run WINDOW=32768` (any power of two from 2048) generates the same
+# model trained for that window and serves it at that window.
+WINDOW     ?=
+DEMO_NAME  := ctxd-demo$(if $(WINDOW),-$(WINDOW))
+DEMO_MODEL := var/models/$(DEMO_NAME).gguf
+SERVE_FLAGS = $(if $(WINDOW),--model $(DEMO_NAME) --gguf $(DEMO_MODEL) --num-ctx $(WINDOW))
 
 .PHONY: all build ollama run run-llamacpp test systemd-analyze install bench reliability fuzz vet fmt clean FORCE
 all: build
@@ -39,17 +45,17 @@ $(BIN)/ollama-v%:
 	./scripts/build-ollama.sh v$* $@
 
 $(DEMO_MODEL): FORCE | $(CTXD)
-	$(CTXD) genmodel --demo --out $@
+	$(CTXD) genmodel --demo $(if $(WINDOW),--name $(DEMO_NAME) --ctx $(WINDOW)) --out $@
 
 # Start the daemon with the managed backend, the demo model and this
 # repository as the codex. Ask it from another terminal: bin/ctxd ask "..."
 run: build ollama $(DEMO_MODEL)
-	$(CTXD) serve --config ctxd.toml
+	$(CTXD) serve --config ctxd.toml $(SERVE_FLAGS)
 
 # The same demo on llama.cpp's llama-server (LLAMA_SERVER, below).
 run-llamacpp: build $(DEMO_MODEL)
 	@test -n "$(LLAMA_SERVER)" || { echo "llama-server not found: set CTXD_LLAMA_SERVER to its binary"; exit 1; }
-	CTXD_LLAMA_SERVER=$(if $(findstring /,$(LLAMA_SERVER)),$(abspath $(LLAMA_SERVER)),$(LLAMA_SERVER)) $(CTXD) serve --config ctxd-llamacpp.toml
+	CTXD_LLAMA_SERVER=$(if $(findstring /,$(LLAMA_SERVER)),$(abspath $(LLAMA_SERVER)),$(LLAMA_SERVER)) $(CTXD) serve --config ctxd-llamacpp.toml $(SERVE_FLAGS)
 
 # llama.cpp's llama-server cannot come from the package registries: it is
 # used from CTXD_LLAMA_SERVER, or beside the project (../shared/bin), when

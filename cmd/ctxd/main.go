@@ -37,7 +37,7 @@ var version = "dev"
 const usage = `ctxd — the context sidecar for local LLM agents
 
 Usage:
-  ctxd serve    [--config FILE] [--socket PATH]   run the daemon
+  ctxd serve    [--config FILE] [--socket PATH] [--model NAME --gguf FILE --num-ctx N]   run the daemon
   ctxd ask      [--session S] [--sigil NAME] [--pin] [--refresh-karma] [--json] QUESTION
   ctxd status   [--json]                          the daemon's state: an overview, or the JSON of GET /v1/status
   ctxd reload   [--token T]                       have the daemon read its config, sigils and codex settings again (as SIGHUP)
@@ -166,8 +166,23 @@ func cmdServe(args []string, stderr io.Writer) error {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	cfgPath := fs.String("config", "", "TOML config file (default: built-in defaults)")
 	socket := fs.String("socket", "", "Unix socket path (overrides daemon.socket)")
+	// A bigger window is a model trained for it: `make run WINDOW=32768`
+	// generates one and passes these three.
+	model := fs.String("model", "", "the backend's model name (overrides backend.model)")
+	gguf := fs.String("gguf", "", "the model file, relative to the working directory (overrides backend.gguf)")
+	numCtx := fs.Int("num-ctx", 0, "the context window in tokens (overrides backend.num_ctx)")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("serve: unexpected argument %q", fs.Arg(0))
+	}
+	if *gguf != "" {
+		abs, err := filepath.Abs(*gguf)
+		if err != nil {
+			return fmt.Errorf("--gguf: %w", err)
+		}
+		*gguf = abs
 	}
 	env := processEnv()
 	// load reads the configuration as this command line says: at start,
@@ -184,6 +199,15 @@ func cmdServe(args []string, stderr io.Writer) error {
 			cfg.Daemon.Socket = *socket
 		} else if s := os.Getenv("CTXD_SOCKET"); s != "" {
 			cfg.Daemon.Socket = s
+		}
+		if *model != "" {
+			cfg.Backend.Model = *model
+		}
+		if *gguf != "" {
+			cfg.Backend.GGUF = *gguf
+		}
+		if *numCtx != 0 {
+			cfg.Backend.NumCtx = *numCtx
 		}
 		return cfg, cfg.Validate()
 	}

@@ -33,6 +33,8 @@ func TestCommands(t *testing.T) {
 		{"ask without question", []string{"ask", "--socket", filepath.Join(dir, "s.sock")}, 1, "", "give a question"},
 		{"ask without daemon", []string{"ask", "--socket", filepath.Join(dir, "s.sock"), "hi"}, 1, "", "cannot reach the daemon"},
 		{"serve with bad config", []string{"serve", "--config", filepath.Join(dir, "missing.toml")}, 1, "", "missing.toml"},
+		{"serve with a bad window", []string{"serve", "--num-ctx", "-5", "--socket", filepath.Join(dir, "s.sock")}, 1, "", "backend.num_ctx"},
+		{"serve with an argument", []string{"serve", "extra"}, 1, "", `unexpected argument "extra"`},
 		{"units", []string{"systemd-units", filepath.Join(dir, "units")}, 0, "ctxd.socket", ""},
 		{"units with a missing config", []string{"systemd-units", "--config", filepath.Join(dir, "missing.toml"), filepath.Join(dir, "u2")}, 1, "", "missing.toml"},
 		{"units without a directory", []string{"systemd-units"}, 1, "", "give the directory"},
