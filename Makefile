@@ -13,7 +13,7 @@ OLLAMA_PIN := $(BIN)/ollama-$(OLLAMA_VERSION)
 # The demo model (modelgen.DemoConfig): small enough to load in a second,
 # big enough that a cold prompt takes visible time on a laptop CPU. Its
 # window is 16k tokens; coding agents send 10-25k of their own, so
-# `make run WINDOW=32768` (any power of two from 2048) generates the same
+# `make run WINDOW=32768` (any window size) generates the same
 # model trained for that window and serves it at that window.
 WINDOW     ?=
 DEMO_NAME  := ctxd-demo$(if $(WINDOW),-$(WINDOW))
