@@ -150,11 +150,16 @@ type Summary struct {
 	ToolNote     string       `json:"tool_note,omitempty"`
 	PrefixBreak  *PrefixBreak `json:"prefix_break,omitempty"`
 	PrefixNote   string       `json:"prefix_note,omitempty"`
-	Codex        CodexPlan    `json:"codex"`
-	Excerpts     int          `json:"excerpts"`              // codex excerpts retrieved for this query (RAG)
-	WorkingSet   *WorkingSet  `json:"working_set,omitempty"` // RAG with a working set
-	Epoch        int          `json:"epoch"`
-	Karma        *KarmaInfo   `json:"karma,omitempty"` // the karma block, when the sigil may read karma
+	// SlotNote says that the backend slot last served another session, so
+	// this conversation's own tokens were evaluated again: who went
+	// between its turns (an agent's side request, another agent), and the
+	// cost is evaluated_tokens.
+	SlotNote   string      `json:"slot_note,omitempty"`
+	Codex      CodexPlan   `json:"codex"`
+	Excerpts   int         `json:"excerpts"`              // codex excerpts retrieved for this query (RAG)
+	WorkingSet *WorkingSet `json:"working_set,omitempty"` // RAG with a working set
+	Epoch      int         `json:"epoch"`
+	Karma      *KarmaInfo  `json:"karma,omitempty"` // the karma block, when the sigil may read karma
 	// Trace is the id of the trace this answer was recorded as (0: none,
 	// as for an ephemeral ask); karma verify|reject|pin take it.
 	Trace    int64    `json:"trace,omitempty"`

@@ -93,6 +93,10 @@ func (a *answering) summarize(sessionWait time.Duration, followed bool) {
 	if followed {
 		sum.PrefixNote = "the session took its client's history, which did not extend the turns it held (a new epoch)"
 	}
+	if hadPrev && lease.Previous != "" && lease.Previous != req.Session {
+		sum.SlotNote = fmt.Sprintf("slot %d served session %q since this session's last turn: this conversation's tokens after the prefix the two share were evaluated again",
+			lease.Slot, lease.Previous)
+	}
 	if sum.PrefixBreak != nil && sum.PrefixBreak.Block == runcontext.BlockNames[runcontext.BlockKarma] && p.karmaChosen {
 		sum.PrefixBreak.Reason = fmt.Sprintf("karma epoch %d began: %s", p.karma.KarmaEpoch, p.karma.Reason)
 	}

@@ -17,12 +17,16 @@
 //     slot already holds most of any prompt; waiting for a busy "own" slot
 //     would save only a session's conversation and could delay everyone.
 //   - Where ctxd names the slot itself (llama-server's id_slot, Options
-//     LeastRecentTies), a slot is worth what it holds of the prompt, or
-//     the saved prefix a restore would give it, less the tokens of another
-//     conversation it would lose; among equals the least recently used is
-//     taken. A new session therefore takes an empty slot, or the one used
-//     longest ago, rather than another session's live conversation, and
-//     any free slot is taken rather than none.
+//     LeastRecentTies), a free slot that holds another session's live
+//     conversation (one used within liveFor) is taken only when every free
+//     slot does: an agent's side request (a title, a memory extraction)
+//     re-reads the shared prefix on another slot once rather than evict
+//     the main conversation every turn. Then a slot is worth what it holds
+//     of the prompt, or the saved prefix a restore would give it, less the
+//     tokens of another conversation it would lose; among equals the least
+//     recently used is taken. Any free slot is taken rather than none. A
+//     lease says which session the slot served before (Previous), so a
+//     conversation that lost its slot can say who went between its turns.
 //   - A request whose context ends while it waits leaves the queue at once.
 //
 // The scheduler knows nothing of backends: callers report what a slot

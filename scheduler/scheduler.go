@@ -32,6 +32,7 @@ type slot struct {
 	busy     bool   // a lease holds it
 	session  string // the session using it, or the one it served last
 	lastUsed uint64 // when it was last released, in releases
+	freedAt  time.Time // when it was last released
 	measured int    // the backend's last measured reuse on it; -1: none
 	stopped  bool   // its last request was stopped: it may hold more than held
 	prefix   string // names the stable prefix it holds, for status
@@ -46,6 +47,7 @@ type waiter struct {
 	ahead      int
 	granted    chan struct{} // closed when slot is set
 	slot       int
+	prev       string // the session the slot served before, when granted
 }
 
 // sessionQueue serializes the requests of one session.
@@ -154,6 +156,10 @@ type Lease struct {
 	// AfterStop: the slot's last request was stopped (Stopped), so it may
 	// hold more of that request's prompt than Cached counts on.
 	AfterStop bool
+	// Previous is the session the slot served before this request ("":
+	// none since start): another session's means this one's conversation
+	// was not there to reuse.
+	Previous string
 
 	s        *Scheduler
 	epoch    uint64
@@ -199,40 +205,53 @@ func (s *Scheduler) AcquireRestorable(ctx context.Context, session string, promp
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	l := &Lease{
-		Slot: w.slot, Cached: LCP(s.slots[w.slot].held, prompt), Ahead: w.ahead, AfterStop: s.slots[w.slot].stopped,
+		Slot: w.slot, Cached: LCP(s.slots[w.slot].held, prompt), Ahead: w.ahead, AfterStop: s.slots[w.slot].stopped, Previous: w.prev,
 		Waited: s.now().Sub(w.since), s: s, epoch: s.epoch,
 	}
 	l.Restore = l.Cached < w.restorable
 	return l, nil
 }
 
+// liveFor is how long after its last request a session's conversation
+// counts as live: its agent is likely to come back to it.
+const liveFor = 10 * time.Minute
+
 // dispatchLocked hands free slots to the oldest waiters.
 func (s *Scheduler) dispatchLocked() {
+	now := s.now()
 	for len(s.queue) > 0 {
-		best, bestWorth, bestLoss := -1, 0, 0 // worth may be negative: any free slot beats none
+		best, bestWorth, bestLoss, bestDisplaces := -1, 0, 0, false // worth may be negative: any free slot beats none
 		w := s.queue[0]
 		for i := range s.slots {
-			if s.slots[i].busy {
+			sl := &s.slots[i]
+			if sl.busy {
 				continue
 			}
-			lcp := LCP(s.slots[i].held, w.prompt)
-			worth, loss := lcp, 0
+			lcp := LCP(sl.held, w.prompt)
+			worth, loss, displaces := lcp, 0, false
 			if s.lruTies {
-				// Where ctxd picks the slot, a slot is worth what it holds of
+				// Where ctxd picks the slot, a slot that holds another
+				// session's live conversation is taken only when every free
+				// slot does (an agent's side request leaves its main
+				// conversation alone); then a slot is worth what it holds of
 				// the prompt or what a restore gives it, less the other
 				// session's tokens it would lose. (Ollama's runner takes the
 				// longest prefix, the lowest on a tie, and ctxd must predict it.)
-				loss = len(s.slots[i].held) - lcp
+				loss = len(sl.held) - lcp
 				worth = max(lcp, w.restorable) - loss
+				displaces = loss > 0 && sl.session != "" && sl.session != w.session && now.Sub(sl.freedAt) < liveFor
 			}
-			if best < 0 || worth > bestWorth || worth == bestWorth && s.lruTies && (loss < bestLoss || loss == bestLoss && s.slots[i].lastUsed < s.slots[best].lastUsed) {
-				best, bestWorth, bestLoss = i, worth, loss
+			better := best < 0 || bestDisplaces && !displaces ||
+				displaces == bestDisplaces && (worth > bestWorth || worth == bestWorth && s.lruTies && (loss < bestLoss || loss == bestLoss && sl.lastUsed < s.slots[best].lastUsed))
+			if better {
+				best, bestWorth, bestLoss, bestDisplaces = i, worth, loss, displaces
 			}
 		}
 		if best < 0 {
 			return
 		}
 		s.queue = s.queue[1:]
+		w.prev = s.slots[best].session
 		s.slots[best].busy, s.slots[best].session = true, w.session
 		w.slot = best
 		close(w.granted)
@@ -294,6 +313,7 @@ func (l *Lease) Release() {
 	l.s.released++
 	l.s.slots[l.Slot].busy = false
 	l.s.slots[l.Slot].lastUsed = l.s.released
+	l.s.slots[l.Slot].freedAt = l.s.now()
 	l.s.dispatchLocked()
 }
 

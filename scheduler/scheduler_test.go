@@ -323,3 +323,43 @@ func TestChosenSlotIsGrantedWhenEveryChoiceLoses(t *testing.T) {
 	}
 	b.Release()
 }
+
+// TestSideRequestLeavesTheLiveConversation: where ctxd picks the slot, a
+// request of another session (an agent's side request) takes a free slot
+// that holds no other session's live conversation, even one holding less
+// of its prompt; once that conversation has gone quiet for liveFor, the
+// slot that holds more of the prompt wins again.
+func TestSideRequestLeavesTheLiveConversation(t *testing.T) {
+	t.Parallel()
+	now := time.Unix(1_000_000, 0)
+	s := New(Options{Slots: 2, LeastRecentTies: true, Now: func() time.Time { return now }})
+	ctx := t.Context()
+	floor := []int{1, 2, 3, 4, 5, 6, 7, 8}
+	m, _ := s.Acquire(ctx, "main", append(floor, 10, 11))
+	m.Record(append(floor, 10, 11, 12))
+	m.Release()
+	side, _ := s.Acquire(ctx, "title", append(floor, 90))
+	if side.Slot != 1 || side.Cached != 0 {
+		t.Fatalf("the side request took slot %d (cached %d): it displaced the main conversation", side.Slot, side.Cached)
+	}
+	side.Record(append(floor, 90, 91))
+	side.Release()
+	next, _ := s.Acquire(ctx, "main", append(floor, 10, 11, 12, 13))
+	if next.Slot != 0 || next.Cached != 11 || next.Previous != "main" {
+		t.Errorf("main's next turn: slot %d, %d cached, previous %q", next.Slot, next.Cached, next.Previous)
+	}
+	next.Record(append(floor, 10, 11, 12, 13, 14))
+	next.Release()
+	// The second side request reuses the first's slot (it holds the floor).
+	again, _ := s.Acquire(ctx, "title2", append(floor, 95))
+	if again.Slot != 1 || again.Cached != 8 {
+		t.Errorf("the next side request: slot %d, %d cached; want slot 1 with the floor", again.Slot, again.Cached)
+	}
+	again.Release()
+	// Both quiet past liveFor: a new session takes the slot worth most.
+	now = now.Add(liveFor + time.Second)
+	x, _ := s.Acquire(ctx, "x", append(floor, 10, 11, 12, 13, 14, 50))
+	if x.Slot != 0 {
+		t.Errorf("after liveFor, slot %d; want 0, which holds most of the prompt", x.Slot)
+	}
+}
