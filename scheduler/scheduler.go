@@ -28,14 +28,14 @@ type Scheduler struct {
 
 // slot is what the scheduler knows of one backend slot.
 type slot struct {
-	held     []int  // tokens the slot is known to hold (a prefix of what it holds)
-	busy     bool   // a lease holds it
-	session  string // the session using it, or the one it served last
-	lastUsed uint64 // when it was last released, in releases
+	held     []int     // tokens the slot is known to hold (a prefix of what it holds)
+	busy     bool      // a lease holds it
+	session  string    // the session using it, or the one it served last
+	lastUsed uint64    // when it was last released, in releases
 	freedAt  time.Time // when it was last released
-	measured int    // the backend's last measured reuse on it; -1: none
-	stopped  bool   // its last request was stopped: it may hold more than held
-	prefix   string // names the stable prefix it holds, for status
+	measured int       // the backend's last measured reuse on it; -1: none
+	stopped  bool      // its last request was stopped: it may hold more than held
+	prefix   string    // names the stable prefix it holds, for status
 }
 
 // waiter is a request waiting for a slot.
