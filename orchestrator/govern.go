@@ -270,7 +270,13 @@ func (g *preparation) makeRoom() error {
 		return nil
 	}
 	bt := g.tally.exact.BlockTokens
-	n := bt[runcontext.BlockSigil] + bt[runcontext.BlockState] + bt[runcontext.BlockQuery] + roomMargin(g.lim)
+	client := bt[runcontext.BlockSigil] + bt[runcontext.BlockState] + bt[runcontext.BlockQuery]
+	rest := bt[runcontext.BlockIdentity] + bt[runcontext.BlockEnvironment] + bt[runcontext.BlockKarma]
+	budget := g.lim.PromptBudget()
+	if client+rest > budget {
+		return nil // no share of the codex would make it fit: it is not worth shrinking the codex for everyone
+	}
+	n := min(client+roomMargin(g.lim), budget-rest)
 	made, err := room.MakeRoom(g.ctx, n)
 	switch {
 	case err != nil && g.ctx.Err() != nil:

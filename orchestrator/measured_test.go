@@ -69,3 +69,33 @@ func TestMeasuredFiguresWin(t *testing.T) {
 		t.Errorf("the stop is named a turn later: %q", sum.ReuseNote)
 	}
 }
+
+// roomRecorder is a Room that records what it was asked and makes none.
+type roomRecorder struct{ asked []int }
+
+func (r *roomRecorder) MakeRoom(_ context.Context, n int) (bool, error) {
+	r.asked = append(r.asked, n)
+	return false, nil
+}
+
+// TestRoomOnlyForRequestsItCanFit: the codex is asked to give way to a
+// client's prompt only when some share of it would let the prompt fit; a
+// prompt too large for the window whatever the codex does is refused
+// without shrinking the codex for everyone.
+func TestRoomOnlyForRequestsItCanFit(t *testing.T) {
+	t.Parallel()
+	h := newTest(t, governor.Limits{NumCtx: 3000, AnswerReserve: 64}, 1) // the codex block is about 2,300 tokens
+	r := &roomRecorder{}
+	h.o.cfg.Room = r
+	_, err := h.o.Ask(t.Context(), ctxd.AskRequest{Session: "big", Query: strings.Repeat("x", 1000)}, noop)
+	if ctxd.KindOf(err) != ctxd.KindDoesNotFit || len(r.asked) != 1 || r.asked[0] < 1000 {
+		t.Fatalf("a prompt that fits beside a smaller codex: %v; room asked %v", err, r.asked)
+	}
+	_, err = h.o.Ask(t.Context(), ctxd.AskRequest{Session: "huge", Query: strings.Repeat("x", 4000)}, noop)
+	if ctxd.KindOf(err) != ctxd.KindDoesNotFit || len(r.asked) != 1 {
+		t.Errorf("a prompt over the window whatever the codex: %v; room asked %v", err, r.asked)
+	}
+	if !strings.Contains(err.Error(), "The client's own prompt is") {
+		t.Errorf("the refusal does not say what the client's part is: %v", err)
+	}
+}
