@@ -126,7 +126,14 @@ type Summary struct {
 	ReuseNote           string  `json:"reuse_note,omitempty"`
 	EvaluatedTokens     int     `json:"evaluated_tokens"` // prompt tokens the backend evaluated: measured where it reports it, else expected
 	ReusePercent        float64 `json:"reuse_percent"`
-	AnswerTokens        int     `json:"answer_tokens"`
+	// ClientTokens is the client's own part of the prompt: its tools and
+	// system text, its conversation and its question (the sigil, state and
+	// query blocks, less the codex excerpts ctxd put in the question). The
+	// doors report it as the prompt's size: it is what an agent manages
+	// (and compacts), while ctxd's share (identity, codex, environment,
+	// karma) is ctxd's to shrink to make room for it.
+	ClientTokens int `json:"client_tokens"`
+	AnswerTokens int `json:"answer_tokens"`
 	// TTFTMillis is the time to first token as the client sees it: from
 	// the request's arrival at ctxd to the answer's first token. Timing
 	// splits it into its parts.

@@ -40,7 +40,7 @@ func (e *engine) AskAs(ctx context.Context, _ runcontext.Sigil, req ctxd.AskRequ
 	if e.err != nil {
 		return nil, e.err
 	}
-	return &ctxd.Summary{Session: req.Session, Turn: len(req.History) + 1, PromptTokens: 100, CachedTokens: 96, AnswerTokens: len(e.pieces), DoneReason: ctxd.DoneStop, ToolCalls: e.calls}, nil
+	return &ctxd.Summary{Session: req.Session, Turn: len(req.History) + 1, PromptTokens: 100, CachedTokens: 96, EvaluatedTokens: 4, ClientTokens: 30, AnswerTokens: len(e.pieces), DoneReason: ctxd.DoneStop, ToolCalls: e.calls}, nil
 }
 
 var testModel = Model{Name: "ctxd-demo", Architecture: "llama", NumCtx: 4096, BackendKind: "ollama", BackendVersion: "0.6.5", Loaded: time.Unix(1700000000, 0)}
@@ -159,7 +159,7 @@ func TestOpenAIChat(t *testing.T) {
 	if c.Object != "chat.completion" || deref(c.Choices[0].Message.Content) != "Hello" || c.Choices[0].Message.Role != "assistant" || c.Choices[0].FinishReason != "stop" {
 		t.Errorf("completion %s", b)
 	}
-	if c.Usage.PromptTokens != 100 || c.Usage.PromptTokensDetails.CachedTokens != 96 || c.Usage.CompletionTokens != 2 || c.Usage.TotalTokens != 102 {
+	if c.Usage.PromptTokens != 30 || c.Usage.PromptTokensDetails.CachedTokens != 26 || c.Usage.CompletionTokens != 2 || c.Usage.TotalTokens != 32 {
 		t.Errorf("usage %+v", c.Usage)
 	}
 	if got := resp.Header.Get("X-Ctxd-Ignored"); got != "max_tokens, temperature" {
@@ -225,7 +225,7 @@ func TestOpenAIChatStream(t *testing.T) {
 	}
 	var u completion
 	json.Unmarshal([]byte(data[3]), &u)
-	if text.String() != "Hello" || u.Usage == nil || u.Usage.PromptTokensDetails.CachedTokens != 96 || len(u.Choices) != 0 {
+	if text.String() != "Hello" || u.Usage == nil || u.Usage.PromptTokensDetails.CachedTokens != 26 || len(u.Choices) != 0 {
 		t.Errorf("text %q usage chunk %s", text.String(), data[3])
 	}
 }
@@ -311,7 +311,7 @@ func TestOllamaDoor(t *testing.T) {
 	}
 	var last ollamaChunk
 	json.Unmarshal([]byte(lines[2]), &last)
-	if !last.Done || last.DoneReason != "stop" || last.PromptEvalCount != 100 || last.EvalCount != 2 || last.Ctxd == nil {
+	if !last.Done || last.DoneReason != "stop" || last.PromptEvalCount != 30 || last.EvalCount != 2 || last.Ctxd == nil {
 		t.Fatalf("final %s", lines[2])
 	}
 	if want := []string{"keep_alive", "options.num_ctx", "options.temperature"}; !slices.Equal(last.Ctxd.Ignored, want) {
@@ -518,19 +518,20 @@ func TestSessionsFollowConversations(t *testing.T) {
 	}
 }
 
-// usage's cached_tokens is what the backend reused where it says so
-// (llama-server), else what ctxd expects it to reuse.
-func TestUsageCachedTokens(t *testing.T) {
-	measured := 90
+// usage is the client's own part of the prompt: its prompt_tokens the
+// summary's client_tokens, its cached_tokens that part less what the
+// backend evaluated (measured where it says), never below 0.
+func TestUsageIsTheClientsPrompt(t *testing.T) {
 	for _, c := range []struct {
-		sum  ctxd.Summary
-		want int
+		sum            ctxd.Summary
+		prompt, cached int
 	}{
-		{ctxd.Summary{PromptTokens: 100, CachedTokens: 96}, 96},
-		{ctxd.Summary{PromptTokens: 100, CachedTokens: 96, BackendCachedTokens: &measured}, 90},
+		{ctxd.Summary{PromptTokens: 10000, ClientTokens: 3000, EvaluatedTokens: 40}, 3000, 2960},
+		{ctxd.Summary{PromptTokens: 10000, ClientTokens: 3000, EvaluatedTokens: 9000}, 3000, 0}, // the codex evaluated again too
 	} {
-		if got := usageOf(&c.sum).PromptTokensDetails.CachedTokens; got != c.want {
-			t.Errorf("%+v: cached_tokens %d; want %d", c.sum, got, c.want)
+		u := usageOf(&c.sum)
+		if u.PromptTokens != c.prompt || u.PromptTokensDetails.CachedTokens != c.cached || u.TotalTokens != c.prompt {
+			t.Errorf("%+v: usage %+v; want prompt %d, cached %d", c.sum, u, c.prompt, c.cached)
 		}
 	}
 }

@@ -248,7 +248,8 @@ func (d *Doors) ollamaAnswer(w http.ResponseWriter, r *http.Request, eng Engine,
 			c.DoneReason = ctxd.DoneStop
 		}
 		c.TotalDuration = int64(s.TotalMillis * 1e6)
-		c.PromptEvalCount, c.PromptEvalDuration = s.PromptTokens, int64(s.PromptEvalMs*1e6)
+		prompt, _ := clientPrompt(s)
+		c.PromptEvalCount, c.PromptEvalDuration = prompt, int64(s.PromptEvalMs*1e6)
 		c.EvalCount = s.AnswerTokens
 		c.EvalDuration = max(0, int64((s.TotalMillis-s.TTFTMillis)*1e6)) // ttft_ms counts from arrival: queue and governor included
 		c.Ctxd = &ollamaCtxd{Session: s.Session, Ignored: ignored, Summary: s}

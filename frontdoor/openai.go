@@ -60,8 +60,8 @@ func (l answerLimits) apply(ask *ctxd.AskRequest, m Model) (string, error) {
 // max_completion_tokens) is honoured under the answer reserve.
 var openaiHonoured = []string{"model", "messages", "prompt", "stream", "stream_options", "n", "user", "tools", "tool_choice"}
 
-// Usage is OpenAI's usage object, with the cached tokens ctxd's prefix
-// saved.
+// Usage is OpenAI's usage object. Its prompt is the client's own part of
+// the prompt (see clientPrompt).
 type Usage struct {
 	PromptTokens        int `json:"prompt_tokens"`
 	CompletionTokens    int `json:"completion_tokens"`
@@ -72,14 +72,23 @@ type Usage struct {
 }
 
 func usageOf(s *ctxd.Summary) *Usage {
-	u := &Usage{PromptTokens: s.PromptTokens, CompletionTokens: s.AnswerTokens, TotalTokens: s.PromptTokens + s.AnswerTokens}
-	// What the backend reused, where it says (llama-server); else what
-	// ctxd expects it to reuse (Ollama reports nothing).
-	u.PromptTokensDetails.CachedTokens = s.CachedTokens
-	if s.BackendCachedTokens != nil {
-		u.PromptTokensDetails.CachedTokens = *s.BackendCachedTokens
-	}
+	prompt, cached := clientPrompt(s)
+	u := &Usage{PromptTokens: prompt, CompletionTokens: s.AnswerTokens, TotalTokens: prompt + s.AnswerTokens}
+	u.PromptTokensDetails.CachedTokens = cached
 	return u
+}
+
+// clientPrompt is the prompt as the doors report it to a client: its own
+// part (its tools and system text, its conversation, its question: the
+// summary's client_tokens), and how much of that was reused — all of it
+// but what the backend evaluated (measured where the backend says, as
+// llama-server does). ctxd's own share (identity, codex, environment,
+// karma) is left out: an agent sizes and compacts its conversation by the
+// prompt it is told of, and ctxd's share is ctxd's to shrink to make room
+// for it, not the agent's to make room for. The whole prompt is in the
+// summary (ctxd.prompt_tokens).
+func clientPrompt(s *ctxd.Summary) (prompt, cached int) {
+	return s.ClientTokens, max(0, s.ClientTokens-s.EvaluatedTokens)
 }
 
 func finishReason(s *ctxd.Summary) string {

@@ -134,9 +134,8 @@ func TestDoors(t *testing.T) {
 	t.Run("openai npm", func(t *testing.T) {
 		var out struct {
 			Turns []struct {
+				clientUsage
 				Turn             int    `json:"turn"`
-				PromptTokens     int    `json:"prompt_tokens"`
-				CachedTokens     int    `json:"cached_tokens"`
 				CompletionTokens int    `json:"completion_tokens"`
 				Stream           bool   `json:"stream"`
 				Text             string `json:"text"`
@@ -154,10 +153,11 @@ func TestDoors(t *testing.T) {
 			t.Fatalf("%d turns", len(out.Turns))
 		}
 		for _, tu := range out.Turns {
-			t.Logf("turn %2d stream=%-5v prompt %5d cached %5d (%.1f%%) answer %d tokens", tu.Turn, tu.Stream, tu.PromptTokens, tu.CachedTokens,
-				100*float64(tu.CachedTokens)/float64(tu.PromptTokens), tu.CompletionTokens)
-			if tu.Turn >= 2 && float64(tu.CachedTokens) < 0.95*float64(tu.PromptTokens) {
-				t.Errorf("turn %d: cached_tokens %d is under 95%% of prompt_tokens %d", tu.Turn, tu.CachedTokens, tu.PromptTokens)
+			t.Logf("turn %2d stream=%-5v prompt %5d cached %5d (%.1f%%), of which the client's %d (usage) answer %d tokens", tu.Turn, tu.Stream, tu.CtxdPrompt, tu.CtxdCached,
+				100*float64(tu.CtxdCached)/float64(tu.CtxdPrompt), tu.PromptTokens, tu.CompletionTokens)
+			tu.check(t, tu.Turn)
+			if tu.Turn >= 2 && float64(tu.CtxdCached) < 0.95*float64(tu.CtxdPrompt) {
+				t.Errorf("turn %d: cached_tokens %d is under 95%% of prompt_tokens %d", tu.Turn, tu.CtxdCached, tu.CtxdPrompt)
 			}
 			if tu.CompletionTokens == 0 || tu.Text == "" {
 				t.Errorf("turn %d: no answer", tu.Turn)
@@ -182,7 +182,7 @@ func TestDoors(t *testing.T) {
 
 		conversation = out.Messages
 		for _, tu := range out.Turns {
-			door = append(door, turnFigures{tu.PromptTokens, tu.CachedTokens, tu.Text})
+			door = append(door, turnFigures{tu.CtxdPrompt, tu.CtxdCached, tu.Text})
 		}
 	})
 
@@ -344,10 +344,9 @@ func TestOpenAIDoorOnLlamaServer(t *testing.T) {
 	r, base, tok := doorsDaemonOn(t, llamaConfig)
 	var out struct {
 		Turns []struct {
+			clientUsage
 			Turn                int  `json:"turn"`
 			Stream              bool `json:"stream"`
-			PromptTokens        int  `json:"prompt_tokens"`
-			CachedTokens        int  `json:"cached_tokens"`
 			CompletionTokens    int  `json:"completion_tokens"`
 			BackendCachedTokens *int `json:"backend_cached_tokens"`
 		}
@@ -357,13 +356,18 @@ func TestOpenAIDoorOnLlamaServer(t *testing.T) {
 		t.Fatalf("%d turns", len(out.Turns))
 	}
 	for _, tu := range out.Turns {
-		t.Logf("turn %2d stream=%-5v prompt %5d cached %5d (%.1f%%, measured by llama-server) answer %d tokens", tu.Turn, tu.Stream,
-			tu.PromptTokens, tu.CachedTokens, 100*float64(tu.CachedTokens)/float64(tu.PromptTokens), tu.CompletionTokens)
-		if tu.BackendCachedTokens == nil || *tu.BackendCachedTokens != tu.CachedTokens {
-			t.Errorf("turn %d: usage.cached_tokens %d is not llama-server's measured reuse %v", tu.Turn, tu.CachedTokens, tu.BackendCachedTokens)
+		if tu.BackendCachedTokens == nil {
+			t.Fatalf("turn %d: no measured reuse from llama-server", tu.Turn)
 		}
-		if tu.Turn >= 2 && float64(tu.CachedTokens) < 0.95*float64(tu.PromptTokens) {
-			t.Errorf("turn %d: llama-server reused %d of %d prompt tokens; want at least 95%%", tu.Turn, tu.CachedTokens, tu.PromptTokens)
+		measured := *tu.BackendCachedTokens
+		t.Logf("turn %2d stream=%-5v prompt %5d cached %5d (%.1f%%, measured by llama-server) answer %d tokens", tu.Turn, tu.Stream,
+			tu.CtxdPrompt, measured, 100*float64(measured)/float64(tu.CtxdPrompt), tu.CompletionTokens)
+		tu.check(t, tu.Turn)
+		if tu.Evaluated != tu.CtxdPrompt-measured {
+			t.Errorf("turn %d: evaluated %d is not the prompt %d less llama-server's measured reuse %d", tu.Turn, tu.Evaluated, tu.CtxdPrompt, measured)
+		}
+		if tu.Turn >= 2 && float64(measured) < 0.95*float64(tu.CtxdPrompt) {
+			t.Errorf("turn %d: llama-server reused %d of %d prompt tokens; want at least 95%%", tu.Turn, measured, tu.CtxdPrompt)
 		}
 		if tu.CompletionTokens == 0 {
 			t.Errorf("turn %d: no answer", tu.Turn)
@@ -432,4 +436,24 @@ func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
 	r = r.Clone(r.Context())
 	r.Header.Set("Authorization", "Bearer "+b.token)
 	return http.DefaultTransport.RoundTrip(r)
+}
+
+// clientUsage is one answer's usage, as the OpenAI client got it, beside
+// ctxd's own figures.
+type clientUsage struct {
+	PromptTokens int `json:"prompt_tokens"`
+	CachedTokens int `json:"cached_tokens"`
+	CtxdPrompt   int `json:"ctxd_prompt_tokens"`
+	CtxdCached   int `json:"ctxd_cached_tokens"`
+	Client       int `json:"client_tokens"`
+	Evaluated    int `json:"evaluated_tokens"`
+}
+
+// check holds the usage to what the doors promise: the client's own part
+// of the prompt, and of it all but what the backend evaluated.
+func (u clientUsage) check(t *testing.T, turn int) {
+	t.Helper()
+	if u.Client <= 0 || u.Client > u.CtxdPrompt || u.PromptTokens != u.Client || u.CachedTokens != max(0, u.Client-u.Evaluated) {
+		t.Errorf("turn %d: usage %+v is not the client's part of the prompt", turn, u)
+	}
 }

@@ -77,6 +77,15 @@ func (a *answering) summarize(sessionWait time.Duration, followed bool) {
 		Karma: karmaInfo(p.karma, p.karmaChosen),
 	}
 	a.sum = sum
+	for _, b := range p.budget.Blocks {
+		switch b.Block {
+		case runcontext.BlockNames[runcontext.BlockSigil], runcontext.BlockNames[runcontext.BlockState], runcontext.BlockNames[runcontext.BlockQuery]:
+			sum.ClientTokens += b.Tokens
+		}
+	}
+	if ws := p.workingSet; ws != nil {
+		sum.ClientTokens = max(0, sum.ClientTokens-ws.ExcerptTokensNew)
+	}
 	sum.EvaluatedTokens = sum.PromptTokens - sum.CachedTokens
 	sum.ReusePercent = 100 * float64(sum.CachedTokens) / float64(max(1, sum.PromptTokens))
 	prev, hadPrev := o.prompts.get(req.Session)

@@ -25,17 +25,22 @@ async function ask(question) {
   });
   let answer = '';
   let usage;
+  let summary; // ctxd's own figures, beside OpenAI's
   for await (const chunk of stream) {
     const piece = chunk.choices[0]?.delta?.content ?? '';
     answer += piece;
     process.stdout.write(piece);
     if (chunk.usage) usage = chunk.usage;
+    if (chunk.ctxd) summary = chunk.ctxd;
   }
   messages.push({ role: 'assistant', content: answer });
-  const cached = usage.prompt_tokens_details?.cached_tokens ?? 0;
-  const pct = ((100 * cached) / usage.prompt_tokens).toFixed(1);
+  // usage is this agent's own part of the prompt; the whole prompt, with
+  // the codex ctxd put in it, is in ctxd's summary.
+  const prompt = summary?.prompt_tokens ?? usage.prompt_tokens;
+  const cached = summary ? prompt - summary.evaluated_tokens : (usage.prompt_tokens_details?.cached_tokens ?? 0);
+  const pct = ((100 * cached) / prompt).toFixed(1);
   turn++;
-  console.log(`\n[turn ${turn}: ${usage.prompt_tokens} prompt tokens, ${cached} cached (${pct}%), ${usage.completion_tokens} answered]`);
+  console.log(`\n[turn ${turn}: ${prompt} prompt tokens, ${cached} cached (${pct}%), ${usage.prompt_tokens} of them ours, ${usage.completion_tokens} answered]`);
 }
 
 try {

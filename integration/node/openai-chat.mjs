@@ -37,6 +37,9 @@ for (let i = 1; i <= 10; i++) {
     cached_tokens: usage.prompt_tokens_details?.cached_tokens,
     completion_tokens: usage.completion_tokens,
     backend_cached_tokens: summary?.backend_cached_tokens ?? null,
+    // ctxd's whole prompt (usage is the client's own part of it)
+    ctxd_prompt_tokens: summary?.prompt_tokens, ctxd_cached_tokens: summary?.cached_tokens,
+    client_tokens: summary?.client_tokens, evaluated_tokens: summary?.evaluated_tokens,
   });
 }
 out.messages = messages;
