@@ -20,7 +20,7 @@ DEMO_NAME  := ctxd-demo$(if $(WINDOW),-$(WINDOW))
 DEMO_MODEL := var/models/$(DEMO_NAME).gguf
 SERVE_FLAGS = $(if $(WINDOW),--model $(DEMO_NAME) --gguf $(DEMO_MODEL) --num-ctx $(WINDOW))
 
-.PHONY: all build ollama run run-llamacpp test systemd-analyze install bench reliability fuzz vet fmt clean FORCE
+.PHONY: all build ollama run run-llamacpp test systemd-analyze install bench bench-agents reliability fuzz vet fmt clean FORCE
 all: build
 
 build: $(CTXD)
@@ -63,8 +63,10 @@ run-llamacpp: build $(DEMO_MODEL)
 LLAMA_SERVER ?= $(or $(CTXD_LLAMA_SERVER),$(wildcard ../shared/bin/llama-server))
 
 # The official openai and ollama npm clients the front doors are tested
-# with, and the example agent's, pinned in their package-lock.json files.
-NODE_CLIENTS := integration/node/node_modules/.package-lock.json examples/openai-agent/node_modules/.package-lock.json
+# with, the example agent's, and the real coding agents (opencode, Qwen
+# Code with the Node 22 it wants), pinned in their package-lock.json files.
+NODE_CLIENTS := integration/node/node_modules/.package-lock.json examples/openai-agent/node_modules/.package-lock.json \
+	integration/agents/node_modules/.package-lock.json
 %/node_modules/.package-lock.json: %/package.json %/package-lock.json
 	cd $* && npm ci --no-audit --no-fund
 
@@ -97,6 +99,12 @@ bench: build $(CTXD_BENCH) ollama
 		--out docs/bench --doc docs/benchmarks.md --readme README.md $(BENCH_FLAGS)
 	$(GO) test -run '^$$' -bench Compose -benchmem ./runcontext/
 	CTXD_REQUIRE_OLLAMA=1 CTXD_OLLAMA_BIN=$(abspath $(OLLAMA)) $(GO) test -count=1 -run '^$$' -bench . -benchtime 1x -timeout 60m ./integration/
+
+# The real coding agents through ctxd and straight to llama-server, turn
+# by turn: rewrites the agents table in docs/benchmarks.md (about a
+# quarter of an hour on two cores; needs llama-server, see LLAMA_SERVER).
+bench-agents: $(NODE_CLIENTS)
+	CTXD_REQUIRE_NODE=1 $(GO) test -count=1 -v -timeout 60m -run '^TestRealAgents$$' ./integration/ -args -agents-write $(abspath docs/benchmarks.md)
 
 # The reliability figures on the real Ollama: crash safety, load and the
 # connection flood each rewrite their section of docs/reliability.md (about
