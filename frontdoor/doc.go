@@ -10,10 +10,18 @@
 // follows them), its earlier messages are
 // the session's state, its last user message the query; ctxd renders the
 // rest of the RunContext in cache order, exactly as for its native API.
-// Clients resend their whole history with every request: the session
-// follows it (see ctxd.AskRequest.History), so a conversation that only
-// grows keeps extending one cached prefix, and one the client edits starts
-// a new epoch instead of being answered from a history it no longer has.
+// Clients resend their whole history with every request: a request whose
+// history is what an answered conversation said joins that conversation's
+// session (see conversations), and the session follows the history (see
+// ctxd.AskRequest.History), so a conversation that only grows keeps
+// extending one cached prefix, and one the client edits starts a new epoch
+// instead of being answered from a history it no longer has.
+//
+// Agents wait on streams: a stream's headers leave as soon as the request
+// is accepted, keep-alives follow while the prompt is read, and text
+// streams as it comes even when tools are offered (a tool call is held
+// until it is whole; see streamer and toolSniffer). Usage counts the
+// client's own part of the prompt (see clientPrompt).
 //
 // What a door cannot honour it says: options that would reload the model
 // or change the plan (num_ctx, temperature, ...) are never forwarded and
