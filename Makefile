@@ -69,6 +69,12 @@ NODE_CLIENTS := integration/node/node_modules/.package-lock.json examples/openai
 	integration/agents/node_modules/.package-lock.json
 %/node_modules/.package-lock.json: %/package.json %/package-lock.json
 	cd $* && npm ci --no-audit --no-fund
+# Qwen Code lists clipboard builds for other platforms among its optional
+# dependencies that the registry does not resolve, which npm ci refuses
+# ("Missing ... from lock file"); npm install installs the same locked
+# versions and skips them.
+integration/agents/node_modules/.package-lock.json: integration/agents/package.json integration/agents/package-lock.json
+	cd integration/agents && npm install --no-audit --no-fund
 
 # The whole suite, the integration tests on the real Ollama and (where it
 # is found) the real llama-server included, and systemd's own check of the
