@@ -84,6 +84,11 @@ func csvCodex(t *testing.T) string {
 	return dir
 }
 
+// agentsAnswerReserve is the longest answer, as make run's: ctxd's answer
+// reserve, and the cap the recorder puts on the answers an agent asks of
+// raw llama-server.
+const agentsAnswerReserve = 128
+
 // agentsDaemon is a daemon on a managed llama-server with two slots (an
 // agent's side requests take the other) serving the demo model trained
 // for window, the TCP listener on and a token for sigil "agent" made with
@@ -100,7 +105,7 @@ func agentsDaemon(t *testing.T, window int, codex string) (*running, string, str
 	cfg := baseConfig(t, t.TempDir(), codex)
 	cfg.Backend.Kind, cfg.Backend.Binary = "llamacpp", llamaservertest.Binary(t)
 	cfg.Backend.GGUF, cfg.Backend.Model, cfg.Backend.NumCtx, cfg.Backend.Slots = ollamatest.Model(t, m), m.Name, window, 2
-	cfg.Limits.AnswerReserve = 128 // as make run's
+	cfg.Limits.AnswerReserve = agentsAnswerReserve
 	cfg.Daemon.TCPListen = "127.0.0.1:0"
 	cfg.Sigils = map[string]config.Sigil{
 		"default": {Scopes: []string{"ask"}},
@@ -141,6 +146,10 @@ type recorder struct {
 	upstream string // base URL
 	srv      *http.Server
 	addr     string
+	// maxTokens, if set, caps the answers the agent asks for (as ctxd's
+	// answer reserve caps them), for a server that would honour any
+	// length: a random model's answers never end on their own.
+	maxTokens int
 
 	mu   sync.Mutex
 	turn int
@@ -198,6 +207,20 @@ func (r *recorder) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		} `json:"messages"`
 	}
 	_ = json.Unmarshal(body, &shape)
+	if r.maxTokens > 0 {
+		var fields map[string]any
+		if json.Unmarshal(body, &fields) == nil {
+			for _, k := range []string{"max_tokens", "max_completion_tokens"} {
+				if v, ok := fields[k].(float64); ok && int(v) > r.maxTokens {
+					fields[k] = r.maxTokens
+				}
+			}
+			if _, ok := fields["max_tokens"]; !ok {
+				fields["max_tokens"] = r.maxTokens
+			}
+			body, _ = json.Marshal(fields)
+		}
+	}
 	e.Tools = len(shape.Tools)
 	for _, m := range shape.Messages {
 		if m.Role == "system" {
@@ -445,14 +468,17 @@ type agentRun struct {
 	Agent  string       `json:"agent"`
 	Server string       `json:"server"` // "ctxd" or "llama-server"
 	Window int          `json:"window"`
-	Turns  [][]exchange `json:"turns"` // per turn, its requests in order
+	Turns  [][]exchange `json:"turns"`  // per turn, its requests in order
+	Failed string       `json:"failed"` // the turn that failed and how, where failures are recorded rather than fatal
 }
 
 // runAgentTurns runs the agent's turns through a recorder in front of
-// base (the server's address, without /v1).
-func runAgentTurns(t *testing.T, a agent, server, base, key, dir string, window int) agentRun {
+// base (the server's address, without /v1). A turn that fails fails the
+// test, unless record: then it ends the run and is recorded in Failed.
+func runAgentTurns(t *testing.T, a agent, server, base, key, dir string, window, maxTokens int, record bool) agentRun {
 	t.Helper()
 	rec := newRecorder(t, base)
+	rec.maxTokens = maxTokens
 	run := agentRun{Agent: a.name, Server: server, Window: window}
 	for i, q := range agentQuestions {
 		rec.setTurn(i + 1)
@@ -460,6 +486,11 @@ func runAgentTurns(t *testing.T, a agent, server, base, key, dir string, window 
 		start := time.Now()
 		err := a.turn(ctx, t, i+1, q, dir, "http://"+rec.addr+"/v1", key)
 		cancel()
+		if err != nil && record {
+			run.Failed = fmt.Sprintf("turn %d: %s", i+1, lastLines(err.Error(), 1))
+			t.Logf("%s on %s: %s", a.name, server, run.Failed)
+			return run
+		}
 		if err != nil {
 			t.Fatalf("%s turn %d: %v", a.name, i+1, err)
 		}
@@ -536,7 +567,7 @@ func TestRealAgents(t *testing.T) {
 			r, addr, tok := agentsDaemon(t, c.window, codex)
 			work := t.TempDir() // the agent's project: the codex's files, as the agent sees them
 			copyDir(t, codex, work)
-			run := runAgentTurns(t, a, "ctxd", "http://"+addr, tok, work, c.window)
+			run := runAgentTurns(t, a, "ctxd", "http://"+addr, tok, work, c.window, 0, false)
 			checkAgentRun(t, run)
 			runs = append(runs, run)
 			if err := r.stop(); err != nil {
@@ -680,7 +711,7 @@ func rawAgentRun(t *testing.T, a agent, window int, work string) agentRun {
 	base := llamaservertest.Start(t, ollamatest.Model(t, m), "-c", fmt.Sprint(2*window), "-np", "2", "--jinja", "--temp", "0.8")
 	dir := t.TempDir()
 	copyDir(t, work, dir)
-	return runAgentTurns(t, a, "llama-server", base, "none", dir, window)
+	return runAgentTurns(t, a, "llama-server", base, "none", dir, window, agentsAnswerReserve, true)
 }
 
 const (
@@ -698,7 +729,8 @@ func writeAgentsTable(path string, runs []agentRun) error {
 		"*Headers* and *first token* are the agent's wait, from its request's arrival to the response's headers and to the first token (the agent's first byte); "+
 		"*prompt*, *reused* and *evaluated* are llama-server's own counts (`cache_n`, `prompt_n`). "+
 		"Through ctxd the prompt holds the codex (retrieval, under the room the agent's prompt leaves); straight to llama-server it holds no codex at all, "+
-		"only the agent's own text rendered by the model's template.\n\n", time.Now().UTC().Format("2006-01-02"))
+		"only the agent's own text rendered by the model's template; its answers are capped at ctxd's answer reserve (%d tokens) there too, as the random model's never end on their own.\n\n",
+		time.Now().UTC().Format("2006-01-02"), agentsAnswerReserve)
 	sb.WriteString("| agent | window | server | turn | request | headers ms | first token ms | prompt | reused | evaluated |\n|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, run := range runs {
 		for i, turn := range run.Turns {
@@ -717,6 +749,11 @@ func writeAgentsTable(path string, runs []agentRun) error {
 				fmt.Fprintf(&sb, "| %s | %dk | %s | %d | %s | %.0f | %.0f | %d | %d | %d |\n", run.Agent, run.Window/1024, run.Server, i+1, kind,
 					e.HeadersMs, e.FirstMs, prompt, reused, evaluated)
 			}
+		}
+	}
+	for _, run := range runs {
+		if run.Failed != "" {
+			fmt.Fprintf(&sb, "\n%s on %s stopped at %s\n", run.Agent, run.Server, run.Failed)
 		}
 	}
 	sb.WriteString("\n" + agentsEnd)

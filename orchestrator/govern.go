@@ -276,7 +276,7 @@ func (g *preparation) makeRoom() error {
 	if client+rest > budget {
 		return nil // no share of the codex would make it fit: it is not worth shrinking the codex for everyone
 	}
-	n := min(client+roomMargin(g.lim), budget-rest)
+	n := min(client+roomMargin(g.lim, client), budget-rest)
 	made, err := room.MakeRoom(g.ctx, n)
 	switch {
 	case err != nil && g.ctx.Err() != nil:
@@ -290,9 +290,12 @@ func (g *preparation) makeRoom() error {
 	return nil
 }
 
-// roomMargin is what makeRoom adds to a client's prompt, for its
-// conversation to grow before the codex must shrink again.
-func roomMargin(l governor.Limits) int { return max(256, l.PromptBudget()/10) }
+// roomMargin is what makeRoom adds to a client's prompt of client tokens,
+// for its conversation to grow before the codex must shrink again (every
+// session then re-evaluates from the codex block on): a tenth of the
+// budget, or a quarter of the client's prompt if that is more, so a large
+// agent's conversation grows for several turns within it.
+func roomMargin(l governor.Limits, client int) int { return max(256, l.PromptBudget()/10, client/4) }
 
 // dropStale leaves the history's excerpts out: a new epoch whose history
 // keeps its turns without their excerpts, and the question's own come
