@@ -511,6 +511,18 @@ func runAgentTurns(t *testing.T, a agent, server, base, key, dir string, window,
 	return run
 }
 
+// codexChanged is why the summary says the codex block changed, if it
+// does: the working set moved, or the prefix broke at the codex block.
+func codexChanged(s *ctxd.Summary) string {
+	if ws := s.WorkingSet; ws != nil && ws.Moved != "" {
+		return "working set moved: " + ws.Moved
+	}
+	if b := s.PrefixBreak; b != nil && (b.Block == "codex" || b.Block == "identity" || b.Block == "environment") {
+		return "break at " + b.Block + ": " + b.Reason
+	}
+	return ""
+}
+
 // floorTokens is the prompt's share every request has in common: ctxd's
 // identity, the codex and the environment.
 func floorTokens(s *ctxd.Summary) int {
@@ -628,10 +640,17 @@ func checkAgentRun(t *testing.T, run agentRun) {
 			}
 			// Warm from the second turn: every request, the conversation's
 			// and the side requests, reuses the floor it shares with every
-			// other (ctxd's identity, the codex, the environment); a side
-			// request evaluates no more than its own text and a tenth.
+			// other (ctxd's identity, the codex, the environment), unless
+			// the codex block changed and the summary says why (the RAG
+			// working set moved, or the codex was planned again to make
+			// room); a side request evaluates no more than its own text
+			// and a tenth.
 			if f := floorTokens(s); measured < 0 || float64(measured) < 0.98*float64(f) {
-				t.Errorf("%s turn %d, %s: reused %d tokens, less than the %d of ctxd's identity, codex and environment", run.Agent, n, what, measured, f)
+				if why := codexChanged(s); why != "" {
+					t.Logf("%s turn %d, %s: the codex block changed (%s): %d tokens evaluated again", run.Agent, n, what, why, s.EvaluatedTokens)
+				} else {
+					t.Errorf("%s turn %d, %s: reused %d tokens, less than the %d of ctxd's identity, codex and environment, and the summary does not say why", run.Agent, n, what, measured, f)
+				}
 			}
 			if !e.Main && float64(s.EvaluatedTokens) > 1.1*float64(ownTokens(s)) {
 				t.Errorf("%s turn %d: a side request evaluated %d tokens; its own text is %d (want at most 10%% more)", run.Agent, n, s.EvaluatedTokens, ownTokens(s))
