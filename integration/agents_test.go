@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -525,24 +526,18 @@ func codexChanged(s *ctxd.Summary) string {
 
 // floorTokens is the prompt's share every request has in common: ctxd's
 // identity, the codex and the environment.
-func floorTokens(s *ctxd.Summary) int {
-	n := 0
-	for _, b := range s.Budget.Blocks {
-		switch b.Block {
-		case "identity", "codex", "environment":
-			n += b.Tokens
-		}
-	}
-	return n
-}
+func floorTokens(s *ctxd.Summary) int { return blockTokens(s, "identity", "codex", "environment") }
 
 // ownTokens is what a request's client itself sent, in tokens: its tools
-// and system text (the sigil block), its conversation and its question.
-func ownTokens(s *ctxd.Summary) int {
+// and system text (the sigil block), its conversation and its question
+// (with the question's excerpts, which are evaluated with it).
+func ownTokens(s *ctxd.Summary) int { return blockTokens(s, "sigil", "state", "query") }
+
+// blockTokens is the tokens of the summary's blocks named.
+func blockTokens(s *ctxd.Summary, names ...string) int {
 	n := 0
 	for _, b := range s.Budget.Blocks {
-		switch b.Block {
-		case "sigil", "state", "query":
+		if slices.Contains(names, b.Block) {
 			n += b.Tokens
 		}
 	}

@@ -77,12 +77,7 @@ func (a *answering) summarize(sessionWait time.Duration, followed bool) {
 		Karma: karmaInfo(p.karma, p.karmaChosen),
 	}
 	a.sum = sum
-	for _, b := range p.budget.Blocks {
-		switch b.Block {
-		case runcontext.BlockNames[runcontext.BlockSigil], runcontext.BlockNames[runcontext.BlockState], runcontext.BlockNames[runcontext.BlockQuery]:
-			sum.ClientTokens += b.Tokens
-		}
-	}
+	sum.ClientTokens = clientShare(p.tokens.Blocks)
 	if ws := p.workingSet; ws != nil {
 		sum.ClientTokens = max(0, sum.ClientTokens-ws.ExcerptTokensNew)
 	}

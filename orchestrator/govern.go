@@ -248,10 +248,21 @@ func (g *preparation) clientHint(err error) error {
 		return err
 	}
 	bt := g.tally.exact.BlockTokens
-	ours := bt[runcontext.BlockIdentity] + bt[runcontext.BlockCodex] + bt[runcontext.BlockEnvironment] + bt[runcontext.BlockKarma]
 	return fmt.Errorf("%w. The client's own prompt is %d tokens (tools and system text %d, conversation %d, question %d) beside ctxd's %d (identity, codex, environment, karma): "+
 		"send a shorter system prompt or fewer tools, start a new conversation, or serve a bigger window (backend.num_ctx; README: a window for coding agents)",
-		err, bt[runcontext.BlockSigil]+bt[runcontext.BlockState]+bt[runcontext.BlockQuery], bt[runcontext.BlockSigil], bt[runcontext.BlockState], bt[runcontext.BlockQuery], ours)
+		err, clientShare(bt), bt[runcontext.BlockSigil], bt[runcontext.BlockState], bt[runcontext.BlockQuery], ctxdShare(bt)+bt[runcontext.BlockCodex])
+}
+
+// clientShare is the client's own part of a prompt counted block by
+// block: the sigil block (its tools and system text), its conversation
+// and its question. ctxdShare is ctxd's part but the codex: identity,
+// environment and karma.
+func clientShare(bt [runcontext.NumBlocks]int) int {
+	return bt[runcontext.BlockSigil] + bt[runcontext.BlockState] + bt[runcontext.BlockQuery]
+}
+
+func ctxdShare(bt [runcontext.NumBlocks]int) int {
+	return bt[runcontext.BlockIdentity] + bt[runcontext.BlockEnvironment] + bt[runcontext.BlockKarma]
 }
 
 // errRoomMade: the codex was planned again to leave room for the
@@ -269,9 +280,7 @@ func (g *preparation) makeRoom() error {
 	if room == nil || g.codex.block.Mode == runcontext.ModeNone || !g.tally.isExact() {
 		return nil
 	}
-	bt := g.tally.exact.BlockTokens
-	client := bt[runcontext.BlockSigil] + bt[runcontext.BlockState] + bt[runcontext.BlockQuery]
-	rest := bt[runcontext.BlockIdentity] + bt[runcontext.BlockEnvironment] + bt[runcontext.BlockKarma]
+	client, rest := clientShare(g.tally.exact.BlockTokens), ctxdShare(g.tally.exact.BlockTokens)
 	budget := g.lim.PromptBudget()
 	if client+rest > budget {
 		return nil // no share of the codex would make it fit: it is not worth shrinking the codex for everyone
