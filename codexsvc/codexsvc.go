@@ -173,8 +173,8 @@ func (s *Service) MakeRoom(ctx context.Context, n int) (bool, error) {
 		s.room = old
 		return false, err
 	}
-	s.log.Info("codex planned again to leave room for the clients' own prompts", "room_tokens", n, "mode", s.state.Load().cur.stats.Plan.Mode,
-		"threshold", s.state.Load().cur.stats.Plan.Threshold)
+	plan := s.state.Load().cur.stats.Plan
+	s.log.Info("codex planned again to leave room for the clients' own prompts", "room_tokens", n, "mode", plan.Mode, "threshold", plan.Threshold)
 	return true, nil
 }
 

@@ -261,25 +261,20 @@ func (s *Scheduler) dispatchLocked() {
 // Record notes that the lease's slot now holds tokens (the caller must not
 // modify them afterwards). After a Forget it records nothing: whatever the
 // request left behind was lost with the backend.
-func (l *Lease) Record(tokens []int) {
-	l.s.mu.Lock()
-	defer l.s.mu.Unlock()
-	if !l.released && l.epoch == l.s.epoch {
-		l.s.slots[l.Slot].held = slices.Clip(tokens)
-		l.s.slots[l.Slot].stopped = false
-	}
-}
+func (l *Lease) Record(tokens []int) { l.record(tokens, false) }
 
 // Stopped is Record for a request that failed or was stopped: the slot
 // holds tokens, and perhaps more of the request's prompt (a backend
 // notices a stop between batches of the prompt). The next lease on the
 // slot says so (AfterStop).
-func (l *Lease) Stopped(tokens []int) {
-	l.Record(tokens)
+func (l *Lease) Stopped(tokens []int) { l.record(tokens, true) }
+
+func (l *Lease) record(tokens []int, stopped bool) {
 	l.s.mu.Lock()
 	defer l.s.mu.Unlock()
 	if !l.released && l.epoch == l.s.epoch {
-		l.s.slots[l.Slot].stopped = true
+		l.s.slots[l.Slot].held = slices.Clip(tokens)
+		l.s.slots[l.Slot].stopped = stopped
 	}
 }
 
