@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/ctxd/ctxd"
@@ -259,15 +258,10 @@ func (d *Doors) ollamaAnswer(w http.ResponseWriter, r *http.Request, eng Engine,
 	s := &streamer{w: w, timeout: d.cfg.WriteTimeout}
 	var sniff *toolSniffer
 	if stream {
-		accepted := make(chan struct{})
-		ask.Accepted = sync.OnceFunc(func() { close(accepted) })
-		s.keep(accepted, d.cfg.HeaderGrace, d.cfg.KeepAlive, func() []byte {
+		sniff = d.startStream(s, &ask, func() []byte {
 			b, _ := json.Marshal(piece("", nil))
 			return b
 		})
-		if len(ask.Tools) > 0 {
-			sniff = &toolSniffer{}
-		}
 	}
 	sum, err := eng.AskAs(r.Context(), sigil, ask, func(t string) error {
 		sb.WriteString(t)

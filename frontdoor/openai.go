@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"slices"
 	"strings"
-	"sync"
 
 	"github.com/ctxd/ctxd"
 	"github.com/ctxd/ctxd/runcontext"
@@ -291,14 +290,9 @@ func (d *Doors) openaiAnswer(w http.ResponseWriter, r *http.Request, eng Engine,
 	chunkObject := object
 	if stream {
 		s = &streamer{w: w, timeout: d.cfg.WriteTimeout, sse: true}
-		accepted := make(chan struct{})
-		ask.Accepted = sync.OnceFunc(func() { close(accepted) })
-		s.keep(accepted, d.cfg.HeaderGrace, d.cfg.KeepAlive, sseBeat)
+		sniff = d.startStream(s, &ask, sseBeat)
 		if chat {
 			chunkObject = "chat.completion.chunk"
-		}
-		if len(ask.Tools) > 0 {
-			sniff = &toolSniffer{}
 		}
 	}
 	newCompletion := func() completion {

@@ -154,6 +154,20 @@ func (s *streamer) flushLocked() error {
 	return nil
 }
 
+// startStream has s commit when ask is accepted (or after the header
+// grace) and keep alive with beat meanwhile; the caller releases s once
+// the ask returns. It returns the sniffer the answer goes through when
+// tools are offered, else nil.
+func (d *Doors) startStream(s *streamer, ask *ctxd.AskRequest, beat func() []byte) *toolSniffer {
+	accepted := make(chan struct{})
+	ask.Accepted = sync.OnceFunc(func() { close(accepted) })
+	s.keep(accepted, d.cfg.HeaderGrace, d.cfg.KeepAlive, beat)
+	if len(ask.Tools) > 0 {
+		return &toolSniffer{}
+	}
+	return nil
+}
+
 // sseBeat is the SSE door's keep-alive: a comment line, which clients'
 // event parsers skip.
 func sseBeat() []byte { return []byte(": ctxd: the prompt is being read") }
