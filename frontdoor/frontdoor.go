@@ -290,11 +290,9 @@ func (d *Doors) notAllowed(sigil runcontext.Sigil, tools []ctxd.Tool) []string {
 	if !d.sigils {
 		return nil
 	}
-	var out []string
-	for _, t := range tools {
-		if !sigils.AllowsTool(sigil, t.Name) {
-			out = append(out, "tools."+t.Name)
-		}
+	out := sigils.NotAllowedTools(sigil, tools)
+	for i, name := range out {
+		out[i] = "tools." + name
 	}
 	return out
 }

@@ -379,12 +379,7 @@ func (o *Orchestrator) checkTools(sigil runcontext.Sigil, tools []ctxd.Tool) err
 	if o.cfg.LeaveOutTools {
 		return nil
 	}
-	var refused []string
-	for _, t := range tools {
-		if !sigils.AllowsTool(sigil, t.Name) {
-			refused = append(refused, t.Name)
-		}
-	}
+	refused := sigils.NotAllowedTools(sigil, tools)
 	if len(refused) == 0 {
 		return nil
 	}

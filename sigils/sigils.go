@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync/atomic"
 
+	"github.com/ctxd/ctxd"
 	"github.com/ctxd/ctxd/runcontext"
 )
 
@@ -259,6 +260,18 @@ func Allows(s runcontext.Sigil, scope string) bool {
 // name: the tools scope, or tool:NAME (the name lowercased, as scopes are).
 func AllowsTool(s runcontext.Sigil, name string) bool {
 	return Allows(s, ScopeTools) || Allows(s, ScopeToolPrefix+strings.ToLower(name))
+}
+
+// NotAllowedTools are the names of the client's tools s may not offer
+// the model (see AllowsTool), in the order given.
+func NotAllowedTools(s runcontext.Sigil, tools []ctxd.Tool) []string {
+	var out []string
+	for _, t := range tools {
+		if !AllowsTool(s, t.Name) {
+			out = append(out, t.Name)
+		}
+	}
+	return out
 }
 
 // ParseScopes splits a list of scopes as requests send it (the
