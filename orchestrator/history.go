@@ -26,6 +26,7 @@ func (s *sessions) follow(ctx context.Context, sess *ctxd.Session, history []ctx
 	for i, t := range history {
 		turns[i] = ctxd.Turn{Query: t.Query, Answer: t.Answer, Verbatim: t.Verbatim}
 	}
+	keepExcerpts(turns, *sess)
 	// Not cancelled with the request (the store is asked once, and the
 	// session agrees with it whatever the client does), but bounded.
 	sctx, cancel := s.deadline.ctx(ctx, true)
@@ -59,4 +60,39 @@ func extends(history []ctxd.Turn, sess ctxd.Session) bool {
 		}
 	}
 	return true
+}
+
+// keepExcerpts gives the client's turns, in a new epoch, the codex
+// excerpts ctxd retrieved for them: the turns the session held unchanged
+// from the first on keep them whole, and so does the first turn that
+// changed when it is an edit of the held one (the two share at least its
+// first half: an agent that rewrites a reminder at the end of a message).
+// The state then renders as before up to the first changed byte, and the
+// backend re-reads only what follows it, as it would without ctxd; a
+// client history dropped in front of the held turns (a summary, or turns
+// compacted away) shares no start with them and keeps nothing.
+func keepExcerpts(turns []ctxd.Turn, sess ctxd.Session) {
+	if sess.Summary != "" {
+		return
+	}
+	for i := range min(len(turns), len(sess.Turns)) {
+		held, t := sess.Turns[i], &turns[i]
+		same := strings.TrimSpace(held.Query) == strings.TrimSpace(t.Query)
+		if same || edited(held.Query, t.Query) {
+			t.Excerpts = held.Excerpts
+		}
+		if !same || strings.TrimSpace(held.Answer) != strings.TrimSpace(t.Answer) {
+			return
+		}
+	}
+}
+
+// edited reports whether query is an edit of held: they share a start at
+// least half as long as held.
+func edited(held, query string) bool {
+	n := 0
+	for n < len(held) && n < len(query) && held[n] == query[n] {
+		n++
+	}
+	return n > 0 && 2*n >= len(held)
 }

@@ -6,6 +6,7 @@ import (
 
 	"github.com/ctxd/ctxd"
 	"github.com/ctxd/ctxd/governor"
+	"github.com/ctxd/ctxd/runcontext"
 )
 
 // TestSessionFollowsClientHistory is a door's client resending its whole
@@ -130,5 +131,50 @@ func TestSideRequestsShareTheFloor(t *testing.T) {
 	}
 	if i := strings.Index(a, "### INSTRUCTIONS\nYou are a coding agent."); i < floor || i < strings.Index(a, "grep") {
 		t.Errorf("the client's system text does not follow the sigil's tools")
+	}
+}
+
+// TestRewrittenTurnKeepsItsExcerpts: an agent that resends its first
+// message with a reminder taken off its end (Qwen Code on --continue)
+// starts a new epoch, but the turns keep the codex excerpts retrieved for
+// them, so the prompt is the one before up to the first changed byte; a
+// history that is another conversation keeps none of them.
+func TestRewrittenTurnKeepsItsExcerpts(t *testing.T) {
+	h := newTest(t, governor.Limits{NumCtx: 100000, AnswerReserve: 64}, 1)
+	h.o.SetCodex(runcontext.Codex{Name: "big", Mode: runcontext.ModeRAG, Body: "map of files\n"},
+		ctxd.CodexPlan{Mode: runcontext.ModeRAG, Reason: "too big"}, freshRetriever{}, h.o.Limits())
+	h.backend.SetAnswer("the answer")
+	ask := func(q string, hist []ctxd.Turn) *ctxd.Summary {
+		t.Helper()
+		sum, err := h.o.Ask(t.Context(), ctxd.AskRequest{Session: "agent", Query: q, History: hist}, noop)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return sum
+	}
+	first := "how does the reader parse a quoted field? explain it step by step"
+	reminder := "\n<reminder>the date is today</reminder>"
+	ask(first+reminder, []ctxd.Turn{})
+	ask("and the writer?", []ctxd.Turn{{Query: first + reminder, Answer: "the answer"}})
+	before := h.lastPrompt()
+	sum := ask("and the tests?", []ctxd.Turn{{Query: first, Answer: "the answer"}, {Query: "and the writer?", Answer: "the answer"}})
+	if !strings.Contains(sum.PrefixNote, "client's history") {
+		t.Fatalf("the rewritten history did not start a new epoch: %q", sum.PrefixNote)
+	}
+	// The plain format names the epoch in the state's header (a chat
+	// template has no such line); the rest must not change.
+	after := strings.Replace(h.lastPrompt(), "### CONVERSATION epoch=1\n", "### CONVERSATION epoch=0\n", 1)
+	cut := strings.Index(before, reminder)
+	if cut < 0 || !strings.HasPrefix(after, before[:cut]) {
+		t.Errorf("the new epoch's prompt differs before the reminder that was taken off:\nbefore %q\nafter  %q", before[:min(len(before), cut+40)], after[:min(len(after), cut+40)])
+	}
+	s, _ := h.store.Session(t.Context(), "agent")
+	if len(s.Turns) != 3 || len(s.Turns[0].Excerpts) != 3 || len(s.Turns[1].Excerpts) != 0 {
+		t.Errorf("held: %d turns; want 3, the edited first with its 3 excerpts and the second (rewritten after the edit) with none: %+v", len(s.Turns), s.Turns)
+	}
+
+	ask("something else", []ctxd.Turn{{Query: "a question of another conversation", Answer: "the answer"}})
+	if s, _ := h.store.Session(t.Context(), "agent"); len(s.Turns) != 2 || len(s.Turns[0].Excerpts) != 0 {
+		t.Errorf("another conversation's history took excerpts retrieved for this one: %+v", s.Turns[0])
 	}
 }
