@@ -66,6 +66,9 @@ type FormatInfo struct {
 	AppendOnly bool   `json:"append_only"` // turn n+1's prompt extends turn n's and its answer
 	Note       string `json:"note,omitempty"`
 	Reason     string `json:"reason"`
+	// Tools says what the model's template does with tools (see
+	// chattemplate.Check.Tools); "" when it does nothing with them.
+	Tools string `json:"tools,omitempty"`
 }
 
 // Facts is what a model file says about itself, whichever server serves

@@ -39,7 +39,7 @@ func (c Config) pickFormat(want string, spec formatters.FormatSpec, reason strin
 	switch {
 	case err == nil:
 		c := f.Check()
-		return f, FormatInfo{Name: f.Name(), AppendOnly: c.AppendOnly, Note: c.Note, Reason: reason}, nil
+		return f, FormatInfo{Name: f.Name(), AppendOnly: c.AppendOnly, Note: c.Note, Reason: reason, Tools: c.Tools}, nil
 	case want == "template":
 		return nil, FormatInfo{}, ctxd.Errorf(ctxd.KindInvalid, "bringup: backend.format = template: %v", err)
 	case errors.Is(err, chattemplate.ErrNoTemplate):

@@ -55,6 +55,7 @@ type Format struct {
 	stop    []string
 	special runcontext.Specials
 	check   Check
+	tools   toolSupport
 }
 
 var _ runcontext.Format = (*Format)(nil)
@@ -65,6 +66,9 @@ type Check struct {
 	AppendOnly bool `json:"append_only"`
 	// Note says why not, and which block breaks, when it is not.
 	Note string `json:"note,omitempty"`
+	// Tools says what the template does with tools: whether it offers
+	// the client's tools, and the syntax it writes a call in.
+	Tools string `json:"tools,omitempty"`
 }
 
 // Sentinels stand for the system content and the query while the template
@@ -95,6 +99,7 @@ func New(text string, stop []string, special runcontext.Specials) (*Format, erro
 	if err := f.verify(); err != nil {
 		return nil, err
 	}
+	f.loadTools()
 	return f, nil
 }
 
@@ -111,14 +116,27 @@ func (f *Format) Specials() runcontext.Specials { return f.special }
 func (f *Format) Check() Check { return f.check }
 
 // Answer is the answer's content as the next prompt holds it, right after
-// the prompt it answered (trimmed, escaped); the template's end-of-turn
-// text follows it.
-func (f *Format) Answer(answer string) string { return f.special.Escape(strings.TrimSpace(answer)) }
+// the prompt it answered (trimmed, escaped; tool calls the session
+// recorded as the template writes calls); the template's end-of-turn text
+// follows it.
+func (f *Format) Answer(answer string) string {
+	if text, ok := f.callsText(answer); ok {
+		return text
+	}
+	return f.answerText(answer)
+}
+
+// answerText is a text answer as a message's content: trimmed, escaped.
+func (f *Format) answerText(answer string) string { return f.special.Escape(strings.TrimSpace(answer)) }
 
 // Render renders rc in the template. It does not validate.
 func (f *Format) Render(rc *runcontext.RunContext) (runcontext.Rendered, error) {
 	r := f.stable(rc)
-	out, err := f.execute(f.messages(rc, systemSentinel, querySentinel))
+	tools, err := f.apiTools(rc)
+	if err != nil {
+		return r, err
+	}
+	out, err := f.execute(f.messages(rc, systemSentinel, querySentinel), tools)
 	if err != nil {
 		return r, err
 	}
@@ -153,7 +171,7 @@ func (f *Format) messages(rc *runcontext.RunContext, system, query string) []api
 	for _, t := range rc.State.Turns {
 		msgs = append(msgs,
 			api.Message{Role: "user", Content: f.userContent(t.Query, t.Excerpts, "")},
-			api.Message{Role: "assistant", Content: f.Answer(t.Answer)})
+			f.assistant(t.Answer))
 	}
 	return append(msgs, api.Message{Role: "user", Content: query})
 }
@@ -176,9 +194,9 @@ func (f *Format) userContent(text string, excerpts []runcontext.Excerpt, arts st
 	return f.special.Escape(strings.TrimSpace(sb.String()))
 }
 
-func (f *Format) execute(msgs []api.Message) (string, error) {
+func (f *Format) execute(msgs []api.Message, tools api.Tools) (string, error) {
 	var sb strings.Builder
-	if err := f.tmpl.Execute(&sb, template.Values{Messages: msgs}); err != nil {
+	if err := f.tmpl.Execute(&sb, template.Values{Messages: msgs, Tools: tools}); err != nil {
 		return "", fmt.Errorf("chattemplate: render: %w", err)
 	}
 	return sb.String(), nil
@@ -196,9 +214,17 @@ func (f *Format) Messages(rc *runcontext.RunContext) []api.Message {
 // sentinels equals rendering the messages in full (content verbatim), and
 // whether each turn extends the one before.
 func (f *Format) verify() error {
-	rc := probe()
+	c, err := f.checkTurns(probe())
+	f.check = c
+	return err
+}
+
+// checkTurns renders rc's conversation one turn longer each time: an
+// error if the template does not render content verbatim, and whether
+// each turn extends the one before.
+func (f *Format) checkTurns(rc *runcontext.RunContext) (Check, error) {
 	var prev runcontext.Rendered
-	f.check = Check{AppendOnly: true}
+	check := Check{AppendOnly: true}
 	for n := 0; n <= len(rc.State.Turns); n++ {
 		cur := *rc
 		cur.State.Turns = rc.State.Turns[:n]
@@ -207,25 +233,30 @@ func (f *Format) verify() error {
 		}
 		r, err := f.Render(&cur)
 		if err != nil {
-			return err
+			return check, err
 		}
-		whole, err := f.execute(f.Messages(&cur))
+		tools, err := f.apiTools(&cur)
 		if err != nil {
-			return err
+			return check, err
+		}
+		whole, err := f.execute(f.Messages(&cur), tools)
+		if err != nil {
+			return check, err
 		}
 		if r.Prompt() != whole {
-			return fmt.Errorf("chattemplate: the template does not render message content verbatim (it trims or rewrites it): ctxd cannot share the stable blocks between requests")
+			return check, fmt.Errorf("chattemplate: the template does not render message content verbatim (it trims or rewrites it): ctxd cannot share the stable blocks between requests")
 		}
-		if n > 0 && f.check.AppendOnly {
-			if b := runcontext.Compare(prev, r, f.Answer(rc.State.Turns[n-1].Answer)); b != nil {
-				f.check = Check{AppendOnly: false, Note: fmt.Sprintf("turn %d does not extend turn %d and its answer: the %s block changes (%s)", n+1, n, b.Block, b.Reason)}
-			} else if !strings.HasPrefix(r.Prompt(), prev.Prompt()+f.Answer(rc.State.Turns[n-1].Answer)) {
-				f.check = Check{AppendOnly: false, Note: fmt.Sprintf("turn %d does not extend turn %d and its answer", n+1, n)}
+		if n > 0 && check.AppendOnly {
+			answer := f.Answer(rc.State.Turns[n-1].Answer)
+			if b := runcontext.Compare(prev, r, answer); b != nil {
+				check = Check{AppendOnly: false, Note: fmt.Sprintf("turn %d does not extend turn %d and its answer: the %s block changes (%s)", n+1, n, b.Block, b.Reason)}
+			} else if !strings.HasPrefix(r.Prompt(), prev.Prompt()+answer) {
+				check = Check{AppendOnly: false, Note: fmt.Sprintf("turn %d does not extend turn %d and its answer", n+1, n)}
 			}
 		}
 		prev = r
 	}
-	return nil
+	return check, nil
 }
 
 // probe is a conversation that exercises what ctxd renders: whitespace at

@@ -61,7 +61,7 @@ func TestTemplatesOfGeneratedModels(t *testing.T) {
 				t.Fatal(err)
 			}
 			p := r.Prompt()
-			whole, _ := f.execute(f.Messages(rc))
+			whole, _ := f.execute(f.Messages(rc), nil)
 			if p != whole || !strings.HasSuffix(p, "q3"+tc.close+"\n"+tc.assistant) && !strings.HasSuffix(p, "q3"+tc.close+tc.assistant) {
 				t.Errorf("prompt:\n%q", p)
 			}
@@ -158,7 +158,7 @@ func TestArtifacts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	whole, _ := f.execute(f.Messages(rc))
+	whole, _ := f.execute(f.Messages(rc), nil)
 	if r.Prompt() != whole {
 		t.Errorf("rendering with artifacts is not the template's rendering of the messages:\n%q\n%q", r.Prompt(), whole)
 	}

@@ -37,6 +37,10 @@ type Model struct {
 	// Info is the model's metadata as Ollama's /api/show has it, when the
 	// backend is Ollama; the door shows it with ctxd's window.
 	Info map[string]any
+	// ToolOpen is the text that opens a tool call in the model's own
+	// syntax (its chat template's, e.g. "<tool_call>"); "" when it has
+	// none. A streamed answer that begins with it is held as a call.
+	ToolOpen string
 }
 
 // Config is what the doors need.

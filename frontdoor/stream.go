@@ -163,7 +163,11 @@ func (d *Doors) startStream(s *streamer, ask *ctxd.AskRequest, beat func() []byt
 	ask.Accepted = sync.OnceFunc(func() { close(accepted) })
 	s.keep(accepted, d.cfg.HeaderGrace, d.cfg.KeepAlive, beat)
 	if len(ask.Tools) > 0 {
-		return &toolSniffer{}
+		t := &toolSniffer{}
+		if _, m, err := d.engine(); err == nil && m.ToolOpen != "" {
+			t.open = m.ToolOpen
+		}
+		return t
 	}
 	return nil
 }
@@ -181,14 +185,16 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 
 // toolSniffer decides, as an answer streams, whether it is text or tool
 // calls, by how it begins: an answer that starts (past white space) with
-// '{' or '[', a ```json fence or a <tool_call> tag may be tool calls
-// (toolcall.Parse reads only those) and is held whole until it ends; any
-// other is text and streams as it comes. So content streams even when
-// tools are offered, and a tool call is never sent as text.
+// '{' or '[', a ```json fence, a <tool_call> tag, or the text that opens
+// a call in the model's own syntax (Model.ToolOpen) may be tool calls
+// (toolcall reads only those) and is held whole until it ends; any other
+// is text and streams as it comes. So content streams even when tools are
+// offered, and a tool call is never sent as text.
 type toolSniffer struct {
 	held    strings.Builder
 	decided bool
 	text    bool
+	open    string // the model's own opener, if any
 }
 
 // toolOpeners are how an answer that may be tool calls begins.
@@ -208,7 +214,10 @@ func (t *toolSniffer) feed(piece string) string {
 	if s == "" {
 		return ""
 	}
-	for _, o := range toolOpeners {
+	for _, o := range append(toolOpeners, t.open) {
+		if o == "" {
+			continue
+		}
 		if strings.HasPrefix(s, o) {
 			t.decided = true // a candidate: held to its end
 			return ""

@@ -176,16 +176,20 @@ func TestToolSniffer(t *testing.T) {
 		pieces []string
 		sent   string // streamed as it came
 		held   string
+		open   string // the model's own opener
 	}{
-		{[]string{"Hello", " world"}, "Hello world", ""},
-		{[]string{"  ", "\n", "Hi"}, "  \nHi", ""},
-		{[]string{"``", "`go\nx"}, "```go\nx", ""},
-		{[]string{"``", "`js", "on\n{}"}, "", "```json\n{}"},
-		{[]string{"<tool", "_call>{}"}, "", "<tool_call>{}"},
-		{[]string{"<to", "day>"}, "<today>", ""},
-		{[]string{" [", "1]"}, "", " [1]"},
+		{pieces: []string{"[TOOL", "_CALLS] [{}]"}, held: "[TOOL_CALLS] [{}]", open: "[TOOL_CALLS]"},
+		{pieces: []string{"<|python", "_tag|>{}"}, held: "<|python_tag|>{}", open: "<|python_tag|>"},
+		{pieces: []string{"<|py", "thon is fun"}, sent: "<|python is fun", open: "<|python_tag|>"},
+		{[]string{"Hello", " world"}, "Hello world", "", ""},
+		{[]string{"  ", "\n", "Hi"}, "  \nHi", "", ""},
+		{[]string{"``", "`go\nx"}, "```go\nx", "", ""},
+		{[]string{"``", "`js", "on\n{}"}, "", "```json\n{}", ""},
+		{[]string{"<tool", "_call>{}"}, "", "<tool_call>{}", ""},
+		{[]string{"<to", "day>"}, "<today>", "", ""},
+		{[]string{" [", "1]"}, "", " [1]", ""},
 	} {
-		var s toolSniffer
+		s := toolSniffer{open: c.open}
 		var sent strings.Builder
 		for _, p := range c.pieces {
 			sent.WriteString(s.feed(p))

@@ -18,6 +18,7 @@ func (srv *Server) doors() *frontdoor.Doors {
 				Name: info.Model, Architecture: info.Architecture, NumCtx: info.NumCtx, AnswerReserve: e.Orch.Limits().AnswerReserve,
 				BackendKind: info.Kind, BackendVersion: info.Version, Loaded: e.Since,
 				Embedding: facts.Embedding, BlockCount: facts.BlockCount, Info: e.Model.ModelInfo,
+				ToolOpen: e.Orch.ToolSyntax().Open,
 			}, nil
 		},
 		Sigil:        srv.doorSigil,

@@ -278,6 +278,26 @@ func (a *answering) recordTurn(answer string) error {
 	return a.o.sessions.appendTurn(a.ctx, a.req.Session, a.p.sess, turn, js)
 }
 
+// toolTemplate is a prompt format whose chat template may offer the
+// client's tools and write calls in a syntax of its own
+// (chattemplate.Format).
+type toolTemplate interface {
+	OffersTools() bool
+	ToolSyntax() (toolcall.Syntax, bool)
+}
+
+// ToolSyntax is the syntax the model's chat template writes a tool call
+// in, read in every answer besides ctxd's protocol; the zero Syntax when
+// the template writes none.
+func (o *Orchestrator) ToolSyntax() toolcall.Syntax {
+	if tt, ok := o.cfg.Format.(toolTemplate); ok {
+		if syn, writes := tt.ToolSyntax(); writes {
+			return syn
+		}
+	}
+	return toolcall.Syntax{}
+}
+
 // toolCalls reads the answer's calls to the client's tools into the
 // summary and returns the answer as the session records it: a tool call in
 // its canonical text (what a door renders when the client sends it back),
@@ -296,7 +316,7 @@ func (a *answering) toolCalls(answer string) string {
 		for i, t := range sigil.ClientTools {
 			names[i] = t.Name
 		}
-		calls, refused, ok := toolcall.Parse(answer, names)
+		calls, refused, ok := a.o.ToolSyntax().Parse(answer, names)
 		switch {
 		case ok && len(refused) > 0:
 			sum.ToolsRefused = append(sum.ToolsRefused, refused...)

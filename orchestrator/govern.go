@@ -107,6 +107,9 @@ func (o *Orchestrator) newPreparation(ctx context.Context, req ctxd.AskRequest, 
 		g.tails = req.Session
 	}
 	sigil.ClientTools, g.p.toolsRefused = clientTools(sigil, req.Tools)
+	if tt, ok := o.cfg.Format.(toolTemplate); ok && tt.OffersTools() && len(sigil.ClientTools) > 0 {
+		sigil.ToolFormat = runcontext.ToolFormatTemplate
+	}
 	g.p.sess = sess
 	g.p.rc = o.stableContext(req.System, codex.block, sigil)
 	g.sigil = g.p.rc.Sigil

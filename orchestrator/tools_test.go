@@ -2,11 +2,14 @@ package orchestrator
 
 import (
 	"encoding/json"
+	"os"
 	"slices"
 	"strings"
 	"testing"
 
 	"github.com/ctxd/ctxd"
+	"github.com/ctxd/ctxd/chattemplate"
+	"github.com/ctxd/ctxd/formatters/toolmanifest"
 	"github.com/ctxd/ctxd/governor"
 	"github.com/ctxd/ctxd/runcontext"
 )
@@ -94,5 +97,53 @@ func TestClientToolsRenderInOneOrder(t *testing.T) {
 	y, _ := clientTools(sigil, b)
 	if !slices.Equal(x, y) || x[0].Name != "grep" {
 		t.Errorf("%+v\n%+v", x, y)
+	}
+}
+
+// TestTemplateOffersClientTools: with a chat template that offers tools
+// ahead of the conversation and writes calls in <tool_call> tags, the
+// client's tools are offered by the template (not ctxd's manifest), an
+// answer in the template's syntax is a tool call, and the next turn, with
+// the client's echo of it, renders the call as the template writes it and
+// extends the prompt.
+func TestTemplateOffersClientTools(t *testing.T) {
+	h := newTest(t, governor.Limits{NumCtx: 100000, AnswerReserve: 64}, 1)
+	text, err := os.ReadFile("../chattemplate/testdata/hermes-tools.gotmpl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := chattemplate.New(string(text), []string{"<|im_end|>"}, runcontext.Specials{"<|im_start|>", "<|im_end|>"})
+	if err != nil || !f.OffersTools() {
+		t.Fatalf("the test template: %v, offers tools %v", err, f != nil && f.OffersTools())
+	}
+	h.o.cfg.Format = f
+	if syn := h.o.ToolSyntax(); syn.Open != "<tool_call>" {
+		t.Fatalf("the orchestrator reads calls in %+v", syn)
+	}
+	tools := []ctxd.Tool{{Name: "grep", Description: "Search the files.", Parameters: json.RawMessage(`{"type": "object", "properties": {"pattern": {"type": "string"}}}`)}}
+	h.backend.SetAnswer("<tool_call>\n{\"name\": \"grep\", \"arguments\": {\"pattern\": \"Listen\"}}\n</tool_call>")
+	sum, err := h.o.Ask(t.Context(), ctxd.AskRequest{Session: "t", Query: "where is Listen?", Sigil: "tooler", Tools: tools, History: []ctxd.Turn{}}, noop)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := h.lastPrompt()
+	if !strings.Contains(p, "<tools>\n{\"name\":\"grep\",\"description\":\"Search the files.\"") || strings.Contains(p, toolmanifest.Protocol) {
+		t.Errorf("the template does not offer the tools, or ctxd's manifest does too:\n%s", p)
+	}
+	if len(sum.ToolCalls) != 1 || sum.ToolCalls[0].Name != "grep" || string(sum.ToolCalls[0].Arguments) != `{"pattern":"Listen"}` {
+		t.Fatalf("the answer in the template's syntax is not a call: %+v (note %q)", sum.ToolCalls, sum.ToolNote)
+	}
+	h.backend.SetAnswer("It is in daemon.go.")
+	history := []ctxd.Turn{{Query: "where is Listen?", Answer: `{"name":"grep","arguments":{"pattern":"Listen"}}`}}
+	sum, err = h.o.Ask(t.Context(), ctxd.AskRequest{Session: "t", Query: "[tool result grep]\ndaemon.go:12", Sigil: "tooler", Tools: tools, History: history}, noop)
+	if err != nil {
+		t.Fatal(err)
+	}
+	next := h.lastPrompt()
+	if sum.PrefixNote != "" || sum.PrefixBreak != nil || !strings.HasPrefix(next, p) {
+		t.Errorf("the echo of the call did not extend the prompt: note %q break %+v", sum.PrefixNote, sum.PrefixBreak)
+	}
+	if !strings.Contains(next, "<|im_start|>assistant\n<tool_call>\n{\"name\": \"grep\", \"arguments\": {\"pattern\":\"Listen\"}}\n</tool_call><|im_end|>") {
+		t.Errorf("the earlier call is not rendered as the template writes calls:\n%s", next[len(p)-40:])
 	}
 }

@@ -113,7 +113,17 @@ type Sigil struct {
 	// tools: past ctxd's identity, the codex and the environment, the
 	// prefix every agent and every side request shares.
 	Instructions string `json:"instructions,omitempty" jsonschema_description:"the client's system message"`
+	// ToolFormat says who offers the model the client's tools: "" is
+	// ctxd's tool manifest, in this block, with ctxd's protocol for a
+	// call; ToolFormatTemplate is the model's own chat template, which
+	// renders them (ahead of the conversation) and the calls in its own
+	// syntax, and the manifest leaves them out.
+	ToolFormat string `json:"tool_format,omitempty" jsonschema:"enum=,enum=template" jsonschema_description:"who offers the client's tools: ctxd's manifest (empty) or the model's chat template"`
 }
+
+// ToolFormatTemplate is Sigil.ToolFormat when the model's chat template
+// offers the client's tools.
+const ToolFormatTemplate = "template"
 
 // ClientTool is a function the client offers the model.
 type ClientTool struct {

@@ -85,6 +85,9 @@ func (rc *RunContext) Validate() error {
 	}
 
 	v.text("sigil.instructions", rc.Sigil.Instructions, false)
+	if f := rc.Sigil.ToolFormat; f != "" && f != ToolFormatTemplate {
+		v.fail("sigil.tool_format", fmt.Sprintf("%q: want %q or empty", f, ToolFormatTemplate))
+	}
 	for i, tool := range rc.Sigil.Tools {
 		if !scopeRE.MatchString(tool) {
 			v.fail(fmt.Sprintf("sigil.tools[%d]", i), fmt.Sprintf("%q must match %s", tool, scopeRE))

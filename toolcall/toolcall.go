@@ -6,8 +6,11 @@
 // object {"name": ..., "arguments": {...}} per call, one per line, is a
 // tool call. Parse also reads the shapes models are trained on: a JSON
 // array of calls, "parameters" for "arguments", a ```json fence, and
-// Hermes-style <tool_call>...</tool_call> tags. An answer with anything
-// else in it is text.
+// Hermes-style <tool_call>...</tool_call> tags. A model whose chat
+// template defines its own way of writing a call (package chattemplate
+// reads it into a Syntax: the text that opens a call, the one that closes
+// it, the keys of its name and arguments) is read in that way as well.
+// An answer with anything else in it is text.
 package toolcall
 
 import (
@@ -22,7 +25,30 @@ import (
 // Calls to a tool not in offered are returned in refused, not in calls:
 // ctxd never hands the client a call to a tool its sigil did not offer.
 func Parse(answer string, offered []string) (calls []ctxd.ToolCall, refused []string, ok bool) {
-	raw, ok := parseAll(answer)
+	return Syntax{}.Parse(answer, offered)
+}
+
+// Calls reads answer as tool calls, whatever their names: a recorded
+// answer (Render's text) back into its calls.
+func Calls(answer string) ([]ctxd.ToolCall, bool) { return Syntax{}.parseAll(answer) }
+
+// Syntax is how a model's chat template writes a tool call (what its
+// template renders for an assistant message's calls): Open is the text
+// before each call ("<tool_call>", or "" for a bare JSON object), Close
+// the text after it, Name and Arguments the keys of the call's object
+// ("" for "name" and "arguments"). The zero Syntax reads only ctxd's own
+// protocol and the shapes Parse lists.
+type Syntax struct {
+	Open      string `json:"open,omitempty"`
+	Close     string `json:"close,omitempty"`
+	Name      string `json:"name,omitempty"`
+	Arguments string `json:"arguments,omitempty"`
+}
+
+// Parse reads answer as tool calls, in the syntax as well as in every
+// shape the package-level Parse reads.
+func (syn Syntax) Parse(answer string, offered []string) (calls []ctxd.ToolCall, refused []string, ok bool) {
+	raw, ok := syn.parseAll(answer)
 	if !ok {
 		return nil, nil, false
 	}
@@ -53,32 +79,26 @@ func Render(calls []ctxd.ToolCall) string {
 	return strings.Join(lines, "\n")
 }
 
-type wire struct {
-	Name       string          `json:"name"`
-	Arguments  json.RawMessage `json:"arguments"`
-	Parameters json.RawMessage `json:"parameters"`
-}
-
-func parseAll(answer string) ([]ctxd.ToolCall, bool) {
+func (syn Syntax) parseAll(answer string) ([]ctxd.ToolCall, bool) {
 	s := strings.TrimSpace(answer)
 	if f, ok := strings.CutPrefix(s, "```json"); ok {
 		s = strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(f), "```"))
 	}
-	if strings.HasPrefix(s, "<tool_call>") {
-		var parts []string
-		for _, p := range strings.Split(s, "<tool_call>")[1:] {
-			body, rest, found := strings.Cut(p, "</tool_call>")
-			if strings.TrimSpace(rest) != "" && found {
-				return nil, false
-			}
-			parts = append(parts, strings.TrimSpace(body))
+	for _, tag := range []Syntax{syn, {Open: "<tool_call>", Close: "</tool_call>"}} {
+		open := strings.TrimSpace(tag.Open)
+		if open == "" || !strings.HasPrefix(s, open) {
+			continue
 		}
-		s = strings.Join(parts, "\n")
+		var ok bool
+		if s, ok = tag.unwrap(s, open); !ok {
+			return nil, false
+		}
+		break
 	}
 	if s == "" || (s[0] != '{' && s[0] != '[') {
 		return nil, false
 	}
-	var ws []wire
+	var ws []map[string]json.RawMessage
 	if s[0] == '[' {
 		if json.Unmarshal([]byte(s), &ws) != nil {
 			return nil, false
@@ -86,7 +106,7 @@ func parseAll(answer string) ([]ctxd.ToolCall, bool) {
 	} else {
 		dec := json.NewDecoder(strings.NewReader(s))
 		for dec.More() {
-			var w wire
+			var w map[string]json.RawMessage
 			if dec.Decode(&w) != nil {
 				return nil, false
 			}
@@ -98,16 +118,56 @@ func parseAll(answer string) ([]ctxd.ToolCall, bool) {
 	}
 	calls := make([]ctxd.ToolCall, len(ws))
 	for i, w := range ws {
-		args := w.Arguments
-		if len(args) == 0 {
-			args = w.Parameters
-		}
-		if w.Name == "" || !isObject(args) {
+		name, args, ok := syn.fields(w)
+		if !ok {
 			return nil, false
 		}
-		calls[i] = ctxd.ToolCall{Name: w.Name, Arguments: json.RawMessage(compact(args))}
+		calls[i] = ctxd.ToolCall{Name: name, Arguments: json.RawMessage(compact(args))}
 	}
 	return calls, true
+}
+
+// unwrap is s (which starts with open) without the text around each call:
+// the calls' bodies, one per line. Anything after a call's Close but
+// another call makes it not tool calls.
+func (syn Syntax) unwrap(s, open string) (string, bool) {
+	close := strings.TrimSpace(syn.Close)
+	var parts []string
+	for _, p := range strings.Split(s, open)[1:] {
+		body := p
+		if close != "" {
+			var rest string
+			var found bool
+			body, rest, found = strings.Cut(p, close)
+			if found && strings.TrimSpace(rest) != "" {
+				return "", false
+			}
+		}
+		parts = append(parts, strings.TrimSpace(body))
+	}
+	return strings.Join(parts, "\n"), true
+}
+
+// fields are a call object's name and arguments, under the syntax's keys
+// or the usual ones ("name"; "arguments", else "parameters").
+func (syn Syntax) fields(w map[string]json.RawMessage) (string, json.RawMessage, bool) {
+	var name string
+	for _, k := range []string{syn.Name, "name"} {
+		if raw, ok := w[k]; ok && k != "" {
+			if json.Unmarshal(raw, &name) != nil {
+				return "", nil, false
+			}
+			break
+		}
+	}
+	var args json.RawMessage
+	for _, k := range []string{syn.Arguments, "arguments", "parameters"} {
+		if raw, ok := w[k]; ok && k != "" {
+			args = raw
+			break
+		}
+	}
+	return name, args, name != "" && isObject(args)
 }
 
 // isObject: arguments are a JSON object, or absent.

@@ -97,3 +97,32 @@ func TestCanonical(t *testing.T) {
 		}
 	}
 }
+
+// A model's own syntax, as its chat template writes a call, is read as
+// well as the usual shapes; text around the calls is still text.
+func TestParseInAModelsSyntax(t *testing.T) {
+	offered := []string{"grep", "read_file"}
+	cases := []struct {
+		syn    Syntax
+		answer string
+		ok     bool
+		calls  string
+	}{
+		{Syntax{Open: "[TOOL_CALLS]"}, `[TOOL_CALLS] [{"name":"grep","arguments":{"q":1}},{"name":"read_file","arguments":{}}]`, true,
+			"{\"name\":\"grep\",\"arguments\":{\"q\":1}}\n{\"name\":\"read_file\",\"arguments\":{}}"},
+		{Syntax{Open: "<|python_tag|>", Close: "<|eom_id|>", Name: "tool", Arguments: "args"}, `<|python_tag|>{"tool": "grep", "args": {"q": "x"}}<|eom_id|>`, true,
+			`{"name":"grep","arguments":{"q":"x"}}`},
+		{Syntax{Open: "<function_call>", Close: "</function_call>"}, "<function_call>\n{\"name\":\"grep\",\"arguments\":{}}\n</function_call>\n<function_call>{\"name\":\"grep\",\"arguments\":{}}</function_call>", true,
+			"{\"name\":\"grep\",\"arguments\":{}}\n{\"name\":\"grep\",\"arguments\":{}}"},
+		{Syntax{Open: "<function_call>", Close: "</function_call>"}, "<function_call>{\"name\":\"grep\",\"arguments\":{}}</function_call> and then I looked", false, ""},
+		{Syntax{Open: "<function_call>", Close: "</function_call>"}, "<tool_call>{\"name\":\"grep\",\"arguments\":{}}</tool_call>", true, `{"name":"grep","arguments":{}}`},
+		{Syntax{Name: "tool"}, `{"tool":"grep","arguments":{}}`, true, `{"name":"grep","arguments":{}}`},
+		{Syntax{Open: "[TOOL_CALLS]"}, `[TOOL_CALLS] the grep tool would help`, false, ""},
+	}
+	for _, c := range cases {
+		calls, _, ok := c.syn.Parse(c.answer, offered)
+		if ok != c.ok || Render(calls) != c.calls {
+			t.Errorf("%+v.Parse(%q) = %q %v; want %q %v", c.syn, c.answer, Render(calls), ok, c.calls, c.ok)
+		}
+	}
+}

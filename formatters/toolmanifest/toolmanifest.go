@@ -56,6 +56,8 @@ func (Injector) Inject(_ context.Context, in formatters.Input) (string, error) {
 // Render is the manifest of a sigil's tools: a "tool:" line per daemon
 // tool, then the protocol and an entry per client tool (its description on
 // one line, its parameters' JSON Schema below it); "" when there are none.
+// The client's tools are left out when the model's chat template offers
+// them (Sigil.ToolFormat).
 func Render(s runcontext.Sigil) string {
 	var sb strings.Builder
 	for _, t := range s.Tools {
@@ -63,7 +65,7 @@ func Render(s runcontext.Sigil) string {
 		sb.WriteString(t)
 		sb.WriteString("\n")
 	}
-	if len(s.ClientTools) > 0 {
+	if len(s.ClientTools) > 0 && s.ToolFormat != runcontext.ToolFormatTemplate {
 		sb.WriteString(Protocol)
 		for _, t := range s.ClientTools {
 			sb.WriteString("- ")
