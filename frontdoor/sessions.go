@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 
@@ -24,15 +25,91 @@ import (
 // it leaves nothing behind. Two conversations that said the same things
 // share a session, as they share a prefix.
 //
+// Agents also rewrite the opening of a conversation they continue: Qwen
+// Code, resuming one, takes a reminder off the end of its first message
+// and sends the answers it got in pieces as one. Such a history matches
+// no digest; when its first message is an edit of the first message of a
+// conversation the door answered (the same asker and system text, the
+// two opening with the same text: at least half of the one the door
+// knows, or its first 4 KiB, and not the same message), it is that
+// conversation rewritten and joins its session, the most recently
+// answered one if several: the session takes the rewritten history as a
+// new epoch, keeping the codex excerpts of its first turn (see
+// orchestrator's follow). A conversation that opens with the same
+// message as another and then says other things is another
+// conversation: its own session.
+//
 // What the door remembers is a digest per answered turn, in memory and
 // bounded (the oldest are forgotten first): after a restart, a
 // conversation continues in a new session, which still shares the
 // identity, codex and environment with every other.
 type conversations struct {
-	mu    sync.Mutex
-	ids   map[string]string // conversation digest → session
-	order []string          // digests, oldest first
-	max   int
+	mu     sync.Mutex
+	ids    map[string]string // conversation digest → session
+	order  []string          // digests, oldest first
+	max    int
+	starts []opening // the most recently answered conversations' openings, oldest first
+}
+
+// opening is how an answered conversation began: who asked (the digest of
+// door, sigil, model and system text), its first message (its first 4 KiB,
+// its length and digest), and its session.
+type opening struct {
+	who, first, digest string
+	size               int
+	session            string
+}
+
+// Bounds of the openings remembered: how many, and how much of each first
+// message.
+const (
+	maxOpenings  = 256
+	openingBytes = 4096
+)
+
+func newOpening(who, first, session string) opening {
+	first = strings.TrimSpace(first)
+	d := sha256.Sum256([]byte(first))
+	return opening{who: who, first: first[:min(len(first), openingBytes)], digest: hex.EncodeToString(d[:]), size: len(first), session: session}
+}
+
+// rewrites reports whether a conversation opening with first is this one
+// rewritten: not the same first message, but opening with the same text
+// (at least half of this one's, or all of what is kept of it).
+func (o opening) rewrites(first string) bool {
+	c := newOpening(o.who, first, "")
+	if c.digest == o.digest {
+		return false
+	}
+	n := 0
+	for n < len(o.first) && n < len(c.first) && o.first[n] == c.first[n] {
+		n++
+	}
+	return n > 0 && (2*n >= o.size || n == len(o.first) && len(o.first) == openingBytes)
+}
+
+// opened remembers how session's conversation began, as the newest.
+func (c *conversations) opened(o opening) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.starts = slices.DeleteFunc(c.starts, func(x opening) bool { return x.session == o.session })
+	c.starts = append(c.starts, o)
+	if len(c.starts) > maxOpenings {
+		c.starts = c.starts[1:]
+	}
+}
+
+// rewritten is the session of the most recently answered conversation,
+// of the asker who, that a conversation opening with first rewrites.
+func (c *conversations) rewritten(who, first string) (string, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for i := len(c.starts) - 1; i >= 0; i-- {
+		if o := c.starts[i]; o.who == who && o.rewrites(first) {
+			return o.session, true
+		}
+	}
+	return "", false
 }
 
 // maxConversations bounds the door's memory of conversations: digests of
@@ -90,12 +167,15 @@ func (c *conversations) remember(key, session string) {
 type following struct {
 	convs *conversations
 	key   func(answer string) string // the digest of the conversation with this turn answered; nil: nothing to remember
+	who   string                     // the asker's digest (door, sigil, model, system text)
+	first string                     // the conversation's first message
 }
 
 // answered remembers the conversation, with this answer, under session.
 func (f following) answered(session, answer string) {
 	if f.key != nil {
 		f.convs.remember(f.key(answer), session)
+		f.convs.opened(newOpening(f.who, f.first, session))
 	}
 }
 
@@ -116,9 +196,13 @@ func (d *Doors) sessionOf(r *http.Request, door, sigil, model string, c conversa
 	f := following{convs: d.convs, key: func(answer string) string {
 		turns := append(c.History[:len(c.History):len(c.History)], ctxd.Turn{Query: c.Query, Answer: answer})
 		return conversationKey(door, sigil, model, c.System, turns)
-	}}
+	}, who: conversationKey(door, sigil, model, c.System, nil), first: c.Query}
 	if len(c.History) > 0 {
+		f.first = c.History[0].Query
 		if id, ok := d.convs.find(conversationKey(door, sigil, model, c.System, c.History)); ok {
+			return id, f, nil
+		}
+		if id, ok := d.convs.rewritten(f.who, f.first); ok {
 			return id, f, nil
 		}
 	}

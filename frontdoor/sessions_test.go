@@ -2,6 +2,7 @@ package frontdoor
 
 import (
 	"encoding/json"
+	"strings"
 	"testing"
 
 	"github.com/ctxd/ctxd"
@@ -34,6 +35,54 @@ func TestToolLoopStaysInItsSession(t *testing.T) {
 		}
 		if a, b := e.asks[0].Session, e.asks[1].Session; a != b {
 			t.Errorf("%s stream=%s: the tool result went to session %q, not %q, which made the call", c.path, c.stream, b, a)
+		}
+	}
+}
+
+// TestRewrittenConversationStaysInItsSession: an agent that resumes a
+// conversation with its opening rewritten (Qwen Code takes a reminder off
+// its first message and sends the answers it got in pieces as one) stays
+// in that conversation's session; another asker's, or a conversation
+// that opens otherwise, does not join it, nor does one that opens with
+// the same message and then says other things.
+func TestRewrittenConversationStaysInItsSession(t *testing.T) {
+	t.Parallel()
+	e := &engine{pieces: []string{"a"}}
+	srv := serve(t, e, false)
+	opening := strings.Repeat("The project is a CSV reader. ", 8) + "How does the Reader parse a quoted field?"
+	msg := func(role, content string) string {
+		b, _ := json.Marshal(map[string]string{"role": role, "content": content})
+		return string(b)
+	}
+	chat := func(system string, msgs ...string) string {
+		t.Helper()
+		body := `{"model":"ctxd","stream":false,"messages":[` + msg("system", system) + "," + strings.Join(msgs, ",") + `]}`
+		if resp, b := post(t, srv, "/v1/chat/completions", body); resp.StatusCode != 200 {
+			t.Fatalf("%d %s", resp.StatusCode, b)
+		}
+		return e.asks[len(e.asks)-1].Session
+	}
+	first := chat("agent", msg("user", opening+"\n<reminder>today is Thursday</reminder>"))
+	cont := chat("agent", msg("user", opening+"\n<reminder>today is Thursday</reminder>"), msg("assistant", "a"), msg("user", "go on"))
+	if cont != first {
+		t.Fatalf("the conversation went on in %q, not %q", cont, first)
+	}
+	// Resumed: the reminder is gone, the two answers are one.
+	resumed := chat("agent", msg("user", opening), msg("assistant", "aa"), msg("user", "and the writer?"))
+	if resumed != first {
+		t.Errorf("the resumed conversation, its opening rewritten, went to %q, not %q", resumed, first)
+	}
+	// Its next turn, as answered, goes on there too.
+	if next := chat("agent", msg("user", opening), msg("assistant", "aa"), msg("user", "and the writer?"), msg("assistant", "a"), msg("user", "thanks")); next != first {
+		t.Errorf("the turn after the rewrite went to %q, not %q", next, first)
+	}
+	for name, got := range map[string]string{
+		"another system text":              chat("other agent", msg("user", opening), msg("assistant", "aa"), msg("user", "q")),
+		"another opening":                  chat("agent", msg("user", "Where is the writer? "+opening), msg("assistant", "aa"), msg("user", "q")),
+		"the same opening, then elsewhere": chat("agent", msg("user", opening), msg("assistant", "something never answered"), msg("user", "q")),
+	} {
+		if got == first {
+			t.Errorf("%s: joined the conversation's session %q", name, first)
 		}
 	}
 }

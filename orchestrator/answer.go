@@ -94,7 +94,10 @@ func (a *answering) summarize(sessionWait time.Duration, followed bool) {
 	default:
 		sum.PrefixNote = "no earlier prompt of this session since the daemon started"
 	}
-	if followed {
+	switch {
+	case followed && p.sess.Count == len(p.sess.Turns): // it held no turn before
+		sum.PrefixNote = "a new session: it took its client's history"
+	case followed:
 		sum.PrefixNote = "the session took its client's history, which did not extend the turns it held (a new epoch)"
 	}
 	if hadPrev && lease.Previous != "" && lease.Previous != req.Session {
@@ -211,6 +214,12 @@ func (a *answering) account(gen ctxd.Generation, at answerTimes) {
 		sum.EvaluatedTokens = max(0, total-n)
 		sum.ReusePercent = 100 * float64(n) / float64(max(1, total))
 		sum.ReuseNote = reuseNote(sum.CachedTokens, n, sum.PromptTokens, a.slot.lease.AfterStop)
+		if a.slot.lease.AfterStop && n > sum.CachedTokens && o.cfg.Spent != nil {
+			// The stopped request read more of this prompt than the
+			// backend had reported when it stopped (it notices a stop
+			// between batches): its work, reported late.
+			o.cfg.Spent(n-sum.CachedTokens, 0)
+		}
 		if sum.ReuseNote != "" && n < sum.CachedTokens {
 			o.log.WarnContext(ctx, "the backend reused less than expected", "session", sum.Session, "slot", sum.Slot,
 				"expected", sum.CachedTokens, "measured", n, "note", sum.ReuseNote)
