@@ -367,6 +367,7 @@ func (d *Daemon) start(ctx context.Context) error {
 		LeaveOutTools: d.cfg.Daemon.DisallowedTools == "leave_out", Limits: limits, Sigils: d.sigils, Formatters: d.formatters,
 		Store: d.store, KarmaStore: d.karma, Sensor: d.sensor,
 		Observe: func(_ context.Context, sum *ctxd.Summary) { d.metrics.Answer(sum) },
+		Spent:   d.metrics.Spent,
 		OnCodex: func(plan ctxd.CodexPlan) {
 			if api := d.api.Load(); api != nil {
 				api.PublishCodex(plan)

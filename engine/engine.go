@@ -50,6 +50,9 @@ type Config struct {
 	Sensor                ctxd.Sensor
 	// Observe is told of every answer's summary; nil: nobody.
 	Observe func(ctx context.Context, sum *ctxd.Summary)
+	// Spent is told of what the backend read for a request that ended
+	// without an answer (orchestrator.Config.Spent); nil: nobody.
+	Spent func(evaluated, reused int)
 	// OnCodex is told of every new codex, once requests see it; nil: nobody.
 	OnCodex func(plan ctxd.CodexPlan)
 	Logger  *slog.Logger
@@ -117,6 +120,7 @@ func newOrchestrator(cfg Config, e *Engine, counter *tokencount.Counter) (*orche
 		LeaveOutTools:   cfg.LeaveOutTools,
 		Room:            room{e},
 		Observe:         cfg.Observe,
+		Spent:           cfg.Spent,
 		Formatters:      cfg.Formatters,
 		CodexFile: func(path string) (string, error) {
 			f, err := e.Codex.File(path)

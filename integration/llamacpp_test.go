@@ -2,6 +2,8 @@ package integration
 
 import (
 	"context"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -9,8 +11,10 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/ctxd/ctxd"
+	"github.com/ctxd/ctxd/client"
 	"github.com/ctxd/ctxd/httpapi"
 	"github.com/ctxd/ctxd/internal/daemontest"
 	"github.com/ctxd/ctxd/internal/llamaservertest"
@@ -188,6 +192,88 @@ func TestLlamaServerCancelStopsGeneration(t *testing.T) {
 	if generated > cfg.Limits.AnswerReserve/3 {
 		t.Errorf("llama-server generated %d tokens of the cancelled answer: it did not stop", generated)
 	}
+}
+
+// TestMetricsCountWhatLlamaServerEvaluated: over a session with
+// cancellations (one while the answer streams, one while a long prompt is
+// read, which the client then asks again), ctxd's /metrics counts the
+// prompt tokens llama-server evaluated, within 1% of the server's own
+// count (its /metrics).
+func TestMetricsCountWhatLlamaServerEvaluated(t *testing.T) {
+	needLlamaServer(t)
+	mc := templatedModels()[0]
+	url := llamaservertest.Start(t, modelPath(t, mc), "-c", "8192", "-np", "1", "--metrics", "--cache-ram", "0")
+	cfg := llamaConfig(t, t.TempDir(), codexDir(t, 1500))
+	cfg.Backend.Mode, cfg.Backend.URL, cfg.Backend.GGUF, cfg.Backend.Model = "external", url, "", mc.Name
+	cfg.Backend.Slots = 1
+	cfg.Limits.AnswerReserve = 600
+	d := start(t, cfg, true)
+	before := serverCount(t, url+"/metrics", `llamacpp:prompt_tokens_total`)
+
+	step := func(what string) {
+		t.Logf("after %s: server %d, ctxd %d", what, serverCount(t, url+"/metrics", `llamacpp:prompt_tokens_total`)-before, serverCount(t, "", `ctxd_prompt_tokens_total{kind="evaluated"}`, d.client))
+	}
+	ask(t, d.client, "s", "What does Handler3 return?")
+	step("first")
+	// Stopped while the answer streams.
+	ctx, cancel := context.WithCancel(context.Background())
+	pieces := 0
+	_, err := d.client.Ask(ctx, ctxd.AskRequest{Session: "s", Query: "Tell me everything."}, func(string) {
+		if pieces++; pieces == 3 {
+			cancel()
+		}
+	})
+	cancel()
+	if err == nil {
+		t.Skip("the answer ended on its own before the cancel: nothing to observe")
+	}
+	step("stream stop")
+	// Stopped while a long question is read (before llama-server reports
+	// any progress), then asked again, as an agent retries after its
+	// timeout: the work the stopped request did shows in the retry's
+	// reuse, and is counted then.
+	long := strings.Repeat("Which handler serves each kind, and why? ", 250)
+	ctx, cancel = context.WithTimeout(context.Background(), 150*time.Millisecond)
+	_, _ = d.client.Ask(ctx, ctxd.AskRequest{Session: "s", Query: long}, func(string) {})
+	cancel()
+	step("prefill stop")
+	ask(t, d.client, "s", long)
+	step("retry")
+	ask(t, d.client, "s", "And Handler4?")
+	step("last")
+
+	server := serverCount(t, url+"/metrics", `llamacpp:prompt_tokens_total`) - before
+	counted := serverCount(t, "", `ctxd_prompt_tokens_total{kind="evaluated"}`, d.client)
+	t.Logf("five requests, two stopped: llama-server evaluated %d prompt tokens, ctxd's /metrics counts %d", server, counted)
+	if diff := counted - server; server == 0 || diff*100 > server || -diff*100 > server {
+		t.Errorf("/metrics counts %d evaluated prompt tokens, llama-server evaluated %d: more than 1%% apart", counted, server)
+	}
+}
+
+// serverCount reads one counter from a Prometheus text page: url's, or
+// the daemon's /metrics through its client.
+func serverCount(t *testing.T, url, name string, c ...*client.Client) int {
+	t.Helper()
+	var body []byte
+	var err error
+	if len(c) > 0 {
+		body, err = c[0].GetRaw(context.Background(), "/metrics")
+	} else {
+		var resp *http.Response
+		if resp, err = http.Get(url); err == nil {
+			body, err = io.ReadAll(resp.Body)
+			resp.Body.Close()
+		}
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(name) + ` ([0-9.e+]+)$`).FindSubmatch(body)
+	if m == nil {
+		t.Fatalf("no %s in %s:\n%s", name, url, body)
+	}
+	f, _ := strconv.ParseFloat(string(m[1]), 64)
+	return int(f)
 }
 
 // TestExternalLlamaServer connects to a llama-server the user runs, with

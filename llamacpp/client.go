@@ -477,7 +477,7 @@ func (c *Client) Generate(ctx context.Context, req ctxd.GenerateRequest, onToken
 		}
 		ch.measured(&gen)
 		if p := ch.PromptProgress; p != nil {
-			gen.PromptRead = p.Processed
+			gen.PromptRead, gen.BackendCached = p.Processed, p.Cache
 		}
 		if ch.Content != "" {
 			if sb.Len() == 0 {

@@ -332,7 +332,7 @@ data: {"error":{"code":500,"message":"The model produced output that does not ma
 // TestPromptProgressOfAStoppedGeneration: the adapter asks llama-server to
 // report its progress through the prompt (return_progress); a generation
 // stopped while the prompt is read says how much of it the slot held at
-// the last report. The events are the real server's shape (processed
+// the last report, and how much of that it reused. The events are the real server's shape (processed
 // counts reused and read tokens alike).
 func TestPromptProgressOfAStoppedGeneration(t *testing.T) {
 	t.Parallel()
@@ -357,7 +357,7 @@ func TestPromptProgressOfAStoppedGeneration(t *testing.T) {
 	if sent["return_progress"] != true {
 		t.Errorf("request %v does not ask for the prompt's progress", sent)
 	}
-	if gen.PromptRead != 1537 || gen.BackendCached != -1 {
-		t.Errorf("read %d, cached %d; want 1537 read and no measurement", gen.PromptRead, gen.BackendCached)
+	if gen.PromptRead != 1537 || gen.BackendCached != 1 {
+		t.Errorf("read %d, cached %d; want 1537 read, 1 of them reused", gen.PromptRead, gen.BackendCached)
 	}
 }

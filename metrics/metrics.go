@@ -66,7 +66,7 @@ func New(snap func() Snapshot) *Metrics {
 		Help: "The parts of the time to first token (the summary's timing): queue, governor, condense (part of governor), restore, backend, other.", Buckets: buckets},
 		[]string{"part"})
 	m.tokens = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ctxd_prompt_tokens_total",
-		Help: "Prompt tokens of the answers: evaluated by the backend, or reused from its cache."}, []string{"kind"})
+		Help: "Prompt tokens the backend read: evaluated, or reused from its cache (the answers', and a stopped request's as far as the backend reported)."}, []string{"kind"})
 	m.breaks = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ctxd_prefix_breaks_total",
 		Help: "Prompts that did not extend their session's previous one, by the first block that changed and the cause."},
 		[]string{"block", "cause"})
@@ -98,6 +98,14 @@ func (m *Metrics) Request(route string, code int, outcome string) {
 		route = "unmatched"
 	}
 	m.requests.WithLabelValues(route, strconv.Itoa(code), outcome).Inc()
+}
+
+// Spent records the prompt tokens the backend read for a request that
+// ended without an answer, as far as it reported them: they count with
+// the answers' (the backend did the work all the same).
+func (m *Metrics) Spent(evaluated, reused int) {
+	m.tokens.WithLabelValues("evaluated").Add(float64(evaluated))
+	m.tokens.WithLabelValues("reused").Add(float64(reused))
 }
 
 // Answer records what one answer's summary measured.

@@ -27,6 +27,8 @@ func TestAnswersAndStateAreExported(t *testing.T) {
 	// Measured by the backend: its figure, not the expectation.
 	measured := 1000
 	m.Answer(&ctxd.Summary{Mode: "rag", EvaluatedTokens: 70, CachedTokens: 76, BackendCachedTokens: &measured})
+	// A request stopped before its answer: what the backend read counts.
+	m.Spent(400, 500)
 
 	rec := httptest.NewRecorder()
 	m.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
@@ -34,8 +36,8 @@ func TestAnswersAndStateAreExported(t *testing.T) {
 	for _, want := range []string{
 		`ctxd_requests_total{code="200",outcome="ok",route="POST /v1/ask"} 2`,
 		`ctxd_requests_total{code="403",outcome="forbidden",route="POST /v1/ask"} 1`,
-		`ctxd_prompt_tokens_total{kind="evaluated"} 100`,
-		`ctxd_prompt_tokens_total{kind="reused"} 1300`,
+		`ctxd_prompt_tokens_total{kind="evaluated"} 500`,
+		`ctxd_prompt_tokens_total{kind="reused"} 1800`,
 		`ctxd_prefix_breaks_total{block="karma",cause="karma_epoch"} 1`,
 		`ctxd_governor_actions_total{kind="condense"} 1`,
 		`ctxd_ttft_seconds_sum 0.4`,

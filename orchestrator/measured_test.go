@@ -15,7 +15,8 @@ import (
 // was read reports how much it had read.
 type measuring struct {
 	*fake.Backend
-	failRead int // the next generation fails, having read this much of its prompt
+	failRead   int // the next generation fails, having read this much of its prompt
+	failCached int // of which it reports having reused this much (-1: it does not say)
 	reused   int // what the next generation reports it reused
 }
 
@@ -23,7 +24,7 @@ func (m *measuring) Generate(ctx context.Context, req ctxd.GenerateRequest, onTo
 	if m.failRead > 0 {
 		n := m.failRead
 		m.failRead = 0
-		return ctxd.Generation{BackendCached: -1, PromptRead: n}, ctxd.Errorf(ctxd.KindBackend, "stopped while reading the prompt")
+		return ctxd.Generation{BackendCached: m.failCached, PromptRead: n}, ctxd.Errorf(ctxd.KindBackend, "stopped while reading the prompt")
 	}
 	gen, err := m.Backend.Generate(ctx, req, onToken)
 	gen.BackendCached, gen.PromptEvalCount = m.reused, len(req.Tokens)
@@ -34,16 +35,23 @@ func (m *measuring) Generate(ctx context.Context, req ctxd.GenerateRequest, onTo
 // read, ctxd expects the slot to hold what the backend reported reading;
 // where the backend measures its reuse, the summary's evaluated tokens
 // and reuse are the measured ones, and the note names the stop as the
-// cause when the backend kept more than it had reported.
+// cause when the backend kept more than it had reported. What the backend
+// read for the stopped request is counted (Spent): what it reported, and
+// what it kept beyond that once the next request's reuse shows it.
 func TestMeasuredFiguresWin(t *testing.T) {
 	t.Parallel()
 	h := newTest(t, governor.Limits{NumCtx: 100000, AnswerReserve: 64}, 1)
 	m := &measuring{Backend: h.backend}
 	h.o.backend = m
+	var spent [][2]int
+	h.o.cfg.Spent = func(evaluated, reused int) { spent = append(spent, [2]int{evaluated, reused}) }
 	q := "a question " + strings.Repeat("with a long text ", 20)
-	m.failRead = 1000 // most of the stable prefix, little of the conversation
+	m.failRead, m.failCached = 1000, 0 // most of the stable prefix, little of the conversation
 	if _, err := h.o.Ask(t.Context(), ctxd.AskRequest{Session: "s", Query: q}, noop); ctxd.KindOf(err) != ctxd.KindBackend {
 		t.Fatalf("the stopped generation: %v", err)
+	}
+	if len(spent) != 1 || spent[0] != [2]int{1000, 0} {
+		t.Errorf("spent on the stopped request: %v; want 1000 evaluated, 0 reused", spent)
 	}
 	m.reused = 1100 // the backend had read more than it reported
 	sum, err := h.o.Ask(t.Context(), ctxd.AskRequest{Session: "s", Query: q}, noop)
@@ -61,6 +69,11 @@ func TestMeasuredFiguresWin(t *testing.T) {
 	}
 	if !strings.Contains(sum.ReuseNote, "stopped while its prompt was read") {
 		t.Errorf("reuse note %q does not name the stopped request", sum.ReuseNote)
+	}
+	// The 100 tokens the stopped request read past its last report are
+	// its work, counted when the retry's reuse shows them.
+	if len(spent) != 2 || spent[1] != [2]int{100, 0} {
+		t.Errorf("spent: %v; want the stopped request's 1000, then the 100 it read unreported", spent)
 	}
 	// The next request on the slot is past the stop: the ordinary note.
 	m.reused = sum.PromptTokens + 5

@@ -41,6 +41,11 @@ type Config struct {
 	// Observe is told of every answer's summary (the daemon's metrics);
 	// nil: nobody. It must not block.
 	Observe func(ctx context.Context, sum *ctxd.Summary)
+	// Spent is told of the prompt tokens the backend read for a request
+	// that ended without an answer (stopped, cancelled or failed), as far
+	// as the backend reported them (llama-server's progress): evaluated,
+	// and reused from its cache. nil: nobody. It must not block.
+	Spent func(evaluated, reused int)
 	// StoreTimeout bounds each call a request makes to the session and
 	// karma stores (reading and claiming the session, taking its client's
 	// history, new epochs, the turn, karma snapshots and traces), so that a
@@ -404,6 +409,9 @@ func (o *Orchestrator) generate(ctx context.Context, lease *scheduler.Lease, pro
 	})
 	if err != nil {
 		lease.Stopped(slotAfterFailure(tokens, lease.Cached, gen.PromptRead, streamed))
+		if read := max(gen.PromptRead, gen.PromptEvalCount); gen.BackendCached >= 0 && read > 0 && o.cfg.Spent != nil {
+			o.cfg.Spent(max(0, read-gen.BackendCached), min(read, gen.BackendCached))
+		}
 		return gen, streamed, err
 	}
 	lease.Record(tokens)
