@@ -63,10 +63,10 @@ run-llamacpp: build $(DEMO_MODEL)
 LLAMA_SERVER ?= $(or $(CTXD_LLAMA_SERVER),$(wildcard ../shared/bin/llama-server))
 
 # The official openai and ollama npm clients the front doors are tested
-# with, the example agent's, and the real coding agents (opencode, Qwen
+# with, the examples' (an openai agent, an ollama chat), and the real coding agents (opencode, Qwen
 # Code with the Node 22 it wants), pinned in their package-lock.json files.
 NODE_CLIENTS := integration/node/node_modules/.package-lock.json examples/openai-agent/node_modules/.package-lock.json \
-	integration/agents/node_modules/.package-lock.json
+	examples/ollama-chat/node_modules/.package-lock.json integration/agents/node_modules/.package-lock.json
 %/node_modules/.package-lock.json: %/package.json %/package-lock.json
 	cd $* && npm ci --no-audit --no-fund
 # Qwen Code lists clipboard builds for other platforms among its optional
