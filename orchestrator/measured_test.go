@@ -17,7 +17,7 @@ type measuring struct {
 	*fake.Backend
 	failRead   int // the next generation fails, having read this much of its prompt
 	failCached int // of which it reports having reused this much (-1: it does not say)
-	reused   int // what the next generation reports it reused
+	reused     int // what the next generation reports it reused
 }
 
 func (m *measuring) Generate(ctx context.Context, req ctxd.GenerateRequest, onToken func(string) error) (ctxd.Generation, error) {
