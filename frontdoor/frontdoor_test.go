@@ -477,7 +477,8 @@ func TestToolCalls(t *testing.T) {
 // session of its own, even when it begins as another did, and each
 // sigil's are its own; a conversation that goes on (its history what it
 // was answered) stays in its session; a refused request leaves nothing
-// for another to join.
+// for another to join: the conversation that goes on from it holds an
+// answer ctxd never gave, so it is its own.
 func TestSessionsFollowConversations(t *testing.T) {
 	e := &engine{pieces: []string{"a"}}
 	d := New(Config{
@@ -503,7 +504,9 @@ func TestSessionsFollowConversations(t *testing.T) {
 			t.Errorf("%s: alice %q (%s), bob %q (%s), alice again %q", path, a1.Session, a1.Sigil, b.Session, b.Sigil, a2.Session)
 		}
 		next := `{"model":"ctxd","stream":false,"messages":[{"role":"user","content":"q1"},{"role":"assistant","content":"a"},{"role":"user","content":"q2"}]}`
+		e.pieces = []string{"b"} // another question, another answer
 		post(t, srv, path, next, "X-Test-Sigil", "bob")
+		e.pieces = []string{"a"}
 		if got := e.asks[3].Session; got != b.Session {
 			t.Errorf("%s: bob's conversation went on in %q, not %q", path, got, b.Session)
 		}

@@ -25,19 +25,21 @@ import (
 // it leaves nothing behind. Two conversations that said the same things
 // share a session, as they share a prefix.
 //
-// Agents also rewrite the opening of a conversation they continue: Qwen
-// Code, resuming one, takes a reminder off the end of its first message
-// and sends the answers it got in pieces as one. Such a history matches
-// no digest; when its first message is an edit of the first message of a
-// conversation the door answered (the same asker and system text, the
-// two opening with the same text: at least half of the one the door
-// knows, or its first 4 KiB, and not the same message), it is that
-// conversation rewritten and joins its session, the most recently
-// answered one if several: the session takes the rewritten history as a
-// new epoch, keeping the codex excerpts of its first turn (see
-// orchestrator's follow). A conversation that opens with the same
-// message as another and then says other things is another
-// conversation: its own session.
+// Agents also rewrite a conversation they continue: Qwen Code, resuming
+// one, takes the reminders off its earlier messages and sends the answers
+// it got in pieces as one. Such a history matches no digest, but it
+// still holds every answer the conversation got, in order, and nothing
+// else in their place. So a history the door cannot place joins the
+// session of the conversation (of the same asker: door, sigil, model and
+// system text) whose answers it holds, all of them and only them (their
+// text joined, white space aside), when it also opens as that
+// conversation did: the same first message or an edit of it (the two
+// share their first half, or their first 4 KiB). The session takes the
+// client's history as a new epoch, keeping the codex excerpts of its
+// first turn (see orchestrator's follow) and the record of the turns it
+// replaced. A conversation that diverged — another answer to a question,
+// another question with its own answer — holds answers no conversation
+// got: its own session.
 //
 // What the door remembers is a digest per answered turn, in memory and
 // bounded (the oldest are forgotten first): after a restart, a
@@ -53,7 +55,8 @@ type conversations struct {
 
 // opening is how an answered conversation began: who asked (the digest of
 // door, sigil, model and system text), its first message (its first 4 KiB,
-// its length and digest), and its session.
+// its length and digest), and its session. The door keeps the openings of
+// the conversations answered last.
 type opening struct {
 	who, first, digest string
 	size               int
@@ -73,13 +76,12 @@ func newOpening(who, first, session string) opening {
 	return opening{who: who, first: first[:min(len(first), openingBytes)], digest: hex.EncodeToString(d[:]), size: len(first), session: session}
 }
 
-// rewrites reports whether a conversation opening with first is this one
-// rewritten: not the same first message, but opening with the same text
+// opens reports whether a conversation that opened as c opens as this
+// one did: the same first message, or one that opens with the same text
 // (at least half of this one's, or all of what is kept of it).
-func (o opening) rewrites(first string) bool {
-	c := newOpening(o.who, first, "")
+func (o opening) opens(c opening) bool {
 	if c.digest == o.digest {
-		return false
+		return true
 	}
 	n := 0
 	for n < len(o.first) && n < len(c.first) && o.first[n] == c.first[n] {
@@ -99,17 +101,40 @@ func (c *conversations) opened(o opening) {
 	}
 }
 
-// rewritten is the session of the most recently answered conversation,
-// of the asker who, that a conversation opening with first rewrites.
-func (c *conversations) rewritten(who, first string) (string, bool) {
+// rewritten is the session of the conversation a history the door
+// cannot place rewrites: the one whose answers (answersKey) it holds, if
+// it opens as that one did.
+func (c *conversations) rewritten(who string, history []ctxd.Turn) (string, bool) {
+	id, ok := c.find(answersKey(who, history))
+	if !ok || len(history) == 0 {
+		return "", false
+	}
+	cand := newOpening(who, history[0].Query, "")
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for i := len(c.starts) - 1; i >= 0; i-- {
-		if o := c.starts[i]; o.who == who && o.rewrites(first) {
-			return o.session, true
+		if o := c.starts[i]; o.session == id {
+			return id, o.who == who && o.opens(cand)
 		}
 	}
 	return "", false
+}
+
+// answersKey is the digest of what a conversation was answered: the
+// asker (who), then its answers' text joined, white space left out (an
+// agent may join answers it got in pieces, with or without a line
+// between them).
+func answersKey(who string, turns []ctxd.Turn) string {
+	h := sha256.New()
+	h.Write([]byte("answers\x00"))
+	h.Write([]byte(who))
+	h.Write([]byte{0})
+	for _, t := range turns {
+		for _, f := range strings.Fields(t.Answer) {
+			h.Write([]byte(f))
+		}
+	}
+	return hex.EncodeToString(h.Sum(nil))
 }
 
 // maxConversations bounds the door's memory of conversations: digests of
@@ -166,15 +191,21 @@ func (c *conversations) remember(key, session string) {
 // remember once it is answered.
 type following struct {
 	convs *conversations
-	key   func(answer string) string // the digest of the conversation with this turn answered; nil: nothing to remember
-	who   string                     // the asker's digest (door, sigil, model, system text)
-	first string                     // the conversation's first message
+	// turns is the conversation with this turn answered; nil: nothing
+	// to remember.
+	turns func(answer string) []ctxd.Turn
+	key   func(turns []ctxd.Turn) string // the conversation's digest
+	who   string                         // the asker's digest (door, sigil, model, system text)
+	first string                         // the conversation's first message
 }
 
-// answered remembers the conversation, with this answer, under session.
+// answered remembers the conversation, with this answer, under session:
+// its digest, its answers' digest, and how it opened.
 func (f following) answered(session, answer string) {
-	if f.key != nil {
-		f.convs.remember(f.key(answer), session)
+	if f.turns != nil {
+		turns := f.turns(answer)
+		f.convs.remember(f.key(turns), session)
+		f.convs.remember(answersKey(f.who, turns), session)
 		f.convs.opened(newOpening(f.who, f.first, session))
 	}
 }
@@ -193,16 +224,20 @@ func (d *Doors) sessionOf(r *http.Request, door, sigil, model string, c conversa
 	if c.Ephemeral {
 		return door + "-" + conversationKey(door, sigil, model, c.System, []ctxd.Turn{{Query: c.Query}})[:20], following{}, nil
 	}
-	f := following{convs: d.convs, key: func(answer string) string {
-		turns := append(c.History[:len(c.History):len(c.History)], ctxd.Turn{Query: c.Query, Answer: answer})
-		return conversationKey(door, sigil, model, c.System, turns)
-	}, who: conversationKey(door, sigil, model, c.System, nil), first: c.Query}
+	f := following{convs: d.convs,
+		turns: func(answer string) []ctxd.Turn {
+			return append(c.History[:len(c.History):len(c.History)], ctxd.Turn{Query: c.Query, Answer: answer})
+		},
+		key:   func(turns []ctxd.Turn) string { return conversationKey(door, sigil, model, c.System, turns) },
+		who:   conversationKey(door, sigil, model, c.System, nil),
+		first: c.Query,
+	}
 	if len(c.History) > 0 {
 		f.first = c.History[0].Query
-		if id, ok := d.convs.find(conversationKey(door, sigil, model, c.System, c.History)); ok {
+		if id, ok := d.convs.find(f.key(c.History)); ok {
 			return id, f, nil
 		}
-		if id, ok := d.convs.rewritten(f.who, f.first); ok {
+		if id, ok := d.convs.rewritten(f.who, c.History); ok {
 			return id, f, nil
 		}
 	}

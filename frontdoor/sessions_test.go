@@ -40,11 +40,12 @@ func TestToolLoopStaysInItsSession(t *testing.T) {
 }
 
 // TestRewrittenConversationStaysInItsSession: an agent that resumes a
-// conversation with its opening rewritten (Qwen Code takes a reminder off
+// conversation with its history rewritten (Qwen Code takes a reminder off
 // its first message and sends the answers it got in pieces as one) stays
-// in that conversation's session; another asker's, or a conversation
-// that opens otherwise, does not join it, nor does one that opens with
-// the same message and then says other things.
+// in that conversation's session, as it holds that conversation's answers
+// and opens as it did; another asker's, a conversation that opens
+// otherwise, or one that opens the same and then holds an answer the
+// conversation never got, does not join it.
 func TestRewrittenConversationStaysInItsSession(t *testing.T) {
 	t.Parallel()
 	e := &engine{pieces: []string{"a"}}
@@ -68,13 +69,18 @@ func TestRewrittenConversationStaysInItsSession(t *testing.T) {
 		t.Fatalf("the conversation went on in %q, not %q", cont, first)
 	}
 	// Resumed: the reminder is gone, the two answers are one.
-	resumed := chat("agent", msg("user", opening), msg("assistant", "aa"), msg("user", "and the writer?"))
+	resumed := chat("agent", msg("user", opening), msg("assistant", "a\n\na"), msg("user", "and the writer?"))
 	if resumed != first {
 		t.Errorf("the resumed conversation, its opening rewritten, went to %q, not %q", resumed, first)
 	}
 	// Its next turn, as answered, goes on there too.
-	if next := chat("agent", msg("user", opening), msg("assistant", "aa"), msg("user", "and the writer?"), msg("assistant", "a"), msg("user", "thanks")); next != first {
+	if next := chat("agent", msg("user", opening), msg("assistant", "a\n\na"), msg("user", "and the writer?"), msg("assistant", "a"), msg("user", "thanks")); next != first {
 		t.Errorf("the turn after the rewrite went to %q, not %q", next, first)
+	}
+	// Resumed again: the same opening, a later question's reminder gone,
+	// that question's answers joined.
+	if again := chat("agent", msg("user", opening), msg("assistant", "aa"), msg("user", "and the writer"), msg("assistant", "aa"), msg("user", "more")); again != first {
+		t.Errorf("resumed again, the conversation went to %q, not %q", again, first)
 	}
 	for name, got := range map[string]string{
 		"another system text":              chat("other agent", msg("user", opening), msg("assistant", "aa"), msg("user", "q")),
