@@ -476,12 +476,12 @@ type agentRun struct {
 // runAgentTurns runs the agent's turns through a recorder in front of
 // base (the server's address, without /v1). A turn that fails fails the
 // test, unless record: then it ends the run and is recorded in Failed.
-func runAgentTurns(t *testing.T, a agent, server, base, key, dir string, window, maxTokens int, record bool) agentRun {
+func runAgentTurns(t *testing.T, a agent, server, base, key, dir string, window, maxTokens int, record bool, questions []string) agentRun {
 	t.Helper()
 	rec := newRecorder(t, base)
 	rec.maxTokens = maxTokens
 	run := agentRun{Agent: a.name, Server: server, Window: window}
-	for i, q := range agentQuestions {
+	for i, q := range questions {
 		rec.setTurn(i + 1)
 		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Minute)
 		start := time.Now()
@@ -544,6 +544,8 @@ func blockTokens(s *ctxd.Summary, names ...string) int {
 	return n
 }
 
+var agentsLong = flag.Int("agents-long", 0, "also run Qwen Code's first turn alone at this window, cold (a first prompt of 40k tokens and more at 49152)")
+
 var agentsWrite = flag.String("agents-write", "", "also run each agent against raw llama-server and write the agents table into this markdown file (docs/benchmarks.md)")
 
 // TestRealAgents points opencode and Qwen Code, installed from npm, at
@@ -574,7 +576,7 @@ func TestRealAgents(t *testing.T) {
 			r, addr, tok := agentsDaemon(t, c.window, codex)
 			work := t.TempDir() // the agent's project: the codex's files, as the agent sees them
 			copyDir(t, codex, work)
-			run := runAgentTurns(t, a, "ctxd", "http://"+addr, tok, work, c.window, 0, false)
+			run := runAgentTurns(t, a, "ctxd", "http://"+addr, tok, work, c.window, 0, false, agentQuestions)
 			checkAgentRun(t, run)
 			runs = append(runs, run)
 			if err := r.stop(); err != nil {
@@ -582,6 +584,23 @@ func TestRealAgents(t *testing.T) {
 			}
 			if *agentsWrite != "" {
 				runs = append(runs, rawAgentRun(t, c.agent(t), c.window, work))
+			}
+		})
+	}
+	if *agentsLong > 0 {
+		// A cold first turn of 40k tokens and more: Qwen Code's first
+		// question on a window this large, where the codex's share fills
+		// what Qwen Code's own prompt leaves.
+		a := qwenCode(t)
+		t.Run(a.name+"-long", func(t *testing.T) {
+			r, addr, tok := agentsDaemon(t, *agentsLong, codex)
+			work := t.TempDir()
+			copyDir(t, codex, work)
+			run := runAgentTurns(t, a, "ctxd", "http://"+addr, tok, work, *agentsLong, 0, false, agentQuestions[:1])
+			checkAgentRun(t, run)
+			runs = append(runs, run)
+			if err := r.stop(); err != nil {
+				t.Error(err)
 			}
 		})
 	}
@@ -725,7 +744,7 @@ func rawAgentRun(t *testing.T, a agent, window int, work string) agentRun {
 	base := llamaservertest.Start(t, ollamatest.Model(t, m), "-c", fmt.Sprint(2*window), "-np", "2", "--jinja", "--temp", "0.8")
 	dir := t.TempDir()
 	copyDir(t, work, dir)
-	return runAgentTurns(t, a, "llama-server", base, "none", dir, window, agentsAnswerReserve, true)
+	return runAgentTurns(t, a, "llama-server", base, "none", dir, window, agentsAnswerReserve, true, agentQuestions)
 }
 
 const (
@@ -769,6 +788,9 @@ func writeAgentsTable(path string, runs []agentRun) error {
 		if run.Failed != "" {
 			fmt.Fprintf(&sb, "\n%s on %s stopped at %s\n", run.Agent, run.Server, run.Failed)
 		}
+	}
+	if *agentsLong > 0 {
+		fmt.Fprintf(&sb, "\nThe qwen-code rows at %dk are its first turn alone, cold (no slot holds anything yet), on a window where ctxd's codex and Qwen Code's own prompt pass 40k tokens: the headers leave at once and a keep-alive every 5 s while the prompt is read, so no client timeout fires however long the first token takes.\n", *agentsLong/1024)
 	}
 	sb.WriteString("\n" + agentsEnd)
 	b, err := os.ReadFile(path)
