@@ -131,14 +131,14 @@ func (syn Syntax) parseAll(answer string) ([]ctxd.ToolCall, bool) {
 // the calls' bodies, one per line. Anything after a call's Close but
 // another call makes it not tool calls.
 func (syn Syntax) unwrap(s, open string) (string, bool) {
-	close := strings.TrimSpace(syn.Close)
+	end := strings.TrimSpace(syn.Close)
 	var parts []string
 	for _, p := range strings.Split(s, open)[1:] {
 		body := p
-		if close != "" {
+		if end != "" {
 			var rest string
 			var found bool
-			body, rest, found = strings.Cut(p, close)
+			body, rest, found = strings.Cut(p, end)
 			if found && strings.TrimSpace(rest) != "" {
 				return "", false
 			}
