@@ -15,6 +15,7 @@ import (
 
 	"github.com/ctxd/ctxd"
 	"github.com/ctxd/ctxd/httpapi"
+	"github.com/ctxd/ctxd/internal/realmodel"
 	"github.com/ctxd/ctxd/llamatok"
 	"github.com/ctxd/ctxd/modelgen"
 )
@@ -48,18 +49,41 @@ func loggedPrompts(t *testing.T, state string) []string {
 	return out
 }
 
+// templatedGGUFs are the models with a chat template the template tests
+// run on: the generated ones, and the trained SmolLM2 (ChatML, with a
+// default system prompt of its own), by name and path.
+func templatedGGUFs() []struct {
+	name string
+	path func(*testing.T) string
+} {
+	var out []struct {
+		name string
+		path func(*testing.T) string
+	}
+	for _, mc := range templatedModels() {
+		out = append(out, struct {
+			name string
+			path func(*testing.T) string
+		}{mc.Name, func(t *testing.T) string { return modelPath(t, mc) }})
+	}
+	return append(out, struct {
+		name string
+		path func(*testing.T) string
+	}{"smollm2", func(t *testing.T) string { return realmodel.Path(t, realmodel.SmolLM2) }})
+}
+
 // TestTemplatedPromptsAreOllamasOwn runs a 3-turn session on models with a
-// chat template, then sends the same conversation as messages to Ollama's
-// own /api/chat: the prompt Ollama renders for it is the prompt ctxd sent,
-// byte for byte. The turns reuse the cached prefix as in the plain format,
-// and ctxd's token count is the backend's.
+// chat template, generated and trained, then sends the same conversation
+// as messages to Ollama's own /api/chat: the prompt Ollama renders for it
+// is the prompt ctxd sent, byte for byte. The turns reuse the cached
+// prefix as in the plain format, and ctxd's token count is the backend's.
 func TestTemplatedPromptsAreOllamasOwn(t *testing.T) {
 	needOllama(t)
-	for _, mc := range templatedModels() {
-		t.Run(mc.Name, func(t *testing.T) {
+	for _, mc := range templatedGGUFs() {
+		t.Run(mc.name, func(t *testing.T) {
 			state := t.TempDir()
 			cfg := baseConfig(t, state, codexDir(t, 3000))
-			cfg.Backend.GGUF, cfg.Backend.Model = modelPath(t, mc), mc.Name
+			cfg.Backend.GGUF, cfg.Backend.Model = mc.path(t), mc.name
 			d := startEnv(t, cfg, true, "OLLAMA_DEBUG=2")
 			var st httpapi.Status
 			if err := d.client.GetJSON(context.Background(), "/v1/status", &st); err != nil {
@@ -101,7 +125,7 @@ func TestTemplatedPromptsAreOllamasOwn(t *testing.T) {
 				msgs = append(msgs, map[string]string{"role": "user", "content": turn.Query}, map[string]string{"role": "assistant", "content": strings.TrimSpace(turn.Answer)}) // as ctxd renders answers: trimmed
 			}
 			msgs = append(msgs, map[string]string{"role": "user", "content": queries[len(queries)-1]})
-			body, _ := json.Marshal(map[string]any{"model": mc.Name, "messages": msgs, "stream": false,
+			body, _ := json.Marshal(map[string]any{"model": mc.name, "messages": msgs, "stream": false,
 				"options": map[string]any{"num_ctx": cfg.Backend.NumCtx, "num_predict": 1}})
 			resp, err := http.Post(st.Backend.URL+"/api/chat", "application/json", bytes.NewReader(body))
 			if err != nil {
