@@ -301,8 +301,8 @@ var ErrUnknownJinja = errors.New("chattemplate: no Go template matches the model
 // Agrees checks the format against another renderer of the same template
 // (llama-server's /apply-template, which runs the model's Jinja): the probe
 // conversation, one turn longer each time, must render the same, but for
-// the BOS token's text, which the other may write first (ctxd's prompt
-// carries BOS as a token).
+// a BOS token's text the other may write before it (ctxd's prompt carries
+// BOS as a token).
 func (f *Format) Agrees(other func([]Message) (string, error), bos string) error {
 	rc := probe()
 	for n := 0; n <= len(rc.State.Turns); n++ {
@@ -319,7 +319,12 @@ func (f *Format) Agrees(other func([]Message) (string, error), bos string) error
 		if err != nil {
 			return fmt.Errorf("chattemplate: the other renderer: %w", err)
 		}
-		if bos != "" {
+		// The other renderer may write the BOS token's text first, where
+		// ctxd's prompt carries BOS as a token; but a template may also
+		// open with that text itself (SmolLM2's BOS is <|im_start|>, with
+		// which every ChatML turn opens): only a leading BOS more than
+		// ctxd's prompt has is left out.
+		if bos != "" && theirs != r.Prompt() && strings.HasPrefix(theirs, bos) {
 			theirs = strings.TrimPrefix(theirs, bos)
 		}
 		if theirs != r.Prompt() {

@@ -203,3 +203,38 @@ func TestSummaryCannotForgeBlocks(t *testing.T) {
 		}
 	}
 }
+
+// TestAgreesWithATemplateThatOpensWithTheBOSText: another renderer of the
+// template is compared as it writes the prompt, and with a leading BOS
+// text left out only when that text is more than ctxd's prompt holds. A
+// ChatML model whose BOS token is <|im_start|> (SmolLM2's) renders the
+// same as ctxd, its first <|im_start|> the template's own; a template that
+// writes a BOS first renders the same once that is left out; any other
+// difference is reported.
+func TestAgreesWithATemplateThatOpensWithTheBOSText(t *testing.T) {
+	text, stop, special := ollamaTemplate(t, "chatml", "chatml")
+	f, err := New(text, stop, special)
+	if err != nil {
+		t.Fatal(err)
+	}
+	render := func(prefix string) func([]Message) (string, error) {
+		return func(msgs []Message) (string, error) {
+			var sb strings.Builder
+			sb.WriteString(prefix)
+			for _, m := range msgs {
+				sb.WriteString("<|im_start|>" + m.Role + "\n" + m.Content + "<|im_end|>\n")
+			}
+			sb.WriteString("<|im_start|>assistant\n")
+			return sb.String(), nil
+		}
+	}
+	if err := f.Agrees(render(""), "<|im_start|>"); err != nil {
+		t.Errorf("the same rendering, the BOS text the template's own: %v", err)
+	}
+	if err := f.Agrees(render("<s>"), "<s>"); err != nil {
+		t.Errorf("the same rendering after a BOS text: %v", err)
+	}
+	if err := f.Agrees(render("x"), "<s>"); err == nil {
+		t.Error("a rendering that differs was taken as the same")
+	}
+}

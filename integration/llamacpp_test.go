@@ -22,12 +22,20 @@ import (
 )
 
 // TestLlamaServerSession runs a 3-turn session through the socket on a
-// managed llama-server: the prompt goes as token ids, and ctxd's expected
-// reuse matches the server's measured cache_n turn by turn.
+// managed llama-server, on the templated models (generated and trained),
+// and a generated one without a template: the prompt goes as token ids,
+// ctxd's expected reuse matches the server's measured cache_n turn by
+// turn, and a model's template is used when llama-server's own Jinja
+// rendering agrees with ctxd's.
 func TestLlamaServerSession(t *testing.T) {
 	needLlamaServer(t)
-	for _, mc := range append(templatedModels(), testModel()) {
-		t.Run(mc.Name, func(t *testing.T) {
+	plain := testModel()
+	models := append(templatedGGUFs(), struct {
+		name string
+		path func(*testing.T) string
+	}{plain.Name, func(t *testing.T) string { return modelPath(t, plain) }})
+	for _, mc := range models {
+		t.Run(mc.name, func(t *testing.T) {
 			state := t.TempDir()
 			cfg := llamaConfig(t, state, codexDir(t, 4500))
 			defer func() {
@@ -36,13 +44,16 @@ func TestLlamaServerSession(t *testing.T) {
 					t.Logf("llama-server log:\n%s", tail(string(b), 3000))
 				}
 			}()
-			cfg.Backend.GGUF, cfg.Backend.Model = modelPath(t, mc), mc.Name
+			cfg.Backend.GGUF, cfg.Backend.Model = mc.path(t), mc.name
 			d := start(t, cfg, true)
 			var st httpapi.Status
 			if err := d.client.GetJSON(context.Background(), "/v1/status", &st); err != nil {
 				t.Fatal(err)
 			}
 			t.Logf("backend %+v", st.Backend)
+			if f := st.Backend.Format; mc.name != plain.Name && (f.Name != "template" || !f.AppendOnly) {
+				t.Errorf("format %+v: want the model's own template, append-only, agreeing with llama-server's rendering", f)
+			}
 			var prev *ctxd.Summary
 			for i, q := range []string{"What does Handler3 return?", "Which handler serves kind 7?", "Summarize the README."} {
 				sum, _ := ask(t, d.client, "ls", q)
