@@ -324,7 +324,7 @@ func (f *Format) Agrees(other func([]Message) (string, error), bos string) error
 		// open with that text itself (SmolLM2's BOS is <|im_start|>, with
 		// which every ChatML turn opens): only a leading BOS more than
 		// ctxd's prompt has is left out.
-		if bos != "" && theirs != r.Prompt() && strings.HasPrefix(theirs, bos) {
+		if bos != "" && theirs != r.Prompt() {
 			theirs = strings.TrimPrefix(theirs, bos)
 		}
 		if theirs != r.Prompt() {

@@ -179,7 +179,7 @@ func (d *Doors) ollamaChat(w http.ResponseWriter, r *http.Request) {
 	}
 	ignored := append(ollamaIgnored(sent, req.Options, ollamaCap(req.Options, &ask, m)), d.notAllowed(sigil, tools)...)
 	setSummaryHeaders(w, ask.Session, ignored)
-	d.ollamaAnswer(w, r, eng, ask, sigil, follow, req.Model, req.Stream == nil || *req.Stream, true, ignored)
+	d.ollamaAnswer(w, r, eng, m.ToolOpen, ask, sigil, follow, req.Model, req.Stream == nil || *req.Stream, true, ignored)
 }
 
 func (d *Doors) ollamaGenerate(w http.ResponseWriter, r *http.Request) {
@@ -203,7 +203,7 @@ func (d *Doors) ollamaGenerate(w http.ResponseWriter, r *http.Request) {
 	}
 	ignored := ollamaIgnored(sent, req.Options, ollamaCap(req.Options, &ask, m))
 	setSummaryHeaders(w, ask.Session, ignored)
-	d.ollamaAnswer(w, r, eng, ask, sigil, following{}, req.Model, req.Stream == nil || *req.Stream, false, ignored)
+	d.ollamaAnswer(w, r, eng, m.ToolOpen, ask, sigil, following{}, req.Model, req.Stream == nil || *req.Stream, false, ignored)
 }
 
 // ollamaLoaded answers a request with nothing to generate, as Ollama does
@@ -224,7 +224,7 @@ func (d *Doors) ollamaLoaded(w http.ResponseWriter, model string, chat bool, ign
 // request is accepted, and empty chunks keep it alive while the prompt is
 // read (see streamer). When tools are offered, text streams as it comes
 // and tool calls are sent whole once recognised (see toolSniffer).
-func (d *Doors) ollamaAnswer(w http.ResponseWriter, r *http.Request, eng Engine, ask ctxd.AskRequest, sigil runcontext.Sigil, follow following, model string, stream, chat bool, ignored []string) {
+func (d *Doors) ollamaAnswer(w http.ResponseWriter, r *http.Request, eng Engine, toolOpen string, ask ctxd.AskRequest, sigil runcontext.Sigil, follow following, model string, stream, chat bool, ignored []string) {
 	if len(ignored) > 0 {
 		d.log.Info("ollama door: ignored fields and options (never forwarded)", "session", ask.Session, "ignored", ignored)
 	}
@@ -258,7 +258,7 @@ func (d *Doors) ollamaAnswer(w http.ResponseWriter, r *http.Request, eng Engine,
 	s := &streamer{w: w, timeout: d.cfg.WriteTimeout}
 	var sniff *toolSniffer
 	if stream {
-		sniff = d.startStream(s, &ask, func() []byte {
+		sniff = d.startStream(s, &ask, toolOpen, func() []byte {
 			b, _ := json.Marshal(piece("", nil))
 			return b
 		})

@@ -223,7 +223,7 @@ func (d *Doors) openaiChat(w http.ResponseWriter, r *http.Request) {
 	}
 	ignored := append(ignoredOf(sent, honoured...), d.notAllowed(sigil, tools)...)
 	setSummaryHeaders(w, ask.Session, ignored)
-	d.openaiAnswer(w, r, eng, ask, sigil, follow, req.Model, req.Stream, req.StreamOptions != nil && req.StreamOptions.IncludeUsage, "chat.completion", ignored)
+	d.openaiAnswer(w, r, eng, m.ToolOpen, ask, sigil, follow, req.Model, req.Stream, req.StreamOptions != nil && req.StreamOptions.IncludeUsage, "chat.completion", ignored)
 }
 
 // openaiCompletionRequest is the part of a text completion request ctxd
@@ -267,7 +267,7 @@ func (d *Doors) openaiCompletion(w http.ResponseWriter, r *http.Request) {
 	}
 	ignored := ignoredOf(sent, append(slices.Clone(openaiHonoured), capped)...)
 	setSummaryHeaders(w, ask.Session, ignored)
-	d.openaiAnswer(w, r, eng, ask, sigil, following{}, req.Model, req.Stream, req.StreamOptions != nil && req.StreamOptions.IncludeUsage, "text_completion", ignored)
+	d.openaiAnswer(w, r, eng, m.ToolOpen, ask, sigil, following{}, req.Model, req.Stream, req.StreamOptions != nil && req.StreamOptions.IncludeUsage, "text_completion", ignored)
 }
 
 // openaiAnswer asks and answers in OpenAI's shape: object is
@@ -275,7 +275,7 @@ func (d *Doors) openaiCompletion(w http.ResponseWriter, r *http.Request) {
 // the request is accepted, and keep-alive comments while the prompt is
 // read (see streamer). When tools are offered, text streams as it comes
 // and tool calls are sent whole once recognised (see toolSniffer).
-func (d *Doors) openaiAnswer(w http.ResponseWriter, r *http.Request, eng Engine, ask ctxd.AskRequest, sigil runcontext.Sigil, follow following, model string, stream, includeUsage bool, object string, ignored []string) {
+func (d *Doors) openaiAnswer(w http.ResponseWriter, r *http.Request, eng Engine, toolOpen string, ask ctxd.AskRequest, sigil runcontext.Sigil, follow following, model string, stream, includeUsage bool, object string, ignored []string) {
 	chat := object == "chat.completion"
 	id, created := newID("chatcmpl-"), d.now().Unix()
 	if !chat {
@@ -290,7 +290,7 @@ func (d *Doors) openaiAnswer(w http.ResponseWriter, r *http.Request, eng Engine,
 	chunkObject := object
 	if stream {
 		s = &streamer{w: w, timeout: d.cfg.WriteTimeout, sse: true}
-		sniff = d.startStream(s, &ask, sseBeat)
+		sniff = d.startStream(s, &ask, toolOpen, sseBeat)
 		if chat {
 			chunkObject = "chat.completion.chunk"
 		}

@@ -157,17 +157,14 @@ func (s *streamer) flushLocked() error {
 // startStream has s commit when ask is accepted (or after the header
 // grace) and keep alive with beat meanwhile; the caller releases s once
 // the ask returns. It returns the sniffer the answer goes through when
-// tools are offered, else nil.
-func (d *Doors) startStream(s *streamer, ask *ctxd.AskRequest, beat func() []byte) *toolSniffer {
+// tools are offered (toolOpen: the served model's own opener of a call,
+// Model.ToolOpen), else nil.
+func (d *Doors) startStream(s *streamer, ask *ctxd.AskRequest, toolOpen string, beat func() []byte) *toolSniffer {
 	accepted := make(chan struct{})
 	ask.Accepted = sync.OnceFunc(func() { close(accepted) })
 	s.keep(accepted, d.cfg.HeaderGrace, d.cfg.KeepAlive, beat)
 	if len(ask.Tools) > 0 {
-		t := &toolSniffer{}
-		if _, m, err := d.engine(); err == nil && m.ToolOpen != "" {
-			t.open = m.ToolOpen
-		}
-		return t
+		return &toolSniffer{open: toolOpen}
 	}
 	return nil
 }
