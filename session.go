@@ -56,3 +56,14 @@ type LastPrompt struct {
 	Stop    []string      `json:"stop"` // the stop sequences sent with it
 	Blocks  []PromptBlock `json:"blocks"`
 }
+
+// SharedStart is how many bytes a and b begin with alike: how the doors
+// and the sessions tell a message an agent rewrote (a reminder taken off
+// its end) from another.
+func SharedStart(a, b string) int {
+	n := 0
+	for n < len(a) && n < len(b) && a[n] == b[n] {
+		n++
+	}
+	return n
+}

@@ -83,10 +83,7 @@ func (o opening) opens(c opening) bool {
 	if c.digest == o.digest {
 		return true
 	}
-	n := 0
-	for n < len(o.first) && n < len(c.first) && o.first[n] == c.first[n] {
-		n++
-	}
+	n := ctxd.SharedStart(o.first, c.first)
 	return n > 0 && (2*n >= o.size || n == len(o.first) && len(o.first) == openingBytes)
 }
 

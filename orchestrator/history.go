@@ -90,9 +90,6 @@ func keepExcerpts(turns []ctxd.Turn, sess ctxd.Session) {
 // edited reports whether query is an edit of held: they share a start at
 // least half as long as held.
 func edited(held, query string) bool {
-	n := 0
-	for n < len(held) && n < len(query) && held[n] == query[n] {
-		n++
-	}
+	n := ctxd.SharedStart(held, query)
 	return n > 0 && 2*n >= len(held)
 }
