@@ -206,11 +206,16 @@ func TestCancelledAnswerStopsTheBackend(t *testing.T) {
 	h.backend.Hold()
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
+	first := make(chan struct{})
+	streamed := sync.OnceFunc(func() { close(first) })
 	go func() {
-		_, err := h.o.Ask(ctx, ctxd.AskRequest{Session: "s", Query: "long answer please"}, noop)
+		_, err := h.o.Ask(ctx, ctxd.AskRequest{Session: "s", Query: "long answer please"}, func(string) error { streamed(); return nil })
 		done <- err
 	}()
 	req := h.started(t, "long answer please")
+	// The client goes away mid-answer: once its first piece arrived (the
+	// held backend streams one, then waits), so the prompt was evaluated.
+	<-first
 	cancel()
 	err := <-done
 	// Whether a piece streamed before the cancel depends on timing: either
