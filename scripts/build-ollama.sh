@@ -37,6 +37,19 @@ v0.6.*) ;;
 	;;
 esac
 
+# Ollama's Go build compiles ggml for the baseline of the architecture
+# (on x86-64: SSE2, no AVX), which on a CPU evaluates prompts about nine
+# times slower than the same code built for it (measured with SmolLM2
+# 135M: 2,777 tokens in 142 s against 16 s). The binary is built on the
+# machine that runs it, so it is built for that machine's CPU where the
+# compiler can (CTXD_OLLAMA_CFLAGS overrides, "" for the baseline).
+native=${CTXD_OLLAMA_CFLAGS--march=native}
+if [ -n "$native" ] && ! echo 'int main(void){return 0;}' | ${CC:-gcc} $native -x c - -o /dev/null 2>/dev/null; then
+	echo "the C compiler refuses $native: ollama is built for the architecture's baseline (slower on a CPU)"
+	native=""
+fi
+export CGO_CFLAGS="${CGO_CFLAGS:--O2 -g} $native" CGO_CXXFLAGS="${CGO_CXXFLAGS:--O2 -g} $native"
+
 GOBIN="$tmp" "$go" install "github.com/ollama/ollama@$version"
 mkdir -p "$(dirname "$out")"
 mv "$tmp/ollama" "$out"
