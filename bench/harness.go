@@ -62,6 +62,16 @@ type Config struct {
 	RAGPackage string
 	RAGTopK    int
 
+	// The answer-quality phase: the question sets under QualityDir
+	// (LoadQualitySets) asked of each of QualityModels four ways, on
+	// Ollama and (with LlamaServerBin) llama-server, answers at most
+	// QualityAnswerToks tokens; QualityMax > 0 asks only the first that
+	// many questions of each set (a quick look, not the figures).
+	QualityDir        string
+	QualityModels     []QualityModel
+	QualityAnswerToks int
+	QualityMax        int
+
 	Phases []string // phases to run (see AllPhases); empty: all
 	Log    func(format string, args ...any)
 }
@@ -75,10 +85,11 @@ const (
 	PhaseAgents    = "agents"
 	PhaseLlama     = "llamacpp"
 	PhaseRAG       = "rag"
+	PhaseQuality   = "quality"
 )
 
 // AllPhases are the phases in the order they run.
-var AllPhases = []string{PhaseMultiTurn, PhaseOverhead, PhaseCompose, PhaseScaling, PhaseAgents, PhaseLlama, PhaseRAG}
+var AllPhases = []string{PhaseMultiTurn, PhaseOverhead, PhaseCompose, PhaseScaling, PhaseAgents, PhaseLlama, PhaseRAG, PhaseQuality}
 
 // DefaultConfig is the harness as `make bench` runs it: a 28M-parameter
 // model whose cold prompt evaluation takes visible time on a 2-core CPU.
@@ -94,7 +105,9 @@ func DefaultConfig() Config {
 		Agents:      8, AgentTurns: 25, AgentSlots: []int{1, 2}, AgentModel: modelgen.DemoConfig(),
 		LlamaNumCtx: 16384, LlamaSizes: []int{2000, 8000, 14000}, LlamaInterleaveTurns: 20, LlamaRestartTokens: 8000, LlamaPairs: 30,
 		RAGTree: filepath.Join(runtime.GOROOT(), "src", "encoding"), RAGPackage: "csv", RAGTopK: 3,
-		Log: func(string, ...any) {},
+		QualityDir: filepath.Join("testdata", "quality"), QualityAnswerToks: 48,
+		QualityModels: []QualityModel{{Name: "smollm2", Path: filepath.Join("var", "models", "smollm2-135m-instruct-q4_1.gguf"), NumCtx: 8192, RAGNumCtx: 2048}},
+		Log:           func(string, ...any) {},
 	}
 }
 
@@ -298,6 +311,14 @@ func Run(ctx context.Context, cfg Config, prev *Report) (*Report, error) {
 		}
 		r.RAG = &run
 		r.Ran[PhaseRAG] = now
+	}
+	if want(PhaseQuality) {
+		runs, err := qualityPhase(ctx, cfg)
+		if err != nil {
+			return nil, err
+		}
+		r.Quality = runs
+		r.Ran[PhaseQuality] = now
 	}
 	if r.Machine.CPU == "" {
 		r.Machine = machine

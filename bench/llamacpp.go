@@ -91,6 +91,7 @@ type RestartRun struct {
 type llamaStack struct {
 	ctxd  *client.Client
 	raw   *llamacpp.Client
+	key   string // the managed server's API key
 	state string
 	stop  func()
 }
@@ -133,7 +134,7 @@ func startLlamaStack(ctx context.Context, cfg Config, modelPath, codexDir, state
 		st.stop()
 		return nil, err
 	}
-	return &llamaStack{ctxd: st.ctxd, raw: raw, state: state, stop: st.stop}, nil
+	return &llamaStack{ctxd: st.ctxd, raw: raw, key: dc.Backend.APIKey, state: state, stop: st.stop}, nil
 }
 
 // llamaPhase measures llama-server against Ollama on the demo model.

@@ -39,6 +39,7 @@ type Report struct {
 	Agents           []AgentRun        `json:"agents,omitempty"`
 	Llama            *LlamaRun         `json:"llamacpp,omitempty"`
 	RAG              *RAGRun           `json:"rag,omitempty"`
+	Quality          []QualityRun      `json:"quality,omitempty"`
 }
 
 // PreviousOverhead is an earlier run's overhead and when it ran.
@@ -262,6 +263,7 @@ func (r *Report) Markdown(dir string) string {
 	r.agentsMarkdown(&b)
 	r.llamaMarkdown(&b)
 	r.ragMarkdown(&b)
+	r.qualityMarkdown(&b)
 	return b.String()
 }
 

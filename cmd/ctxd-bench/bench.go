@@ -36,6 +36,9 @@ func cmdBench(args []string, stdout, stderr io.Writer) error {
 	fs.IntVar(&cfg.NumCtx, "num-ctx", cfg.NumCtx, "context window")
 	fs.StringVar(&cfg.RAGTree, "rag-tree", cfg.RAGTree, "tree of the rag phase")
 	fs.StringVar(&cfg.RAGPackage, "rag-package", cfg.RAGPackage, "directory of the rag tree its questions are about")
+	fs.StringVar(&cfg.QualityDir, "quality-dir", cfg.QualityDir, "question sets of the quality phase (NAME/questions.json, NAME/codex)")
+	fs.IntVar(&cfg.QualityMax, "quality-max", 0, "ask only the first N questions of each quality set (0: all)")
+	qualityModel := fs.String("quality-model", "", "the quality phase's model instead of SmolLM2: NAME=GGUF:NUM_CTX:RAG_NUM_CTX")
 	from := fs.String("from", "", "rewrite the outputs from an earlier results.json instead of running")
 	replot := fs.Bool("replot", false, "only redraw the plots in DIR from DIR/results.json (or --from), without running")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the run (the in-process daemons included) to FILE, for `go tool pprof`")
@@ -70,6 +73,22 @@ func cmdBench(args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 		return r.Write(*out, *doc, *readme)
+	}
+	if *qualityModel != "" {
+		var m bench.QualityModel
+		name, rest, ok := strings.Cut(*qualityModel, "=")
+		parts := strings.Split(rest, ":")
+		if !ok || name == "" || len(parts) != 3 {
+			return fmt.Errorf("--quality-model %q: want NAME=GGUF:NUM_CTX:RAG_NUM_CTX", *qualityModel)
+		}
+		m.Name, m.Path = name, parts[0]
+		if _, err := fmt.Sscan(parts[1], &m.NumCtx); err != nil {
+			return fmt.Errorf("--quality-model: NUM_CTX %q: %w", parts[1], err)
+		}
+		if _, err := fmt.Sscan(parts[2], &m.RAGNumCtx); err != nil {
+			return fmt.Errorf("--quality-model: RAG_NUM_CTX %q: %w", parts[2], err)
+		}
+		cfg.QualityModels = []bench.QualityModel{m}
 	}
 	if *phases != "" {
 		cfg.Phases = strings.Split(*phases, ",")
