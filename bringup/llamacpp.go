@@ -96,7 +96,7 @@ func (c Config) startLlamaServer(ctx context.Context, m *Model, cl *closers, opt
 	srv, err := llamacpp.Start(ctx, llamacpp.ServeConfig{
 		Binary: b.ServerBinary(), Addr: b.Listen, Model: b.GGUF,
 		CtxPerSlot: m.Window.NumCtx, Slots: b.Slots, SlotSavePath: slotDir, CacheRAMMiB: b.CacheRAMMB,
-		Threads: b.NumThread, BatchSize: b.NumBatch,
+		Threads: b.NumThread, BatchSize: b.NumBatch, SWAFull: m.Facts.SlidingWindow > 0,
 		LogPath: filepath.Join(dir, "llama-server.log"), Env: c.Env,
 		Logger: c.Logger, OnRestart: onRestart,
 	}, opts)
@@ -136,6 +136,10 @@ func (c Config) externalFacts(ctx context.Context, m *Model, client *llamacpp.Cl
 		}
 		if m.Facts, err = governor.FactsFromModelInfo(facts.Info); err != nil {
 			return "", false, err
+		}
+		if m.Facts.SlidingWindow > 0 {
+			c.Logger.Warn("the model attends over a sliding window: unless the server was started with --swa-full, it cannot reuse a cached prefix longer than the window and evaluates every prompt whole (ctxd's summaries show it as reuse below what ctxd expected)",
+				"sliding_window", m.Facts.SlidingWindow, "swa_layers", m.Facts.SWALayers, "layers", m.Facts.BlockCount)
 		}
 	}
 	m.Window = governor.WindowPlan{NumCtx: props.Settings.NCtx, Slots: props.TotalSlots, CacheType: governor.CacheF16,

@@ -49,6 +49,51 @@ type ModelFacts struct {
 	Embedding     int    `json:"embedding_length"`
 	ContextLength int    `json:"context_length"`
 	WeightsBytes  int64  `json:"weights_bytes"`
+	// SlidingWindow is the attention window of the model's sliding-window
+	// layers in tokens (0: every layer attends to the whole context), and
+	// SWALayers how many of its layers use it.
+	SlidingWindow int `json:"sliding_window,omitempty"`
+	SWALayers     int `json:"swa_layers,omitempty"`
+}
+
+// swaPatterns are the architectures that interleave sliding-window layers
+// with global ones without saying so in the model file, as llama.cpp and
+// Ollama build them: of every n layers, the last is global.
+var swaPatterns = map[string]int{"gemma2": 2, "gemma3": 6, "gemma3n": 5, "cohere2": 4, "llama4": 4, "gpt-oss": 2}
+
+// readSWA reads the sliding window and which layers use it: the model
+// file's own pattern where it has one (a number n: of every n layers the
+// last is global; or one flag per layer), else the architecture's, else
+// every layer (which counts the most memory a windowed cache saves).
+func (f *ModelFacts) readSWA(info map[string]any) {
+	w, _ := info[f.Architecture+".attention.sliding_window"].(float64)
+	if w <= 0 || f.BlockCount <= 0 {
+		return
+	}
+	f.SlidingWindow = int(w)
+	n := swaPatterns[f.Architecture]
+	switch v := info[f.Architecture+".attention.sliding_window_pattern"].(type) {
+	case float64:
+		n = int(v)
+	case []any:
+		if len(v) == f.BlockCount {
+			for _, e := range v {
+				if on, _ := e.(bool); on {
+					f.SWALayers++
+				}
+			}
+			return
+		}
+	}
+	if n <= 1 {
+		f.SWALayers = f.BlockCount
+		return
+	}
+	for il := range f.BlockCount {
+		if il%n < n-1 {
+			f.SWALayers++
+		}
+	}
 }
 
 // FactsFromModelInfo reads model facts from Ollama's /api/show model_info:
@@ -101,6 +146,7 @@ func FactsFromModelInfo(info map[string]any) (ModelFacts, error) {
 	if f.ValueLength, ok = num("attention.value_length"); !ok || f.ValueLength <= 0 {
 		f.ValueLength = headDim
 	}
+	f.readSWA(info)
 	return f, nil
 }
 
@@ -114,6 +160,21 @@ func (f ModelFacts) KVBytes(c CacheType, n int) int64 {
 		total += c.RowBytes(int64(kvHeads*f.ValueLength) * int64(n))
 	}
 	return total
+}
+
+// KVBytesWindowed is KVBytes for a cache that keeps, in the sliding-window
+// layers, only what the window needs: the window and one batch of ubatch
+// tokens, padded to 256 cells, as llama.cpp allocates them without
+// --swa-full (and Ollama's windowed cache, about). KVBytes is what it
+// allocates with --swa-full: every layer whole.
+func (f ModelFacts) KVBytesWindowed(c CacheType, n, ubatch int) int64 {
+	if f.SlidingWindow <= 0 || f.SWALayers <= 0 {
+		return f.KVBytes(c, n)
+	}
+	cells := min(n, (f.SlidingWindow+ubatch+ctxStep-1)/ctxStep*ctxStep)
+	share := float64(f.SWALayers) / float64(len(f.HeadCountKV))
+	full, win := f.KVBytes(c, n), f.KVBytes(c, cells)
+	return full - int64(share*float64(full-win))
 }
 
 // KVBytesPerToken is the KV cost of one token (exact for f16; for the block
@@ -148,6 +209,12 @@ type WindowPlan struct {
 	HeadroomBytes int64     `json:"headroom_bytes"`
 	Memory        Memory    `json:"memory"`
 	Reason        string    `json:"reason"`
+	// SlidingWindow is the model's attention window where it has one;
+	// KVBytes then keeps every layer whole (so that a cached prefix longer
+	// than the window can be reused), SWAFullBytes more than a windowed
+	// cache would.
+	SlidingWindow int   `json:"sliding_window,omitempty"`
+	SWAFullBytes  int64 `json:"swa_full_bytes,omitempty"`
 }
 
 // PlanRequest is what PlanWindow needs.
@@ -185,6 +252,7 @@ func PlanWindow(r PlanRequest) (WindowPlan, error) {
 				ErrInsufficientMemory, p.NumCtx, slots, mib(p.KVBytes), r.CacheType, mib(r.Facts.WeightsBytes), mib(r.Headroom), mib(int64(r.Memory.Free)), r.Memory.Source)
 		}
 		p.Reason = "num_ctx set by the operator; fits"
+		p.noteSWA(r)
 		return p, nil
 	}
 	upper := r.Max
@@ -217,7 +285,24 @@ func PlanWindow(r PlanRequest) (WindowPlan, error) {
 	}
 	p.NumCtx = n
 	p.KVBytes = kv(n)
+	p.noteSWA(r)
 	return p, nil
+}
+
+// swaUbatch is the batch the windowed cache keeps beside the window
+// (llama-server's default -ub).
+const swaUbatch = 512
+
+// noteSWA says what a sliding window costs in the plan.
+func (p *WindowPlan) noteSWA(r PlanRequest) {
+	f := r.Facts
+	if f.SlidingWindow <= 0 {
+		return
+	}
+	p.SlidingWindow = f.SlidingWindow
+	p.SWAFullBytes = p.KVBytes - int64(p.Slots)*f.KVBytesWindowed(r.CacheType, p.NumCtx, swaUbatch)
+	p.Reason += fmt.Sprintf("; sliding-window attention (%d tokens, %d of %d layers): the plan keeps those layers' cache whole, so that a prefix longer than the window is reused (llama-server --swa-full), %s more than a windowed cache",
+		f.SlidingWindow, f.SWALayers, f.BlockCount, mib(p.SWAFullBytes))
 }
 
 func mib(b int64) string { return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20)) }

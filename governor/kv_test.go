@@ -167,3 +167,81 @@ func TestPlanWindowAtCriticalPressure(t *testing.T) {
 		t.Errorf("critical, explicit: %+v %v", plan, err)
 	}
 }
+
+// gemma3_270M is Gemma 3 270M's model info as its GGUF has it: 18
+// layers, one KV head of 256, a 512-token sliding window, no pattern in
+// the file (llama.cpp's for gemma3: of every 6 layers the last is global).
+func gemma3_270M() map[string]any {
+	return map[string]any{
+		"general.architecture":            "gemma3",
+		"gemma3.block_count":              float64(18),
+		"gemma3.attention.head_count":     float64(4),
+		"gemma3.attention.head_count_kv":  float64(1),
+		"gemma3.attention.key_length":     float64(256),
+		"gemma3.attention.value_length":   float64(256),
+		"gemma3.embedding_length":         float64(640),
+		"gemma3.context_length":           float64(32768),
+		"gemma3.attention.sliding_window": float64(512),
+	}
+}
+
+// TestSlidingWindowKV: the cache sizes llama-server allocates for Gemma 3
+// 270M with 8192 cells, as it logged them: without --swa-full 24 MiB for
+// the 3 global layers and 15 MiB for the 15 windowed ones (1024 cells:
+// the window and a 512-token batch); with it 144 MiB. The plan counts
+// the whole cache and says what that costs.
+func TestSlidingWindowKV(t *testing.T) {
+	f, err := FactsFromModelInfo(gemma3_270M())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.SlidingWindow != 512 || f.SWALayers != 15 {
+		t.Fatalf("sliding window %d over %d layers, want 512 over 15", f.SlidingWindow, f.SWALayers)
+	}
+	const mb = 1 << 20
+	if got := f.KVBytes(CacheF16, 8192); got != 144*mb {
+		t.Errorf("whole cache %d, want 144 MiB", got)
+	}
+	if got := f.KVBytesWindowed(CacheF16, 8192, 512); got != 39*mb {
+		t.Errorf("windowed cache %d, want 39 MiB", got)
+	}
+	// A window smaller than the window's cells is whole anyway.
+	if got := f.KVBytesWindowed(CacheF16, 768, 512); got != f.KVBytes(CacheF16, 768) {
+		t.Errorf("a 768-token window: windowed %d, whole %d", got, f.KVBytes(CacheF16, 768))
+	}
+	p, err := PlanWindow(PlanRequest{Facts: f, CacheType: CacheF16, Memory: Memory{Source: "host", Total: 8 * gib, Free: 8 * gib}, Requested: 8192, Slots: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.KVBytes != 2*144*mb || p.SlidingWindow != 512 || p.SWAFullBytes != 2*105*mb {
+		t.Errorf("plan: kv %d, sliding window %d, swa-full cost %d", p.KVBytes, p.SlidingWindow, p.SWAFullBytes)
+	}
+	if !strings.Contains(p.Reason, "sliding-window attention (512 tokens, 15 of 18 layers)") || !strings.Contains(p.Reason, "210.0 MiB more") {
+		t.Errorf("reason: %s", p.Reason)
+	}
+
+	// The file's own pattern wins: a number, or a flag per layer.
+	info := gemma3_270M()
+	info["gemma3.attention.sliding_window_pattern"] = float64(3)
+	if f, _ := FactsFromModelInfo(info); f.SWALayers != 12 {
+		t.Errorf("pattern 3: %d windowed layers, want 12", f.SWALayers)
+	}
+	flags := make([]any, 18)
+	for i := range flags {
+		flags[i] = i%2 == 0
+	}
+	info["gemma3.attention.sliding_window_pattern"] = flags
+	if f, _ := FactsFromModelInfo(info); f.SWALayers != 9 {
+		t.Errorf("a flag per layer: %d windowed layers, want 9", f.SWALayers)
+	}
+	// An architecture without a known pattern: every layer, the most a
+	// windowed cache could save. A model without a window has none.
+	info = stories260K()
+	info["llama.attention.sliding_window"] = float64(256)
+	if f, _ := FactsFromModelInfo(info); f.SWALayers != 5 {
+		t.Errorf("unknown pattern: %d windowed layers, want 5", f.SWALayers)
+	}
+	if f, _ := FactsFromModelInfo(stories260K()); f.SlidingWindow != 0 || f.SWALayers != 0 || f.KVBytesWindowed(CacheF16, 2048, 512) != f.KVBytes(CacheF16, 2048) {
+		t.Errorf("no window: %+v", f)
+	}
+}

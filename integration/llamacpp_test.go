@@ -18,6 +18,7 @@ import (
 	"github.com/ctxd/ctxd/httpapi"
 	"github.com/ctxd/ctxd/internal/daemontest"
 	"github.com/ctxd/ctxd/internal/llamaservertest"
+	"github.com/ctxd/ctxd/internal/realmodel"
 	"github.com/ctxd/ctxd/modelgen"
 )
 
@@ -33,15 +34,26 @@ func TestLlamaServerSession(t *testing.T) {
 	models := append(templatedGGUFs(), struct {
 		name string
 		path func(*testing.T) string
-	}{plain.Name, func(t *testing.T) string { return modelPath(t, plain) }})
+	}{plain.Name, func(t *testing.T) string { return modelPath(t, plain) }},
+		// Gemma 3 attends over a 512-token sliding window in 15 of its 18
+		// layers, and has no chat template (the base model): ctxd keeps
+		// those layers' cache whole (--swa-full), so prefixes far longer
+		// than the window are reused.
+		struct {
+			name string
+			path func(*testing.T) string
+		}{"gemma3", func(t *testing.T) string { return realmodel.Path(t, realmodel.Gemma3) }})
 	for _, mc := range models {
 		t.Run(mc.name, func(t *testing.T) {
 			state := t.TempDir()
 			cfg := llamaConfig(t, state, codexDir(t, 4500))
+			logText := func() string {
+				b, _ := os.ReadFile(filepath.Join(state, "llamacpp", "llama-server.log"))
+				return string(b)
+			}
 			defer func() {
 				if t.Failed() {
-					b, _ := os.ReadFile(filepath.Join(state, "llamacpp", "llama-server.log"))
-					t.Logf("llama-server log:\n%s", tail(string(b), 3000))
+					t.Logf("llama-server log:\n%s", tail(logText(), 3000))
 				}
 			}()
 			cfg.Backend.GGUF, cfg.Backend.Model = mc.path(t), mc.name
@@ -51,9 +63,23 @@ func TestLlamaServerSession(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Logf("backend %+v", st.Backend)
-			if f := st.Backend.Format; mc.name != plain.Name && (f.Name != "template" || !f.AppendOnly) {
+			wantTemplate := mc.name != plain.Name && mc.name != "gemma3"
+			if f := st.Backend.Format; wantTemplate && (f.Name != "template" || !f.AppendOnly) {
 				t.Errorf("format %+v: want the model's own template, append-only, agreeing with llama-server's rendering", f)
 			}
+			if mc.name == "gemma3" {
+				if st.Window == nil || st.Window.SlidingWindow != 512 || st.Window.SWAFullBytes <= 0 {
+					t.Errorf("window plan %+v: want the 512-token sliding window and the cost of keeping it whole", st.Window)
+				}
+				t.Logf("window plan: %s", st.Window.Reason)
+			}
+			defer func() {
+				// What llama-server logs when it cannot reuse a prefix past
+				// the window of a sliding-window cache.
+				if l := logText(); strings.Contains(l, "full prompt re-processing") {
+					t.Errorf("llama-server re-processed a whole prompt:\n%s", tail(l, 2000))
+				}
+			}()
 			var prev *ctxd.Summary
 			for i, q := range []string{"What does Handler3 return?", "Which handler serves kind 7?", "Summarize the README."} {
 				sum, _ := ask(t, d.client, "ls", q)

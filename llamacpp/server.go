@@ -35,11 +35,16 @@ type ServeConfig struct {
 	CacheRAMMiB  int    // the host-memory prompt cache (--cache-ram); 0: none
 	Threads      int    // 0: the server's default
 	BatchSize    int    // 0: the server's default
-	LogPath      string
-	Env          []string // the server's environment, KEY=VALUE pairs (PATH...); ctxd adds its API key
-	Logger       *slog.Logger
-	OnRestart    func()
-	StopTimeout  time.Duration
+	// SWAFull keeps the whole window's cache in a sliding-window model's
+	// windowed layers (--swa-full): without it llama-server keeps only the
+	// window there and cannot reuse a cached prefix longer than the window
+	// ("forcing full prompt re-processing").
+	SWAFull     bool
+	LogPath     string
+	Env         []string // the server's environment, KEY=VALUE pairs (PATH...); ctxd adds its API key
+	Logger      *slog.Logger
+	OnRestart   func()
+	StopTimeout time.Duration
 }
 
 // Server is a supervised llama-server. Its Client sends the server's API
@@ -50,7 +55,8 @@ type Server struct {
 }
 
 // Args are the flags a managed server gets: every slot its own window
-// (-np given, so the KV cache is not unified), the host-RAM prompt cache
+// (-np given, so the KV cache is not unified), a sliding-window model's
+// cache whole where SWAFull says so, the host-RAM prompt cache
 // the memory plan counted (none by default: ctxd keeps prefixes warm in
 // the slots and in saved slot files), no web UI.
 func (c ServeConfig) Args(host string, port int) []string {
@@ -65,6 +71,9 @@ func (c ServeConfig) Args(host string, port int) []string {
 	}
 	if c.BatchSize > 0 {
 		args = append(args, "-b", strconv.Itoa(c.BatchSize))
+	}
+	if c.SWAFull {
+		args = append(args, "--swa-full")
 	}
 	return args
 }

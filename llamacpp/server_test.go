@@ -26,9 +26,12 @@ func TestServeArgs(t *testing.T) {
 			t.Errorf("args %q lack %q", got, want)
 		}
 	}
-	c.CacheRAMMiB = 256
-	if args := c.Args("/run/l.sock", 0); !slices.Contains(args, "256") || slices.Contains(args, "--port") {
-		t.Errorf("socket args with a prompt cache: %q", args)
+	if strings.Contains(got, "--swa-full") {
+		t.Errorf("args %q keep a sliding window's cache whole for a model without one", got)
+	}
+	c.CacheRAMMiB, c.SWAFull = 256, true
+	if args := c.Args("/run/l.sock", 0); !slices.Contains(args, "256") || slices.Contains(args, "--port") || !slices.Contains(args, "--swa-full") {
+		t.Errorf("socket args with a prompt cache and a sliding window kept whole: %q", args)
 	}
 }
 
