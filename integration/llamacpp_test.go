@@ -18,7 +18,6 @@ import (
 	"github.com/ctxd/ctxd/httpapi"
 	"github.com/ctxd/ctxd/internal/daemontest"
 	"github.com/ctxd/ctxd/internal/llamaservertest"
-	"github.com/ctxd/ctxd/internal/realmodel"
 	"github.com/ctxd/ctxd/modelgen"
 )
 
@@ -34,15 +33,7 @@ func TestLlamaServerSession(t *testing.T) {
 	models := append(templatedGGUFs(), struct {
 		name string
 		path func(*testing.T) string
-	}{plain.Name, func(t *testing.T) string { return modelPath(t, plain) }},
-		// Gemma 3 attends over a 512-token sliding window in 15 of its 18
-		// layers, and has no chat template (the base model): ctxd keeps
-		// those layers' cache whole (--swa-full), so prefixes far longer
-		// than the window are reused.
-		struct {
-			name string
-			path func(*testing.T) string
-		}{"gemma3", func(t *testing.T) string { return realmodel.Path(t, realmodel.Gemma3) }})
+	}{plain.Name, func(t *testing.T) string { return modelPath(t, plain) }})
 	for _, mc := range models {
 		t.Run(mc.name, func(t *testing.T) {
 			state := t.TempDir()
@@ -63,11 +54,14 @@ func TestLlamaServerSession(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Logf("backend %+v", st.Backend)
-			wantTemplate := mc.name != plain.Name && mc.name != "gemma3"
-			if f := st.Backend.Format; wantTemplate && (f.Name != "template" || !f.AppendOnly) {
+			if f := st.Backend.Format; mc.name != plain.Name && (f.Name != "template" || !f.AppendOnly) {
 				t.Errorf("format %+v: want the model's own template, append-only, agreeing with llama-server's rendering", f)
 			}
-			if mc.name == "gemma3" {
+			// Gemma 3 attends over a 512-token sliding window in 15 of
+			// its 18 layers: ctxd keeps those layers' cache whole
+			// (--swa-full), so prefixes far longer than the window are
+			// reused.
+			if mc.name == "gemma3-chat" {
 				if st.Window == nil || st.Window.SlidingWindow != 512 || st.Window.SWAFullBytes <= 0 {
 					t.Errorf("window plan %+v: want the 512-token sliding window and the cost of keeping it whole", st.Window)
 				}
