@@ -72,6 +72,10 @@ type Config struct {
 	QualityAnswerToks int
 	QualityMax        int
 
+	// The real-models phase: the llama-server phase's codex sizes, cold
+	// and warm and ctxd − raw, on trained models.
+	RealModels []RealModel
+
 	Phases []string // phases to run (see AllPhases); empty: all
 	Log    func(format string, args ...any)
 }
@@ -86,10 +90,11 @@ const (
 	PhaseLlama     = "llamacpp"
 	PhaseRAG       = "rag"
 	PhaseQuality   = "quality"
+	PhaseReal      = "real-models"
 )
 
 // AllPhases are the phases in the order they run.
-var AllPhases = []string{PhaseMultiTurn, PhaseOverhead, PhaseCompose, PhaseScaling, PhaseAgents, PhaseLlama, PhaseRAG, PhaseQuality}
+var AllPhases = []string{PhaseMultiTurn, PhaseOverhead, PhaseCompose, PhaseScaling, PhaseAgents, PhaseLlama, PhaseRAG, PhaseQuality, PhaseReal}
 
 // DefaultConfig is the harness as `make bench` runs it: a 28M-parameter
 // model whose cold prompt evaluation takes visible time on a 2-core CPU.
@@ -107,7 +112,11 @@ func DefaultConfig() Config {
 		RAGTree: filepath.Join(runtime.GOROOT(), "src", "encoding"), RAGPackage: "csv", RAGTopK: 3,
 		QualityDir: filepath.Join("testdata", "quality"), QualityAnswerToks: 48,
 		QualityModels: []QualityModel{{Name: "smollm2", Path: filepath.Join("var", "models", "smollm2-135m-instruct-q4_1.gguf"), NumCtx: 8192, RAGNumCtx: 2048}},
-		Log:           func(string, ...any) {},
+		RealModels: []RealModel{
+			{Name: "smollm2", Path: filepath.Join("var", "models", "smollm2-135m-instruct-q4_1.gguf"), NumCtx: 8192, Sizes: []int{6000}},
+			{Name: "gemma3", Path: filepath.Join("var", "models", "gemma-3-270m-q4_k_m.gguf"), NumCtx: 24576, Sizes: []int{6000, 20000}},
+		},
+		Log: func(string, ...any) {},
 	}
 }
 
@@ -146,10 +155,14 @@ func startStackWith(ctx context.Context, cfg Config, m modelgen.Config, path str
 		}
 	}
 	fail := func(err error) (*stack, error) { st.stop(); return nil, err }
-	if wrote, err := modelgen.Ensure(path, m); err != nil {
-		return fail(err)
-	} else if wrote {
-		cfg.Log("wrote the model %s (%.1fM parameters) to %s", m.Name, float64(m.Params())/1e6, path)
+	// A generated model is written if missing or stale; a trained one (no
+	// layers in m: only its name) is the file at path.
+	if m.Layers > 0 {
+		if wrote, err := modelgen.Ensure(path, m); err != nil {
+			return fail(err)
+		} else if wrote {
+			cfg.Log("wrote the model %s (%.1fM parameters) to %s", m.Name, float64(m.Params())/1e6, path)
+		}
 	}
 	if st.tok, err = llamatok.Open(path); err != nil {
 		return fail(err)
@@ -319,6 +332,14 @@ func Run(ctx context.Context, cfg Config, prev *Report) (*Report, error) {
 		}
 		r.Quality = runs
 		r.Ran[PhaseQuality] = now
+	}
+	if want(PhaseReal) {
+		runs, err := realPhase(ctx, cfg)
+		if err != nil {
+			return nil, err
+		}
+		r.Real = runs
+		r.Ran[PhaseReal] = now
 	}
 	if r.Machine.CPU == "" {
 		r.Machine = machine

@@ -155,131 +155,11 @@ func llamaPhase(ctx context.Context, cfg Config) (LlamaRun, error) {
 	}
 	defer os.RemoveAll(work)
 
-	// Codex sizes, llama-server and Ollama side by side; the codex loads
-	// whole at every size.
-	cfg.CAGRatio = 0.95
-	ost, err := startStack(ctx, cfg, m, cfg.AgentModelPath, cfg.LlamaNumCtx, 1)
+	sizes, server, err := llamaSizes(ctx, cfg, m, cfg.AgentModelPath, tok, work, cfg.LlamaNumCtx, cfg.LlamaSizes)
 	if err != nil {
 		return run, err
 	}
-	defer ost.stop()
-	lst, err := startLlamaStack(ctx, cfg, cfg.AgentModelPath, "", filepath.Join(work, "sizes"), cfg.LlamaNumCtx, 1)
-	if err != nil {
-		return run, err
-	}
-	defer lst.stop()
-	if p, err := lst.raw.Props(ctx); err == nil {
-		run.Server = p.Build
-	}
-	for _, target := range cfg.LlamaSizes {
-		cfg.Log("llama-server: codex of about %d tokens", target)
-		dir := filepath.Join(work, fmt.Sprintf("codex-%d", target))
-		if err := writeCodex(tok, dir, target); err != nil {
-			return run, err
-		}
-		s := LlamaSize{TargetTokens: target}
-		for _, side := range []struct {
-			c     *client.Client
-			cold  *float64
-			warm  *[]float64
-			label string
-		}{{lst.ctxd, &s.LlamaColdMs, &s.LlamaWarmMs, "llama"}, {ost.ctxd, &s.OllamaColdMs, &s.OllamaWarmMs, "ollama"}} {
-			st, err := side.c.LoadCodex(ctx, dir, nil)
-			if err != nil {
-				return run, err
-			}
-			s.StableTokens = st.Plan.StableTokens
-			session := fmt.Sprintf("size-%d", target)
-			for i := range 4 {
-				sum, t, err := ask(ctx, side.c, session, question(target+i))
-				if err != nil {
-					return run, fmt.Errorf("%s: %w", side.label, err)
-				}
-				if i == 0 {
-					*side.cold = ms(t)
-					continue
-				}
-				*side.warm = append(*side.warm, ms(t))
-				if side.label == "llama" {
-					s.LlamaWarmEvaluated = append(s.LlamaWarmEvaluated, evaluated(sum))
-				}
-			}
-		}
-		// Paired overhead on llama-server: a new session with the same
-		// question renders the same prompt; its ids go raw to the same slot.
-		// Which goes first alternates, so whatever the server does between
-		// requests falls on both sides alike; the first pair only moves the
-		// slot to this prompt.
-		for i := range cfg.LlamaPairs + 1 {
-			session := fmt.Sprintf("pair-%d-%d", target, i)
-			var evalCtxd, evalRaw int
-			var timing ctxd.Timing
-			viaCtxd := func() (float64, float64, error) {
-				sum, tc, err := ask(ctx, lst.ctxd, session, question(0))
-				if err != nil {
-					return 0, 0, err
-				}
-				evalCtxd, timing = evaluated(sum), sum.Timing
-				return ms(tc), ms(tc) - sum.Timing.BackendTTFTMs, nil
-			}
-			raw := func() (float64, error) {
-				var lp ctxd.LastPrompt
-				if err := lst.ctxd.GetJSON(ctx, "/v1/sessions/pair-"+fmt.Sprint(target)+"-0/prompt", &lp); err != nil {
-					return 0, err
-				}
-				ids, err := tok.Tokenize(lp.Prompt)
-				if err != nil {
-					return 0, err
-				}
-				start := time.Now()
-				var first time.Duration
-				gen, err := lst.raw.Generate(ctx, ctxd.GenerateRequest{Tokens: ids, Slot: 0, MaxTokens: cfg.AnswerToks, Stop: lp.Stop}, func(string) error {
-					if first == 0 {
-						first = time.Since(start)
-					}
-					return nil
-				})
-				if err != nil {
-					return 0, err
-				}
-				evalRaw = len(ids) - gen.BackendCached
-				if first == 0 {
-					first = time.Since(start)
-				}
-				return ms(first), nil
-			}
-			var c, own, r float64
-			var err error
-			if i%2 == 0 {
-				if c, own, err = viaCtxd(); err == nil {
-					r, err = raw()
-				}
-			} else if r, err = raw(); err == nil {
-				c, own, err = viaCtxd()
-			}
-			if err != nil {
-				return run, err
-			}
-			if i == 0 {
-				continue
-			}
-			s.PairedCtxdMs, s.PairedRawMs, s.OwnMs = append(s.PairedCtxdMs, c), append(s.PairedRawMs, r), append(s.OwnMs, own)
-			s.PairedEvaluated = append(s.PairedEvaluated, [2]int{evalCtxd, evalRaw})
-			s.BackendLegMs = append(s.BackendLegMs, timing.BackendTTFTMs-r)
-			s.GovernorMs, s.OtherMs = append(s.GovernorMs, timing.GovernorMs), append(s.OtherMs, timing.OtherMs)
-		}
-		var diffs []float64
-		for i := range s.PairedCtxdMs {
-			diffs = append(diffs, s.PairedCtxdMs[i]-s.PairedRawMs[i])
-		}
-		s.OverheadP50, s.OwnP50 = percentile(diffs, 0.5), percentile(s.OwnMs, 0.5)
-		s.BackendLegP50, s.GovernorP50, s.OtherP50 = percentile(s.BackendLegMs, 0.5), percentile(s.GovernorMs, 0.5), percentile(s.OtherMs, 0.5)
-		cfg.Log("  stable %d tokens: llama-server cold %.0f ms, warm p50 %.0f ms; Ollama cold %.0f ms, warm p50 %.0f ms; ctxd − raw p50 %.2f ms (backend leg %.2f ms), inside p50 %.2f ms (governor %.2f ms, other %.2f ms)",
-			s.StableTokens, s.LlamaColdMs, percentile(s.LlamaWarmMs, 0.5), s.OllamaColdMs, percentile(s.OllamaWarmMs, 0.5), s.OverheadP50, s.BackendLegP50, s.OwnP50, s.GovernorP50, s.OtherP50)
-		run.Sizes = append(run.Sizes, s)
-	}
-	lst.stop()
-	ost.stop()
+	run.Sizes, run.Server = sizes, server
 
 	// Two agents interleaving over one codex: one shared slot, then a slot each.
 	mid := filepath.Join(work, "codex-mid")
@@ -345,6 +225,139 @@ func llamaPhase(ctx context.Context, cfg Config) (LlamaRun, error) {
 	run.Restart.Ratio = run.Restart.ColdMs / run.Restart.RestoredMs
 	cfg.Log("  cold %.0f ms, restored %.0f ms: %.0f×", run.Restart.ColdMs, run.Restart.RestoredMs, run.Restart.Ratio)
 	return run, nil
+}
+
+// llamaSizes measures model m (written to path if it is a generated one;
+// a file as it is when m has no layers) at each codex size of sizes, in
+// a window of numCtx: on llama-server and Ollama side by side, cold and
+// warm turns, and ctxd − raw llama-server pairs for the same token ids.
+func llamaSizes(ctx context.Context, cfg Config, m modelgen.Config, path string, tok *llamatok.Tokenizer, work string, numCtx int, sizes []int) ([]LlamaSize, string, error) {
+	var out []LlamaSize
+	server := ""
+	// Codex sizes, llama-server and Ollama side by side; the codex loads
+	// whole at every size.
+	cfg.CAGRatio = 0.95
+	ost, err := startStack(ctx, cfg, m, path, numCtx, 1)
+	if err != nil {
+		return out, server, err
+	}
+	defer ost.stop()
+	lst, err := startLlamaStack(ctx, cfg, path, "", filepath.Join(work, "sizes-"+m.Name), numCtx, 1)
+	if err != nil {
+		return out, server, err
+	}
+	defer lst.stop()
+	if p, err := lst.raw.Props(ctx); err == nil {
+		server = p.Build
+	}
+	for _, target := range sizes {
+		cfg.Log("llama-server: codex of about %d tokens", target)
+		dir := filepath.Join(work, fmt.Sprintf("codex-%s-%d", m.Name, target))
+		if err := writeCodex(tok, dir, target); err != nil {
+			return out, server, err
+		}
+		s := LlamaSize{TargetTokens: target}
+		for _, side := range []struct {
+			c     *client.Client
+			cold  *float64
+			warm  *[]float64
+			label string
+		}{{lst.ctxd, &s.LlamaColdMs, &s.LlamaWarmMs, "llama"}, {ost.ctxd, &s.OllamaColdMs, &s.OllamaWarmMs, "ollama"}} {
+			st, err := side.c.LoadCodex(ctx, dir, nil)
+			if err != nil {
+				return out, server, err
+			}
+			s.StableTokens = st.Plan.StableTokens
+			session := fmt.Sprintf("size-%d", target)
+			for i := range 4 {
+				sum, t, err := ask(ctx, side.c, session, question(target+i))
+				if err != nil {
+					return out, server, fmt.Errorf("%s: %w", side.label, err)
+				}
+				if i == 0 {
+					*side.cold = ms(t)
+					continue
+				}
+				*side.warm = append(*side.warm, ms(t))
+				if side.label == "llama" {
+					s.LlamaWarmEvaluated = append(s.LlamaWarmEvaluated, evaluated(sum))
+				}
+			}
+		}
+		// Paired overhead on llama-server: a new session with the same
+		// question renders the same prompt; its ids go raw to the same slot.
+		// Which goes first alternates, so whatever the server does between
+		// requests falls on both sides alike; the first pair only moves the
+		// slot to this prompt.
+		for i := range cfg.LlamaPairs + 1 {
+			session := fmt.Sprintf("pair-%d-%d", target, i)
+			var evalCtxd, evalRaw int
+			var timing ctxd.Timing
+			viaCtxd := func() (float64, float64, error) {
+				sum, tc, err := ask(ctx, lst.ctxd, session, question(0))
+				if err != nil {
+					return 0, 0, err
+				}
+				evalCtxd, timing = evaluated(sum), sum.Timing
+				return ms(tc), ms(tc) - sum.Timing.BackendTTFTMs, nil
+			}
+			raw := func() (float64, error) {
+				var lp ctxd.LastPrompt
+				if err := lst.ctxd.GetJSON(ctx, "/v1/sessions/pair-"+fmt.Sprint(target)+"-0/prompt", &lp); err != nil {
+					return 0, err
+				}
+				ids, err := tok.Tokenize(lp.Prompt)
+				if err != nil {
+					return 0, err
+				}
+				start := time.Now()
+				var first time.Duration
+				gen, err := lst.raw.Generate(ctx, ctxd.GenerateRequest{Tokens: ids, Slot: 0, MaxTokens: cfg.AnswerToks, Stop: lp.Stop}, func(string) error {
+					if first == 0 {
+						first = time.Since(start)
+					}
+					return nil
+				})
+				if err != nil {
+					return 0, err
+				}
+				evalRaw = len(ids) - gen.BackendCached
+				if first == 0 {
+					first = time.Since(start)
+				}
+				return ms(first), nil
+			}
+			var c, own, r float64
+			var err error
+			if i%2 == 0 {
+				if c, own, err = viaCtxd(); err == nil {
+					r, err = raw()
+				}
+			} else if r, err = raw(); err == nil {
+				c, own, err = viaCtxd()
+			}
+			if err != nil {
+				return out, server, err
+			}
+			if i == 0 {
+				continue
+			}
+			s.PairedCtxdMs, s.PairedRawMs, s.OwnMs = append(s.PairedCtxdMs, c), append(s.PairedRawMs, r), append(s.OwnMs, own)
+			s.PairedEvaluated = append(s.PairedEvaluated, [2]int{evalCtxd, evalRaw})
+			s.BackendLegMs = append(s.BackendLegMs, timing.BackendTTFTMs-r)
+			s.GovernorMs, s.OtherMs = append(s.GovernorMs, timing.GovernorMs), append(s.OtherMs, timing.OtherMs)
+		}
+		var diffs []float64
+		for i := range s.PairedCtxdMs {
+			diffs = append(diffs, s.PairedCtxdMs[i]-s.PairedRawMs[i])
+		}
+		s.OverheadP50, s.OwnP50 = percentile(diffs, 0.5), percentile(s.OwnMs, 0.5)
+		s.BackendLegP50, s.GovernorP50, s.OtherP50 = percentile(s.BackendLegMs, 0.5), percentile(s.GovernorMs, 0.5), percentile(s.OtherMs, 0.5)
+		cfg.Log("  stable %d tokens: llama-server cold %.0f ms, warm p50 %.0f ms; Ollama cold %.0f ms, warm p50 %.0f ms; ctxd − raw p50 %.2f ms (backend leg %.2f ms), inside p50 %.2f ms (governor %.2f ms, other %.2f ms)",
+			s.StableTokens, s.LlamaColdMs, percentile(s.LlamaWarmMs, 0.5), s.OllamaColdMs, percentile(s.OllamaWarmMs, 0.5), s.OverheadP50, s.BackendLegP50, s.OwnP50, s.GovernorP50, s.OtherP50)
+		out = append(out, s)
+	}
+	return out, server, nil
 }
 
 // evaluated is the prompt tokens the backend evaluated: all of them where

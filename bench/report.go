@@ -40,6 +40,7 @@ type Report struct {
 	Llama            *LlamaRun         `json:"llamacpp,omitempty"`
 	RAG              *RAGRun           `json:"rag,omitempty"`
 	Quality          []QualityRun      `json:"quality,omitempty"`
+	Real             []RealRun         `json:"real_models,omitempty"`
 }
 
 // PreviousOverhead is an earlier run's overhead and when it ran.
@@ -262,6 +263,7 @@ func (r *Report) Markdown(dir string) string {
 	fmt.Fprintf(&b, "\n![cold and warm TTFT by codex size](%s/%s)\n\n", dir, ScalingPlot)
 	r.agentsMarkdown(&b)
 	r.llamaMarkdown(&b)
+	r.realMarkdown(&b)
 	r.ragMarkdown(&b)
 	r.qualityMarkdown(&b)
 	return b.String()
