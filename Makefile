@@ -135,13 +135,15 @@ models:
 	scripts/fetch-models
 
 # Benchmarks on the real backend: the harness (multi-turn three ways,
-# sidecar overhead, compose latency, scaling, many agents) rewrites its
+# sidecar overhead, compose latency, scaling, many agents, llama-server
+# against Ollama, RAG, answer quality and the figures on the trained
+# models — over two hours on two cores) rewrites its
 # section of docs/benchmarks.md, the figures in README.md and
 # docs/bench/{results.json,scaling.png,turns.png} (`ctxd-bench --replot`
 # redraws the plots alone from results.json); then the Go benchmarks (compose
 # allocations, cold/warm TTFT, depth policies). BENCH_FLAGS="--phases agents"
 # measures some phases and keeps the others.
-bench: build $(CTXD_BENCH) ollama
+bench: build $(CTXD_BENCH) ollama models
 	$(CTXD_BENCH) --ollama $(OLLAMA) --ollama-version $(OLLAMA_VERSION) --llama-server "$(LLAMA_SERVER)" \
 		--out docs/bench --doc docs/benchmarks.md --readme README.md $(BENCH_FLAGS)
 	$(GO) test -run '^$$' -bench Compose -benchmem ./runcontext/

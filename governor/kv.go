@@ -61,10 +61,10 @@ type ModelFacts struct {
 // Ollama build them: of every n layers, the last is global.
 var swaPatterns = map[string]int{"gemma2": 2, "gemma3": 6, "gemma3n": 5, "cohere2": 4, "llama4": 4, "gpt-oss": 2}
 
-// readSWA reads the sliding window and which layers use it: the model
-// file's own pattern where it has one (a number n: of every n layers the
-// last is global; or one flag per layer), else the architecture's, else
-// every layer (which counts the most memory a windowed cache saves).
+// readSWA reads the sliding window and which layers use it, as llama.cpp
+// does: the model file's own pattern where it has one (a number n: of
+// every n layers the last is global, 1 none windowed, 0 all; or one flag
+// per layer), else the architecture's, else every layer.
 func (f *ModelFacts) readSWA(info map[string]any) {
 	w, _ := info[f.Architecture+".attention.sliding_window"].(float64)
 	if w <= 0 || f.BlockCount <= 0 {
@@ -85,7 +85,11 @@ func (f *ModelFacts) readSWA(info map[string]any) {
 			return
 		}
 	}
-	if n <= 1 {
+	switch {
+	case n == 1: // of every layer the last is global: none is windowed
+		f.SlidingWindow = 0
+		return
+	case n <= 0:
 		f.SWALayers = f.BlockCount
 		return
 	}

@@ -226,6 +226,10 @@ func TestSlidingWindowKV(t *testing.T) {
 	if f, _ := FactsFromModelInfo(info); f.SWALayers != 12 {
 		t.Errorf("pattern 3: %d windowed layers, want 12", f.SWALayers)
 	}
+	info["gemma3.attention.sliding_window_pattern"] = float64(1)
+	if f, _ := FactsFromModelInfo(info); f.SWALayers != 0 || f.SlidingWindow != 0 {
+		t.Errorf("pattern 1 (every layer global): %d windowed layers, window %d", f.SWALayers, f.SlidingWindow)
+	}
 	flags := make([]any, 18)
 	for i := range flags {
 		flags[i] = i%2 == 0

@@ -108,54 +108,66 @@ func TestReadmeDemo(t *testing.T) {
 	}
 }
 
-// TestServeAnOllamaModelByName: a model an Ollama of the user's own
-// already serves, named on the command line as the README says (`ctxd
-// serve --backend-url URL --model NAME`; make run BACKEND_URL=… MODEL=…),
-// answers through ctxd in text, its turn 2 reusing turn 1.
-func TestServeAnOllamaModelByName(t *testing.T) {
+// TestServeYourOwnModel: a model of the user's own, named on the command
+// line as the README says — a GGUF file the managed Ollama imports (`ctxd
+// serve --model NAME --gguf FILE`; make run GGUF=…), and a model an Ollama
+// of the user's own already serves (`ctxd serve --backend-url URL --model
+// NAME`; make run BACKEND_URL=… MODEL=…) — answers through ctxd in text,
+// its turn 2 reusing all of turn 1.
+func TestServeYourOwnModel(t *testing.T) {
 	needOllama(t)
 	root := repoRoot(t)
 	model := realmodel.Path(t, demoModel)
 	bin := buildCtxd(t)
-	srv := ollamatest.Start(t)
-	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
-	defer cancel()
-	if err := ollama.New(srv.URL(), "my-smollm2", ollama.Options{}).Import(ctx, model); err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	sock := filepath.Join(dir, "ctxd.sock")
-	codex := filepath.Join(dir, "codex")
-	if err := os.MkdirAll(codex, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(codex, "NOTES.md"), []byte("# Notes\n\nThe release train leaves every second Tuesday.\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	cfg := fmt.Sprintf("[daemon]\nstate_dir = %q\n[codex]\npath = %q\n[limits]\nanswer_reserve = 96\n", filepath.Join(dir, "state"), codex)
-	cfgPath := filepath.Join(dir, "ctxd.toml")
-	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	u := (&url.URL{Scheme: "http", Host: srv.URL().Host}).String()
-	serveDemo(t, root, sock, bin, "serve", "--config", cfgPath, "--backend-url", u, "--model", "my-smollm2")
-	firstPrompt := 0
-	for turn, q := range []string{"When does the release train leave?", "What is the release train?"} {
-		out, sum := runLine(t, root, sock, bin+" ask "+strconv.Quote(q))
-		if why := readsAsText(out); why != "" {
-			t.Errorf("turn %d: the answer does not read as text (%s):\n%s", turn+1, why, out)
-		}
-		m := regexp.MustCompile(`turn (\d+) · .* (\d+) prompt tokens, (\d+) cached`).FindStringSubmatch(sum)
-		if m == nil || m[1] != strconv.Itoa(turn+1) {
-			t.Fatalf("turn %d: summary %s", turn+1, sum)
-		}
-		prompt, _ := strconv.Atoi(m[2])
-		cached, _ := strconv.Atoi(m[3])
-		if turn == 0 {
-			firstPrompt = prompt
-		} else if cached < firstPrompt {
-			t.Errorf("turn 2 reused %d tokens, less than turn 1's whole prompt (%d)", cached, firstPrompt)
-		}
+	for _, how := range []string{"gguf", "ollama-name"} {
+		t.Run(how, func(t *testing.T) {
+			dir := t.TempDir()
+			sock := filepath.Join(dir, "ctxd.sock")
+			codex := filepath.Join(dir, "codex")
+			if err := os.MkdirAll(codex, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(codex, "NOTES.md"), []byte("# Notes\n\nThe release train leaves every second Tuesday.\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			cfg := fmt.Sprintf("[daemon]\nstate_dir = %q\n[backend]\nbinary = %q\n[codex]\npath = %q\n[limits]\nanswer_reserve = 96\n",
+				filepath.Join(dir, "state"), ollamatest.Binary(t), codex)
+			cfgPath := filepath.Join(dir, "ctxd.toml")
+			if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			args := []string{"serve", "--config", cfgPath, "--model", "my-smollm2"}
+			if how == "gguf" {
+				args = append(args, "--gguf", model)
+			} else {
+				srv := ollamatest.Start(t)
+				ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+				defer cancel()
+				if err := ollama.New(srv.URL(), "my-smollm2", ollama.Options{}).Import(ctx, model); err != nil {
+					t.Fatal(err)
+				}
+				args = append(args, "--backend-url", (&url.URL{Scheme: "http", Host: srv.URL().Host}).String())
+			}
+			serveDemo(t, root, sock, bin, args...)
+			firstPrompt := 0
+			for turn, q := range []string{"When does the release train leave?", "What is the release train?"} {
+				out, sum := runLine(t, root, sock, bin+" ask "+strconv.Quote(q))
+				if why := readsAsText(out); why != "" {
+					t.Errorf("turn %d: the answer does not read as text (%s):\n%s", turn+1, why, out)
+				}
+				m := regexp.MustCompile(`turn (\d+) · .* (\d+) prompt tokens, (\d+) cached`).FindStringSubmatch(sum)
+				if m == nil || m[1] != strconv.Itoa(turn+1) {
+					t.Fatalf("turn %d: summary %s", turn+1, sum)
+				}
+				prompt, _ := strconv.Atoi(m[2])
+				cached, _ := strconv.Atoi(m[3])
+				if turn == 0 {
+					firstPrompt = prompt
+				} else if cached < firstPrompt {
+					t.Errorf("turn 2 reused %d tokens, less than turn 1's whole prompt (%d)", cached, firstPrompt)
+				}
+			}
+		})
 	}
 }
 
