@@ -547,10 +547,11 @@ func ollamaChat(ctx context.Context, base, model string, numCtx int, system, use
 		}
 		return nil
 	})
-	// Ollama v0.6.5 reports the prompt's tokens it evaluated, the cached
-	// ones not among them: the prompt's length is not in its answer.
 	return text.String(), ttft, evaluated, evaluated, err
 }
+
+// Ollama's prompt_eval_count, above, is the whole prompt, cached or not:
+// the table says Ollama does not report what it evaluated.
 
 // llamaChat asks llama-server's /v1/chat/completions (the model's own
 // template, as llama-server renders it) with its API key.
@@ -630,6 +631,10 @@ func streamLines(ctx context.Context, url, key string, body []byte, fn func(star
 	return sc.Err()
 }
 
+// reportsReuse says whether the backend reports the prompt tokens it
+// evaluated beside those it reused: llama-server does, Ollama does not.
+func reportsReuse(backend string) bool { return !strings.HasPrefix(backend, "Ollama") }
+
 // qualityWayNames are the ways as the table names them.
 var qualityWayNames = map[string]string{
 	WayCAG: "ctxd, CAG (codex whole)", WayRAG: "ctxd, RAG (small window)",
@@ -653,19 +658,23 @@ func (r *Report) qualityMarkdown(b *strings.Builder) {
 	fmt.Fprintf(b, "%d questions with known short answers over three fictional codices written for this benchmark, so that no model knows them beforehand ([testdata/quality](../testdata/quality)): %s. Each question is asked in a session of its own, four ways: **%s** — ctxd with the codex whole in a %d-token window; **%s** — ctxd with the window cut to %d tokens, so that it retrieves (a map and a working set of excerpts); **%s** — the same codex straight to the backend, after a header that changes with every request (the time), in the model's own chat template; **%s** — the question straight to the backend, nothing else. Answers are at most %d tokens, greedy; an answer is correct when, lowercased with whitespace collapsed, it contains an accepted answer (no model judges a model). Accuracy with its 95%% Wilson interval; time to first token is the client's, medians and 90th percentiles over all questions; evaluated is the prompt tokens the backend evaluated (not cached).\n\n",
 		total, strings.Join(codices, "; "), qualityWayNames[WayCAG], q0.NumCtx, qualityWayNames[WayRAG], q0.RAGNumCtx,
 		qualityWayNames[WayNaive], qualityWayNames[WayNone], q0.AnswerTokens)
-	fmt.Fprintf(b, "| model | backend | way | correct | accuracy (95%% CI) | two-file questions | by codex | TTFT p50 / p90 | evaluated p50 (mean) |\n|---|---|---|---|---|---|---|---|---|\n")
+	fmt.Fprintf(b, "| model | backend | way | correct | accuracy (95%% CI) | two-file questions | by codex | TTFT p50 / p90 | prompt tokens, mean | evaluated p50 (mean) |\n|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, run := range r.Quality {
 		for _, w := range run.Ways {
 			var by []string
 			for _, c := range run.Codices {
 				by = append(by, fmt.Sprintf("%s %d", c.Name, w.ByCodex[c.Name]))
 			}
-			fmt.Fprintf(b, "| %s | %s | %s | %d / %d | %.0f%% (%.0f–%.0f%%) | %d / %d | %s | %s / %s | %s (%s) |\n",
+			prompt, eval := thousands(int(math.Round(w.PromptTokensMean))), "not reported"
+			if reportsReuse(run.Backend) {
+				eval = fmt.Sprintf("%s (%s)", thousands(int(w.EvaluatedP50)), thousands(int(math.Round(w.EvaluatedMean))))
+			}
+			fmt.Fprintf(b, "| %s | %s | %s | %d / %d | %.0f%% (%.0f–%.0f%%) | %d / %d | %s | %s / %s | %s | %s |\n",
 				run.Model, run.Backend, qualityWayNames[w.Way], w.Correct, w.Asked, 100*w.Accuracy, 100*w.Low, 100*w.High,
-				w.CombinedCorrect, w.CombinedAsked, strings.Join(by, ", "), msLabel(w.TTFTP50), msLabel(w.TTFTP90),
-				thousands(int(w.EvaluatedP50)), thousands(int(math.Round(w.EvaluatedMean))))
+				w.CombinedCorrect, w.CombinedAsked, strings.Join(by, ", "), msLabel(w.TTFTP50), msLabel(w.TTFTP90), prompt, eval)
 		}
 	}
+	b.WriteString("\nOllama does not report what it reused (its `prompt_eval_count` is the whole prompt), so only llama-server's rows (`prompt_n`, what it evaluated beside `cache_n`) say how much each way evaluated; on Ollama the time to first token shows it.\n")
 	b.WriteString("\n")
 	b.WriteString(r.qualityVerdict())
 	b.WriteString("\n")
