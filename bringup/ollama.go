@@ -77,6 +77,10 @@ func (c Config) openOllama(ctx context.Context, onRestart func()) (_ *Model, err
 	if m.Facts, m.Window, err = c.planWindow(facts); err != nil {
 		return nil, err
 	}
+	if m.Facts.SlidingWindow > 0 {
+		c.Logger.Warn("the model attends over a sliding window, and Ollama's cache keeps only the window in those layers: a new session over the same codex, and any turn that does not extend the last, evaluate their whole prompt; llama-server (backend.kind = \"llamacpp\"), which ctxd starts with --swa-full, reuses them (docs/models.md)",
+			"sliding_window", m.Facts.SlidingWindow, "swa_layers", m.Facts.SWALayers, "layers", m.Facts.BlockCount)
+	}
 	m.Info.NumCtx, m.Info.KVCacheType = m.Window.NumCtx, string(m.Window.CacheType)
 	keepAlive := b.KeepAlive.Duration
 	client := ollama.New(base, b.Model, ollama.Options{

@@ -305,7 +305,7 @@ func (p *WindowPlan) noteSWA(r PlanRequest) {
 	}
 	p.SlidingWindow = f.SlidingWindow
 	p.SWAFullBytes = p.KVBytes - int64(p.Slots)*f.KVBytesWindowed(r.CacheType, p.NumCtx, swaUbatch)
-	p.Reason += fmt.Sprintf("; sliding-window attention (%d tokens, %d of %d layers): the plan keeps those layers' cache whole, so that a prefix longer than the window is reused (llama-server --swa-full), %s more than a windowed cache",
+	p.Reason += fmt.Sprintf("; sliding-window attention (%d tokens, %d of %d layers): the plan counts those layers' cache whole, as llama-server keeps it with --swa-full so that a prefix longer than the window is reused, %s more than a windowed cache",
 		f.SlidingWindow, f.SWALayers, f.BlockCount, mib(p.SWAFullBytes))
 }
 

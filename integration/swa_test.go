@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/ctxd/ctxd/httpapi"
+	"github.com/ctxd/ctxd/internal/ollamatest"
 	"github.com/ctxd/ctxd/internal/realmodel"
 )
 
@@ -24,6 +25,8 @@ type swaRow struct {
 	prompt1, prompt2, reused2  int // the session's turns: turn 2 reused reused2 of prompt2
 	expected3, reused3, prompt int // a new session over the same codex: ctxd expected expected3, the backend reused reused3
 	ttft1, ttft2, ttft3        float64
+	format, note               string
+	appendOnly                 bool
 }
 
 // TestSlidingWindowReuse measures what each backend reuses of a
@@ -41,7 +44,7 @@ func TestSlidingWindowReuse(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b backend) {
 		model := realmodel.Gemma3Chat(t)
 		state := t.TempDir()
-		cfg := b.config(t, state, codexDir(t, 1200))
+		cfg := b.config(t, state, codexDir(t, 6000))
 		cfg.Backend.GGUF, cfg.Backend.Model = model, "gemma3-chat"
 		cfg.Limits.AnswerReserve = 24
 		d := startEnv(t, cfg, true, "OLLAMA_DEBUG=1")
@@ -52,7 +55,14 @@ func TestSlidingWindowReuse(t *testing.T) {
 		if st.Window == nil || st.Window.SlidingWindow != 512 {
 			t.Fatalf("window plan %+v: want Gemma 3's 512-token sliding window", st.Window)
 		}
-		row := swaRow{backend: b.name + " " + st.Backend.Version}
+		label := st.Backend.Version
+		if b.name == "ollama" {
+			// The pinned builds report 0.0.0: their file names say which.
+			bin, _ := filepath.EvalSymlinks(ollamatest.Binary(t))
+			label = "Ollama " + strings.TrimPrefix(filepath.Base(bin), "ollama-")
+		}
+		row := swaRow{backend: label, format: st.Backend.Format.Name, appendOnly: st.Backend.Format.AppendOnly, note: st.Backend.Format.Note}
+		t.Logf("format %+v", st.Backend.Format)
 		s1, _ := ask(t, d.client, "one", "What does Handler3 return?")
 		s2, _ := ask(t, d.client, "one", "Which handler serves kind 7?")
 		s3, _ := ask(t, d.client, "two", "Summarize the README.")
@@ -79,12 +89,16 @@ func TestSlidingWindowReuse(t *testing.T) {
 		if s1.PromptTokens <= 2*512 || s3.CachedTokens <= 512 {
 			t.Fatalf("the prompts (%d tokens, %d shared) are not longer than the window: nothing is measured", s1.PromptTokens, s3.CachedTokens)
 		}
-		// A session's next turn extends its cache: both backends keep it.
-		if float64(row.reused2) < 0.95*float64(row.prompt2) {
-			t.Errorf("%s: turn 2 reused %d of %d prompt tokens", row.backend, row.reused2, row.prompt2)
-		}
-		if b.name == "llamacpp" && row.reused3 < row.expected3 {
-			t.Errorf("llama-server with --swa-full reused %d tokens of a new session's prompt, ctxd expected %d", row.reused3, row.expected3)
+		// llama-server, with the windowed layers' cache whole, reuses all
+		// ctxd expects: a session's next turn, and a new session's codex
+		// prefix. Ollama's windowed cache is measured and reported.
+		if b.name == "llamacpp" {
+			if row.reused2 < s2.CachedTokens || float64(row.reused2) < 0.95*float64(row.prompt2) {
+				t.Errorf("llama-server: turn 2 reused %d of %d prompt tokens, ctxd expected %d", row.reused2, row.prompt2, s2.CachedTokens)
+			}
+			if row.reused3 < row.expected3 {
+				t.Errorf("llama-server with --swa-full reused %d tokens of a new session's prompt, ctxd expected %d", row.reused3, row.expected3)
+			}
 		}
 		rows = append(rows, row)
 	})
@@ -123,11 +137,15 @@ func writeSWATable(t *testing.T, path string, rows []swaRow) {
 		t.Fatalf("%s has no swa block", path)
 	}
 	var sb strings.Builder
-	fmt.Fprintf(&sb, "Measured %s by `make swa-table` (`TestSlidingWindowReuse`): Gemma 3 270M with its instruct template, a codex of about 1,200 tokens (the window is 512), 24-token answers. Reuse is the backend's own count: llama-server's `cache_n`, Ollama's runner log (`loading cache slot … used`).\n\n", time.Now().UTC().Format("2006-01-02"))
-	sb.WriteString("| backend | turn 1: prompt, time to first token | turn 2 of the session: reused of prompt, time to first token | a new session over the same codex: reused (ctxd expected) of prompt, time to first token |\n|---|---|---|---|\n")
+	fmt.Fprintf(&sb, "Measured %s by `make swa-table` (`TestSlidingWindowReuse`): Gemma 3 270M with its instruct template (realmodel.Gemma3Chat), prompts of about %s tokens, of which both sessions share %s (the window is 512), 24-token answers. Reuse is the backend's own count: llama-server's `cache_n`, Ollama's runner log (`loading cache slot … used`).\n\n", time.Now().UTC().Format("2006-01-02"), fmt.Sprintf("%d", rows[0].prompt1), fmt.Sprintf("%d", rows[0].expected3))
+	sb.WriteString("| backend | prompt format | turn 1: prompt, time to first token | turn 2 of the session: reused of prompt, time to first token | a new session over the same codex: reused (ctxd expected) of prompt, time to first token |\n|---|---|---|---|---|\n")
 	for _, r := range rows {
-		fmt.Fprintf(&sb, "| %s | %d tokens, %.0f ms | %d of %d, %.0f ms | %d (%d) of %d, %.0f ms |\n",
-			r.backend, r.prompt1, r.ttft1, r.reused2, r.prompt2, r.ttft2, r.reused3, r.expected3, r.prompt, r.ttft3)
+		format := r.format + ", append-only"
+		if !r.appendOnly {
+			format = r.format + ", not append-only: " + r.note
+		}
+		fmt.Fprintf(&sb, "| %s | %s | %d tokens, %.0f ms | %d of %d, %.0f ms | %d (%d) of %d, %.0f ms |\n",
+			r.backend, format, r.prompt1, r.ttft1, r.reused2, r.prompt2, r.ttft2, r.reused3, r.expected3, r.prompt, r.ttft3)
 	}
 	s = s[:i+len(begin)] + sb.String() + s[j:]
 	if err := os.WriteFile(path, []byte(s), 0o644); err != nil {
