@@ -3,6 +3,7 @@ package integration
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"net/url"
@@ -17,6 +18,7 @@ import (
 	"time"
 	"unicode"
 
+	"github.com/ctxd/ctxd"
 	"github.com/ctxd/ctxd/internal/ollamatest"
 	"github.com/ctxd/ctxd/internal/realmodel"
 	"github.com/ctxd/ctxd/ollama"
@@ -150,6 +152,16 @@ func TestServeYourOwnModel(t *testing.T) {
 			}
 			serveDemo(t, root, sock, bin, args...)
 			firstPrompt := 0
+			// The first answer is short: a trained instruct model ends it
+			// at its template's end of turn, not at the reserve.
+			out, _ := runLine(t, root, sock, bin+" ask --session stop --json "+strconv.Quote("When does the release train leave?"))
+			var stop struct {
+				DoneReason string `json:"done_reason"`
+			}
+			lines := strings.Split(strings.TrimSpace(out), "\n")
+			if err := json.Unmarshal([]byte(lines[len(lines)-1]), &stop); err != nil || stop.DoneReason != ctxd.DoneStop {
+				t.Errorf("the short answer ended by %q (%v), not at the end of its turn:\n%s", stop.DoneReason, err, out)
+			}
 			for turn, q := range []string{"When does the release train leave?", "What is the release train?"} {
 				out, sum := runLine(t, root, sock, bin+" ask "+strconv.Quote(q))
 				if why := readsAsText(out); why != "" {

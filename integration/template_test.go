@@ -97,7 +97,6 @@ func TestTemplatedPromptsAreOllamasOwn(t *testing.T) {
 			}
 			var prev *ctxd.Summary
 			queries := []string{"What does Handler3 return?", "Which handler serves kind 7?", "Summarize the README."}
-			stops := 0
 			for i, q := range queries {
 				sum, answer := ask(t, d.client, "tpl", q)
 				// The template's end of turn stops the answer; its text is
@@ -107,9 +106,7 @@ func TestTemplatedPromptsAreOllamasOwn(t *testing.T) {
 						t.Errorf("turn %d: the answer holds the end-of-turn marker %s: %q", i+1, end, answer)
 					}
 				}
-				if sum.DoneReason == ctxd.DoneStop {
-					stops++
-				}
+
 				t.Logf("turn %d: %s, %d prompt tokens, %d cached (%.1f%%), backend %d, answer %q",
 					sum.Turn, sum.Format, sum.PromptTokens, sum.CachedTokens, sum.ReusePercent, sum.BackendPromptN, answer)
 				if sum.Format != "template" || sum.BackendPromptN != sum.PromptTokens {
@@ -120,12 +117,6 @@ func TestTemplatedPromptsAreOllamasOwn(t *testing.T) {
 						i+1, sum.PrefixBreak, sum.CachedTokens, sum.PromptTokens, sum.ReusePercent, prev.PromptTokens)
 				}
 				prev = sum
-			}
-
-			// A trained instruct model ends its answers itself (the
-			// generated models and a base model run to their length).
-			if mc.name == "smollm2" && stops == 0 {
-				t.Errorf("none of SmolLM2's %d answers stopped at its end of turn", len(queries))
 			}
 
 			// The same conversation as chat messages, to Ollama's /api/chat.
