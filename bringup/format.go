@@ -81,6 +81,17 @@ func (cfg Config) chooseLlamaFormat(ctx context.Context, want, jinja string, spe
 		if err != nil {
 			return nil, err
 		}
-		return f, f.Agrees(func(msgs []chattemplate.Message) (string, error) { return c.ApplyTemplate(ctx, msgs) }, bos)
+		server := func(msgs []chattemplate.Message) (string, error) { return c.ApplyTemplate(ctx, msgs) }
+		err = f.Agrees(server, bos)
+		if err == nil {
+			return f, nil
+		}
+		// Ollama's template file may end with a newline the model's own
+		// Jinja does not write (Gemma 3's): without it, it may agree.
+		if t, terr := chattemplate.FromJinjaTrimmed(jinja, special); terr == nil && t.Agrees(server, bos) == nil {
+			cfg.Logger.Info("the model's chat template agrees with llama-server's own rendering without the newline Ollama's template file ends with", "append_only", t.Check().AppendOnly)
+			return t, nil
+		}
+		return f, err
 	})
 }

@@ -295,6 +295,28 @@ func FromJinja(jinja string, special runcontext.Specials) (*Format, error) {
 	return New(string(n.Bytes), stop, special)
 }
 
+// FromJinjaTrimmed is FromJinja with the Go template's trailing
+// whitespace left out. Ollama's templates are files that end with a
+// newline, which it renders after the generation prompt; a model's own
+// Jinja may not write it (Gemma 3's: "<start_of_turn>model\n", where
+// Ollama's gemma3-instruct renders "<start_of_turn>model\n\n", so that
+// its turns do not extend one another). A renderer that runs the Jinja
+// itself (llama-server) is matched by this one.
+func FromJinjaTrimmed(jinja string, special runcontext.Specials) (*Format, error) {
+	if strings.TrimSpace(jinja) == "" {
+		return nil, ErrNoTemplate
+	}
+	n, err := template.Named(jinja)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrUnknownJinja, err)
+	}
+	var stop []string
+	if n.Parameters != nil {
+		stop = n.Parameters.Stop
+	}
+	return New(strings.TrimRight(string(n.Bytes), " \t\n"), stop, special)
+}
+
 // ErrUnknownJinja means no Go template matches the model's Jinja one.
 var ErrUnknownJinja = errors.New("chattemplate: no Go template matches the model's Jinja chat template")
 

@@ -66,13 +66,19 @@ func templatedGGUFs() []struct {
 			path func(*testing.T) string
 		}{mc.Name, func(t *testing.T) string { return modelPath(t, mc) }})
 	}
-	// A trained model's own ChatML (a default system prompt when none is
-	// sent). Gemma 3's template is TestSlidingWindowReuse's: as Ollama
-	// maps it, it is not append-only (docs/models.md).
+	// The trained models: SmolLM2's own ChatML (a default system prompt
+	// when none is sent), and Gemma 3's template (no system role: the
+	// system text folds into the first user turn; BOS; <start_of_turn>) on
+	// Gemma 3 270M, whose file has none (realmodel.Gemma3Chat). As Ollama
+	// maps Gemma 3's, it is not append-only (docs/models.md).
 	return append(out, struct {
 		name string
 		path func(*testing.T) string
-	}{"smollm2", func(t *testing.T) string { return realmodel.Path(t, realmodel.SmolLM2) }})
+	}{"smollm2", func(t *testing.T) string { return realmodel.Path(t, realmodel.SmolLM2) }},
+		struct {
+			name string
+			path func(*testing.T) string
+		}{"gemma3-chat", func(t *testing.T) string { return realmodel.Gemma3Chat(t) }})
 }
 
 // TestTemplatedPromptsAreOllamasOwn runs a 3-turn session on models with a
@@ -92,8 +98,12 @@ func TestTemplatedPromptsAreOllamasOwn(t *testing.T) {
 			if err := d.client.GetJSON(context.Background(), "/v1/status", &st); err != nil {
 				t.Fatal(err)
 			}
-			if f := st.Backend.Format; f.Name != "template" || !f.AppendOnly {
-				t.Fatalf("format %+v, want the model's append-only template", f)
+			// Ollama's Gemma 3 template renders a newline after the
+			// generation prompt that the answered turn does not have: ctxd
+			// renders it as Ollama does and says it is not append-only.
+			appendOnly := mc.name != "gemma3-chat"
+			if f := st.Backend.Format; f.Name != "template" || f.AppendOnly != appendOnly {
+				t.Fatalf("format %+v, want the model's template, append-only %v", f, appendOnly)
 			}
 			var prev *ctxd.Summary
 			queries := []string{"What does Handler3 return?", "Which handler serves kind 7?", "Summarize the README."}
@@ -112,7 +122,7 @@ func TestTemplatedPromptsAreOllamasOwn(t *testing.T) {
 				if sum.Format != "template" || sum.BackendPromptN != sum.PromptTokens {
 					t.Errorf("turn %d: format %s; ctxd counted %d prompt tokens, the backend %d", i+1, sum.Format, sum.PromptTokens, sum.BackendPromptN)
 				}
-				if i > 0 && (sum.PrefixBreak != nil || sum.CachedTokens != prev.PromptTokens || sum.ReusePercent < 95) {
+				if i > 0 && appendOnly && (sum.PrefixBreak != nil || sum.CachedTokens != prev.PromptTokens || sum.ReusePercent < 95) {
 					t.Errorf("turn %d: break %+v, %d cached of %d (%.1f%%), want the whole previous prompt (%d)",
 						i+1, sum.PrefixBreak, sum.CachedTokens, sum.PromptTokens, sum.ReusePercent, prev.PromptTokens)
 				}
