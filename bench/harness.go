@@ -334,12 +334,16 @@ func Run(ctx context.Context, cfg Config, prev *Report) (*Report, error) {
 		r.Ran[PhaseQuality] = now
 	}
 	if want(PhaseReal) {
-		runs, err := realPhase(ctx, cfg)
-		if err != nil {
-			return nil, err
+		if cfg.LlamaServerBin == "" {
+			cfg.Log("real-models phase skipped: no llama-server binary (--llama-server)")
+		} else {
+			runs, err := realPhase(ctx, cfg)
+			if err != nil {
+				return nil, err
+			}
+			r.Real = runs
+			r.Ran[PhaseReal] = now
 		}
-		r.Real = runs
-		r.Ran[PhaseReal] = now
 	}
 	if r.Machine.CPU == "" {
 		r.Machine = machine

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"sort"
 	"strings"
@@ -125,8 +126,8 @@ func LoadQualitySets(dir string) ([]QualitySet, error) {
 	var sets []QualitySet
 	ids := map[string]bool{}
 	for _, e := range entries {
-		if !e.IsDir() {
-			continue
+		if info, err := os.Stat(filepath.Join(dir, e.Name())); err != nil || !info.IsDir() {
+			continue // a file, or a link to none (a set may be a link to a directory)
 		}
 		p := filepath.Join(dir, e.Name(), "questions.json")
 		b, err := os.ReadFile(p)
@@ -430,7 +431,7 @@ func naiveCodex(dir string) (string, error) {
 // codex — so nothing of it can be reused from the cache.
 func naiveSystem(codex string) string {
 	return fmt.Sprintf("Current time: %s\nGoroutines: %d\n\nYou answer questions about the codebase below.\n\nCodebase:\n%s",
-		time.Now().Format(time.RFC3339Nano), time.Now().UnixNano()%1000, codex)
+		time.Now().Format(time.RFC3339Nano), runtime.NumGoroutine(), codex)
 }
 
 // startQualityStack starts a daemon over model m on backend with window

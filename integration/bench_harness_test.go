@@ -4,12 +4,14 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/ctxd/ctxd/bench"
 	"github.com/ctxd/ctxd/internal/llamaservertest"
 	"github.com/ctxd/ctxd/internal/ollamatest"
+	"github.com/ctxd/ctxd/internal/realmodel"
 )
 
 // TestBenchHarnessSmoke runs the harness end to end, small, and checks the
@@ -24,6 +26,8 @@ func TestBenchHarnessSmoke(t *testing.T) {
 	cfg.ScalingPcts = []int{20, 85}
 	cfg.Agents, cfg.AgentTurns, cfg.AgentSlots = 3, 2, []int{1, 2}
 	cfg.AgentModel, cfg.AgentModelPath = cfg.Model, cfg.ModelPath
+	// The phases on the trained models have their smoke test of their own.
+	cfg.Phases = slices.DeleteFunc(slices.Clone(bench.AllPhases), func(p string) bool { return p == bench.PhaseQuality || p == bench.PhaseReal })
 	r, err := bench.Run(context.Background(), cfg, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -97,6 +101,67 @@ func TestBenchHarnessSmoke(t *testing.T) {
 	for _, f := range []string{"results.json", bench.ScalingPlot, bench.TurnsPlot} {
 		if info, err := os.Stat(filepath.Join(dir, "bench", f)); err != nil || info.Size() == 0 {
 			t.Errorf("%s: %v", f, err)
+		}
+	}
+}
+
+// TestBenchTrainedModelSmoke runs the answer-quality and real-models
+// phases small, on SmolLM2 (one question of one set, four ways; one
+// codex size, two pairs), on Ollama and llama-server, and checks every part is
+// reported; it asserts no times and no accuracy.
+func TestBenchTrainedModelSmoke(t *testing.T) {
+	needLlamaServer(t)
+	needOllama(t)
+	model := realmodel.Path(t, realmodel.SmolLM2)
+	cfg := bench.DefaultConfig()
+	cfg.OllamaBin, cfg.LlamaServerBin = ollamatest.Binary(t), llamaservertest.Binary(t)
+	cfg.Phases = []string{bench.PhaseQuality, bench.PhaseReal}
+	// One set of the three (the smallest codex), one question of it.
+	sets := t.TempDir()
+	abs, err := filepath.Abs(filepath.Join("..", "testdata", "quality", "handbook"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(abs, filepath.Join(sets, "handbook")); err != nil {
+		t.Fatal(err)
+	}
+	cfg.QualityDir, cfg.QualityMax = sets, 1
+	cfg.QualityModels = []bench.QualityModel{{Name: "smollm2", Path: model, NumCtx: 8192, RAGNumCtx: 2048}}
+	cfg.RealModels = []bench.RealModel{{Name: "smollm2", Path: model, NumCtx: 4096, Sizes: []int{800}}}
+	cfg.LlamaPairs = 2
+	cfg.Log = t.Logf
+	r, err := bench.Run(context.Background(), cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Quality) != 2 {
+		t.Fatalf("quality: %d runs, want Ollama's and llama-server's", len(r.Quality))
+	}
+	for _, run := range r.Quality {
+		if len(run.Ways) != 4 || len(run.Codices) != 1 {
+			t.Fatalf("quality on %s: %d ways, %d codices", run.Backend, len(run.Ways), len(run.Codices))
+		}
+		for _, w := range run.Ways {
+			if w.Asked != 1 || len(w.Answers) != 1 || w.TTFTP50 <= 0 || w.High < w.Low {
+				t.Errorf("quality on %s, %s: %+v", run.Backend, w.Way, w)
+			}
+		}
+		for _, c := range run.Codices {
+			if c.RAGMode != "rag" || c.Tokens <= 0 {
+				t.Errorf("quality on %s: codex %+v", run.Backend, c)
+			}
+		}
+	}
+	if len(r.Real) != 1 || len(r.Real[0].Sizes) != 1 {
+		t.Fatalf("real models: %+v", r.Real)
+	}
+	if s := r.Real[0].Sizes[0]; len(s.LlamaWarmMs) != 3 || len(s.OllamaWarmMs) != 3 || len(s.PairedCtxdMs) != 2 || s.StableTokens <= 0 {
+		t.Errorf("real models, size %d: %+v", s.TargetTokens, s)
+	}
+	md := r.Markdown("bench")
+	for _, want := range []string{"### Answer quality", "### The same figures on trained models", "question alone"} {
+		if !strings.Contains(md, want) {
+			t.Errorf("the report lacks %q", want)
 		}
 	}
 }

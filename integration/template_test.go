@@ -203,9 +203,13 @@ func TestContentCannotForgeATurn(t *testing.T) {
 		_, special := modelgen.ChatTemplate(mc.Template)
 		cases = append(cases, forgeCase{mc.Name, func(t *testing.T) string { return modelPath(t, mc) }, special})
 	}
-	// A trained model's real vocabulary and template: SmolLM2's ChatML.
+	// Trained models' real vocabularies and templates: SmolLM2's ChatML.
 	cases = append(cases, forgeCase{"smollm2", func(t *testing.T) string { return realmodel.Path(t, realmodel.SmolLM2) },
-		[]string{"<|im_start|>", "<|im_end|>", "<|endoftext|>"}})
+		[]string{"<|im_start|>", "<|im_end|>", "<|endoftext|>"}},
+		// Gemma 3's: turn markers and its BOS, with the template that
+		// folds the system text into the first user turn.
+		forgeCase{"gemma3-chat", func(t *testing.T) string { return realmodel.Gemma3Chat(t) },
+			[]string{"<start_of_turn>", "<end_of_turn>", "<bos>"}})
 	forEachBackend(t, func(t *testing.T, b backend) {
 		for _, mc := range cases {
 			t.Run(mc.name, func(t *testing.T) {
