@@ -159,8 +159,18 @@ func TestServeYourOwnModel(t *testing.T) {
 				DoneReason string `json:"done_reason"`
 			}
 			lines := strings.Split(strings.TrimSpace(out), "\n")
-			if err := json.Unmarshal([]byte(lines[len(lines)-1]), &stop); err != nil || stop.DoneReason != ctxd.DoneStop {
-				t.Errorf("the short answer ended by %q (%v), not at the end of its turn:\n%s", stop.DoneReason, err, out)
+			if err := json.Unmarshal([]byte(lines[len(lines)-1]), &stop); err != nil {
+				t.Fatalf("the summary: %v\n%s", err, out)
+			}
+			// The pinned Ollama's greedy answer ends at "Tuesday."; a newer
+			// one samples on past it (measured on v0.17.4), which says
+			// nothing of ctxd's stops.
+			if stop.DoneReason != ctxd.DoneStop {
+				if pinnedOllama(t) {
+					t.Errorf("the short answer ended by %q, not at the end of its turn:\n%s", stop.DoneReason, out)
+				} else {
+					t.Logf("on this Ollama the short answer ran to its reserve (%s)", stop.DoneReason)
+				}
 			}
 			for turn, q := range []string{"When does the release train leave?", "What is the release train?"} {
 				out, sum := runLine(t, root, sock, bin+" ask "+strconv.Quote(q))
