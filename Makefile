@@ -121,7 +121,7 @@ test: ollama $(BIN)/ollama-$(COMPAT_VERSION) $(NODE_CLIENTS) systemd-analyze
 # The README's demo exchange (`make run`'s first two questions, their
 # answers and summary lines) asked of a real daemon on SmolLM2, written
 # into README.md by the test that checks it.
-readme-demo: ollama $(REAL_MODEL) $(NODE_CLIENTS)
+readme-demo: ollama $(REAL_MODEL)
 	CTXD_REQUIRE_OLLAMA=1 CTXD_OLLAMA_BIN=$(abspath $(OLLAMA)) $(GO) test -count=1 -v -timeout 20m -run '^TestReadmeDemo$$' ./integration/ -args -demo-write $(abspath README.md)
 
 # What llama-server and Ollama reuse of a sliding-window model's cache
