@@ -126,7 +126,7 @@ readme-demo: ollama $(REAL_MODEL)
 
 # What llama-server and Ollama reuse of a sliding-window model's cache
 # (Gemma 3), written into docs/models.md by the test that checks it.
-swa-table: ollama
+swa-table: ollama models
 	CTXD_REQUIRE_OLLAMA=1 CTXD_OLLAMA_BIN=$(abspath $(OLLAMA)) $(GO) test -count=1 -v -timeout 20m -run '^TestSlidingWindowReuse$$' ./integration/ -args -swa-write $(abspath docs/models.md)
 
 # The trained models that models.lock pins (PyPI packages; docs/models.md),

@@ -102,7 +102,7 @@ func TestSlidingWindowReuse(t *testing.T) {
 		}
 		rows = append(rows, row)
 	})
-	if *swaWrite != "" && !t.Failed() {
+	if *swaWrite != "" && !t.Failed() && len(rows) > 0 {
 		writeSWATable(t, *swaWrite, rows)
 	}
 }
