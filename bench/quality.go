@@ -22,7 +22,7 @@ import (
 	"github.com/ctxd/ctxd/client"
 	"github.com/ctxd/ctxd/config"
 	"github.com/ctxd/ctxd/httpapi"
-	"github.com/ctxd/ctxd/ollama"
+	"github.com/ctxd/ctxd/modelgen"
 )
 
 // QualitySet is one codex of the answer-quality phase and its questions
@@ -438,11 +438,11 @@ func naiveSystem(codex string) string {
 // numCtx and the codex dir, its answers cfg.QualityAnswerToks long, and a
 // direct line to the same backend and model load.
 func startQualityStack(ctx context.Context, cfg Config, m QualityModel, backend string, numCtx int, dir string) (*qualityStack, string, error) {
-	work, err := os.MkdirTemp("", "ctxd-quality-")
-	if err != nil {
-		return nil, "", err
-	}
 	if backend == "llamacpp" {
+		work, err := os.MkdirTemp("", "ctxd-quality-")
+		if err != nil {
+			return nil, "", err
+		}
 		c := cfg
 		c.AnswerToks, c.CAGRatio = cfg.QualityAnswerToks, 0
 		ls, err := startLlamaStack(ctx, c, m.Path, dir, work, numCtx, 1)
@@ -456,54 +456,31 @@ func startQualityStack(ctx context.Context, cfg Config, m QualityModel, backend 
 			os.RemoveAll(work)
 			return nil, "", err
 		}
-		key := ls.key
-		base := status.Backend.URL
+		key, base := ls.key, status.Backend.URL
 		direct := func(ctx context.Context, system, user string) (string, float64, int, int, error) {
 			return llamaChat(ctx, base, key, system, user, cfg.QualityAnswerToks)
 		}
 		return &qualityStack{ctxd: ls.ctxd, direct: direct, stop: func() { ls.stop(); os.RemoveAll(work) }},
 			"llama-server", nil
 	}
-	srv, err := ollama.Start(ctx, ollama.ServeConfig{
-		Binary: cfg.OllamaBin, Addr: "127.0.0.1:0", NumParallel: 1,
-		ModelsDir: filepath.Join(work, "models"), HomeDir: filepath.Join(work, "home"),
-		LogPath: filepath.Join(work, "ollama.log"), Env: []string{"PATH=" + os.Getenv("PATH")},
+	// The harness's Ollama stack, on the trained model's file (a config
+	// with only its name), the daemon over dir.
+	st, err := startStackWith(ctx, cfg, modelgen.Config{Name: m.Name}, m.Path, numCtx, 1, func(dc *config.Config) {
+		dc.Limits.AnswerReserve, dc.Codex.Path = cfg.QualityAnswerToks, dir
 	})
 	if err != nil {
-		os.RemoveAll(work)
 		return nil, "", err
 	}
-	fail := func(err error) (*qualityStack, string, error) { srv.Close(); os.RemoveAll(work); return nil, "", err }
-	direct := ollama.New(srv.URL(), m.Name, ollama.Options{NumCtx: numCtx, NumBatch: 512})
-	if err := direct.Import(ctx, m.Path); err != nil {
-		return fail(err)
-	}
-	version, err := direct.Version(ctx)
+	version, err := ollamaVersion(ctx, cfg, st)
 	if err != nil {
-		return fail(err)
+		st.stop()
+		return nil, "", err
 	}
-	if version == "0.0.0" && cfg.OllamaLabel != "" {
-		version = cfg.OllamaLabel
-	}
-	dc := config.Default(config.Env{UID: os.Getuid(), Home: work})
-	dc.Daemon.Socket = filepath.Join(work, "s.sock")
-	dc.Daemon.StateDir = filepath.Join(work, "state")
-	dc.Daemon.LogLevel = "warn"
-	dc.Backend.Mode, dc.Backend.URL, dc.Backend.Model, dc.Backend.GGUF = "external", srv.URL().String(), m.Name, m.Path
-	dc.Backend.NumCtx, dc.Backend.NumBatch = numCtx, 512
-	dc.Limits.AnswerReserve, dc.Limits.MaxDepth = cfg.QualityAnswerToks, 0
-	dc.Codex.Path, dc.Codex.Watch = dir, false
-	dc.Codex.LoadRoots = []string{"/"}
-	ds, err := runDaemon(ctx, dc)
-	if err != nil {
-		return fail(err)
-	}
-	base := srv.URL().String()
-	ask := func(ctx context.Context, system, user string) (string, float64, int, int, error) {
+	base := st.srv.URL().String()
+	direct := func(ctx context.Context, system, user string) (string, float64, int, int, error) {
 		return ollamaChat(ctx, base, m.Name, numCtx, system, user, cfg.QualityAnswerToks)
 	}
-	return &qualityStack{ctxd: ds.ctxd, direct: ask, stop: func() { ds.stop(); srv.Close(); os.RemoveAll(work) }},
-		"Ollama " + version, nil
+	return &qualityStack{ctxd: st.ctxd, direct: direct, stop: st.stop}, "Ollama " + version, nil
 }
 
 // chatMessages are system (when not empty) and user as chat messages.

@@ -281,6 +281,12 @@ func probe() *runcontext.RunContext {
 // index maps the Jinja to (what /api/create stores), with its stop
 // sequences. A Jinja Ollama does not know is ErrUnknownJinja.
 func FromJinja(jinja string, special runcontext.Specials) (*Format, error) {
+	return fromJinja(jinja, special, false)
+}
+
+// fromJinja is FromJinja, with the Go template's trailing whitespace left
+// out when trim is set.
+func fromJinja(jinja string, special runcontext.Specials, trim bool) (*Format, error) {
 	if strings.TrimSpace(jinja) == "" {
 		return nil, ErrNoTemplate
 	}
@@ -292,7 +298,11 @@ func FromJinja(jinja string, special runcontext.Specials) (*Format, error) {
 	if n.Parameters != nil {
 		stop = n.Parameters.Stop
 	}
-	return New(string(n.Bytes), stop, special)
+	text := string(n.Bytes)
+	if trim {
+		text = strings.TrimRight(text, " \t\n")
+	}
+	return New(text, stop, special)
 }
 
 // FromJinjaTrimmed is FromJinja with the Go template's trailing
@@ -303,18 +313,7 @@ func FromJinja(jinja string, special runcontext.Specials) (*Format, error) {
 // its turns do not extend one another). A renderer that runs the Jinja
 // itself (llama-server) is matched by this one.
 func FromJinjaTrimmed(jinja string, special runcontext.Specials) (*Format, error) {
-	if strings.TrimSpace(jinja) == "" {
-		return nil, ErrNoTemplate
-	}
-	n, err := template.Named(jinja)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrUnknownJinja, err)
-	}
-	var stop []string
-	if n.Parameters != nil {
-		stop = n.Parameters.Stop
-	}
-	return New(strings.TrimRight(string(n.Bytes), " \t\n"), stop, special)
+	return fromJinja(jinja, special, true)
 }
 
 // ErrUnknownJinja means no Go template matches the model's Jinja one.
