@@ -31,6 +31,17 @@ type Options struct {
 	Include       []string // gitignore-style patterns; if set, only matching files are loaded
 	Exclude       []string // gitignore-style patterns of files and directories to leave out
 	NoRedact      bool     // turn secret redaction off (it is on by default)
+	// AllowSecret are gitignore-style patterns of secret files (see
+	// SecretFile) the operator lets load; a codex's own settings cannot
+	// add to them.
+	AllowSecret []string
+	// AllowHardLinks loads files with more than one link; otherwise they
+	// are skipped (another link may be a file outside the codex).
+	AllowHardLinks bool
+	// Within are the directories the root must lie beneath (the
+	// operator's codex.path and load_roots), checked on every load by
+	// opening the root beneath them; empty: no such check.
+	Within []AllowedDir
 	// Cache keeps the stat index and what reading each content found: a
 	// reload opens only files whose metadata changed. nil: every file is read.
 	Cache *Cache
@@ -65,8 +76,8 @@ type File struct {
 	Content    string `json:"-"`
 	HasContent bool   `json:"-"`
 
-	abs string   // where it was read
-	sum [32]byte // SHA256, raw
+	real string   // where it was read, below the root
+	sum  [32]byte // SHA256, raw
 }
 
 // Codex is a loaded tree.
@@ -82,6 +93,8 @@ type Codex struct {
 	Read int
 
 	redact     bool
+	hardLinks  bool      // files with more than one link may load
+	root       *treeRoot // held open: files not in memory are read beneath it
 	renderOnce sync.Once
 	body       string
 }
@@ -125,8 +138,23 @@ func Load(ctx context.Context, root string, opts Options) (*Codex, error) {
 		return nil, fmt.Errorf("codex: root %s: %s", quotePath(root), reason)
 	}
 	scanNs := time.Now().UnixNano()
-	c := &Codex{Name: filepath.Base(abs), Root: abs, redact: !opts.NoRedact}
-	w, err := newWalker(ctx, real, opts)
+	dir, only := real, ""
+	if !info.IsDir() {
+		dir, only = filepath.Dir(real), filepath.Base(real)
+	}
+	// Held open and checked against the allowed directories now, on this
+	// load: a root swapped since an earlier load for a link elsewhere is
+	// refused, not read.
+	tree, err := openTreeRoot(dir, opts.Within, only)
+	if err != nil {
+		var out *OutsideError
+		if errors.As(err, &out) {
+			return nil, ctxd.Errorf(ctxd.KindForbidden, "codex: %w", err)
+		}
+		return nil, fmt.Errorf("codex: %w", err)
+	}
+	c := &Codex{Name: filepath.Base(abs), Root: abs, redact: !opts.NoRedact, hardLinks: opts.AllowHardLinks, root: tree}
+	w, err := newWalker(ctx, tree, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -136,8 +164,7 @@ func Load(ctx context.Context, root string, opts Options) (*Codex, error) {
 		}
 	} else {
 		c.Name = filepath.Base(filepath.Dir(abs))
-		w.root = filepath.Dir(real)
-		w.files = append(w.files, entry{rel: filepath.Base(abs), abs: real, size: info.Size(), stat: statOf(info)})
+		w.files = append(w.files, entry{rel: filepath.Base(abs), real: filepath.Base(real), size: info.Size(), stat: statOf(info)})
 	}
 	c.Skipped = w.skipped
 	// The walk lists a directory's entries by name, so "a/b.go" comes
@@ -213,7 +240,7 @@ func (c *Codex) process(ctx context.Context, entries []entry, totalBytes int64, 
 		e := entries[i]
 		r, ok := fromIndex(e, index, opts, prev[e.rel])
 		if !ok {
-			r = loadFile(e, opts)
+			r = loadFile(c.root, e, opts)
 		}
 		results[i] = r
 		d, b := done.Add(1), doneBytes.Add(e.size)
@@ -258,7 +285,7 @@ func fromIndex(e entry, index statIndex, opts Options, prev *File) (result, bool
 		return result{}, false
 	}
 	f := &File{Path: e.rel, Size: e.size, Lines: ce.Lines, SHA256: hex.EncodeToString(ie.Sum[:]), Tokens: ce.Tokens, Counted: ce.Counted,
-		Redactions: ce.Redactions, abs: e.abs, sum: ie.Sum}
+		Redactions: ce.Redactions, real: e.real, sum: ie.Sum}
 	if prev != nil && prev.sum == ie.Sum {
 		f.Content, f.HasContent = prev.Content, true
 	}
@@ -266,15 +293,16 @@ func fromIndex(e entry, index statIndex, opts Options, prev *File) (result, bool
 }
 
 // loadFile reads one file. Problems with the file are skips.
-func loadFile(e entry, opts Options) result {
+func loadFile(root *treeRoot, e entry, opts Options) result {
 	skip := func(reason string) result {
 		return result{skip: &ctxd.Skipped{Path: e.rel, Reason: reason}, read: true, stat: statEntry{Stat: e.stat, Skip: reason}}
 	}
-	data, err := readCapped(e.abs, opts.MaxFileBytes)
+	data, err := readCapped(root, e.real, opts.MaxFileBytes, opts.AllowHardLinks)
 	if err != nil {
 		r := skip(err.Error())
 		var swapped *notRegularError
-		if strings.HasPrefix(err.Error(), "unreadable") || errors.As(err, &swapped) {
+		var escaped *escapeError
+		if strings.HasPrefix(err.Error(), "unreadable") || errors.As(err, &swapped) || errors.As(err, &escaped) {
 			// May be transient (permissions, EIO, a file replaced since
 			// the walk): read again next time.
 			r.stat.Stat = fileStat{}
@@ -288,7 +316,7 @@ func loadFile(e entry, opts Options) result {
 		return skip("not valid UTF-8")
 	}
 	sum := sha256.Sum256(data)
-	file := &File{Path: e.rel, Size: int64(len(data)), SHA256: hex.EncodeToString(sum[:]), Content: string(data), HasContent: true, abs: e.abs, sum: sum}
+	file := &File{Path: e.rel, Size: int64(len(data)), SHA256: hex.EncodeToString(sum[:]), Content: string(data), HasContent: true, real: e.real, sum: sum}
 	if cached, ok := opts.Cache.get(sum, !opts.NoRedact); ok {
 		file.Lines, file.Redactions, file.Tokens, file.Counted = cached.Lines, cached.Redactions, cached.Tokens, cached.Counted
 		if len(cached.Redactions) > 0 {
@@ -308,20 +336,27 @@ func loadFile(e entry, opts Options) result {
 	return result{file: file, read: true, stat: statEntry{Stat: st, Sum: sum}}
 }
 
-// readCapped reads a file of at most limit bytes (0: no limit); its
-// errors are reasons to skip the file. It reads only a regular file: one
-// replaced since the walk by a named pipe, a device or a symbolic link is
-// a *notRegularError, found without waiting.
-func readCapped(path string, limit int64) ([]byte, error) {
-	f, err := openRegular(path)
+// readCapped reads file path (below the root) of at most limit bytes (0:
+// no limit); its errors are reasons to skip the file. It reads only a
+// regular file beneath the root: one replaced since the walk by a named
+// pipe, a device or a symbolic link is a *notRegularError, found without
+// waiting, and one whose directories were swapped for links an
+// *escapeError. A file with more than one link is refused unless
+// hardLinks.
+func readCapped(root *treeRoot, path string, limit int64, hardLinks bool) ([]byte, error) {
+	f, links, err := openRegular(root, path)
 	var swapped *notRegularError
-	if errors.As(err, &swapped) {
+	var escaped *escapeError
+	if errors.As(err, &swapped) || errors.As(err, &escaped) {
 		return nil, err
 	}
 	if err != nil {
 		return nil, fmt.Errorf("unreadable: %v", errors.Unwrap(err))
 	}
 	defer f.Close()
+	if links > 1 && !hardLinks {
+		return nil, fmt.Errorf("has %d hard links: another of them may be a file outside the codex (the daemon's codex.allow_hard_links loads such files)", links)
+	}
 	// Read at most one byte past the cap: the file may have grown since the walk.
 	if limit <= 0 {
 		limit = 1 << 62
@@ -359,7 +394,7 @@ func (c *Codex) Content(i int) (string, error) {
 	if f.HasContent {
 		return f.Content, nil
 	}
-	data, err := readCapped(f.abs, f.Size) // a file grown since cannot be the one loaded
+	data, err := readCapped(c.root, f.real, f.Size, c.hardLinks) // a file grown since cannot be the one loaded
 	if err != nil || sha256.Sum256(data) != f.sum {
 		return "", fmt.Errorf("codex: %s: %w", f.Path, ErrChanged)
 	}

@@ -40,7 +40,7 @@ func FuzzLoadSettings(f *testing.F) {
 		if err := os.WriteFile(path, data, 0o600); err != nil {
 			t.Fatal(err)
 		}
-		s, found, err := LoadSettings(dir)
+		s, found, err := LoadSettings(dir, nil)
 		if !found && err == nil {
 			t.Fatalf("%s is there, and not found", path)
 		}

@@ -150,9 +150,11 @@ func TestFileSwappedForAPipeAfterTheWalk(t *testing.T) {
 	must(t, err)
 	pipe := mkfifo(t, filepath.Join(dir, "pipe"))
 	must(t, os.Symlink("pipe", filepath.Join(dir, "link")))
+	tree, err := openTreeRoot(dir, nil, "")
+	must(t, err)
 	for _, name := range []string{"pipe", "link"} {
-		e := entry{rel: "a.go", abs: filepath.Join(dir, name), size: info.Size(), stat: statOf(info)}
-		r := within(t, []string{pipe}, func() result { return loadFile(e, DefaultOptions()) })
+		e := entry{rel: "a.go", real: name, size: info.Size(), stat: statOf(info)}
+		r := within(t, []string{pipe}, func() result { return loadFile(tree, e, DefaultOptions()) })
 		if r.skip == nil || r.file != nil {
 			t.Errorf("a %s swapped in after the walk was loaded: %+v", name, r.file)
 		} else if !strings.Contains(r.skip.Reason, "not a regular file") && !strings.Contains(r.skip.Reason, "symbolic link") {
@@ -167,7 +169,7 @@ func TestFileSwappedForAPipeAfterTheWalk(t *testing.T) {
 	write(t, outside, "secret.txt", "outside the codex")
 	must(t, os.Symlink(outside, filepath.Join(dir, "out")))
 	for _, name := range []string{"pipe", "link", "out"} {
-		w, err := newWalker(t.Context(), dir, DefaultOptions())
+		w, err := newWalker(t.Context(), tree, DefaultOptions())
 		must(t, err)
 		err = within(t, []string{pipe}, func() error { return w.walk(filepath.Join(dir, name), "sub", nil) })
 		if err != nil || len(w.files) != 0 || len(w.skipped) != 1 || !strings.Contains(w.skipped[0].Reason, "unreadable directory") {
@@ -290,11 +292,12 @@ func TestHugeIgnoreFileIsCapped(t *testing.T) {
 	}
 }
 
-// TestSecretFilesAreSkippedUnlessIncluded: the walk asks secretFile of
+// TestSecretFilesAreSkippedUnlessAllowed: the walk asks secretFile of
 // every file, and of a link's target too; a secret is skipped with its
-// reason unless the include patterns name it. Not parallel: it replaces
-// the package's secretFile while no other test loads.
-func TestSecretFilesAreSkippedUnlessIncluded(t *testing.T) {
+// reason, include patterns or not, unless the operator's AllowSecret
+// names it. Not parallel: it replaces the package's secretFile while no
+// other test loads.
+func TestSecretFilesAreSkippedUnlessAllowed(t *testing.T) {
 	saved := secretFile
 	t.Cleanup(func() { secretFile = saved })
 	secretFile = func(rel string) (string, bool) {
@@ -315,7 +318,7 @@ func TestSecretFilesAreSkippedUnlessIncluded(t *testing.T) {
 	}
 	r := reasons(c)
 	for _, p := range []string{".env", "sub/.env", "env.txt"} {
-		if r[p] != "secret: environment file" {
+		if !strings.HasPrefix(r[p], "secret: environment file") || !strings.Contains(r[p], "codex.allow_secret_files") {
 			t.Errorf("skip reason for %s = %q", p, r[p])
 		}
 	}
@@ -323,7 +326,14 @@ func TestSecretFilesAreSkippedUnlessIncluded(t *testing.T) {
 	opts.Include = []string{"*.go", ".env"}
 	c, err = Load(t.Context(), dir, opts)
 	must(t, err)
-	if got := paths(c); got != ".env,a.go,sub/.env" {
-		t.Errorf("with .env included, files = %s", got)
+	if got := paths(c); got != "a.go" {
+		t.Errorf("with .env included, files = %s, want a.go alone: include patterns do not bring secrets back", got)
+	}
+	opts = DefaultOptions()
+	opts.AllowSecret = []string{".env"}
+	c, err = Load(t.Context(), dir, opts)
+	must(t, err)
+	if got := paths(c); got != ".env,a.go,env.txt,sub/.env" {
+		t.Errorf("with .env allowed by the operator, files = %s", got)
 	}
 }

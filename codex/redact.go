@@ -1,14 +1,25 @@
 package codex
 
 import (
+	"crypto/sha256"
+	_ "embed"
+	"encoding/hex"
+
 	"github.com/ctxd/ctxd"
 	"github.com/ctxd/ctxd/secrets"
 )
 
 // redactRules names the redaction rules (package secrets: gitleaks' rules
-// and ctxd's own). What reading a content found is cached under it
-// (cacheKey), so other rules read every file again.
-var redactRules = secrets.Version()
+// and ctxd's own, by their data and source) and this file, which applies
+// them. What reading a content found is cached under it (cacheKey), so
+// other rules read every file again.
+var redactRules = secrets.Version() + "+" + func() string {
+	sum := sha256.Sum256(redactSource)
+	return hex.EncodeToString(sum[:6])
+}()
+
+//go:embed redact.go
+var redactSource []byte
 
 // redact replaces every credential in s with a marker naming its rule,
 // "[REDACTED:rule]", and returns the new text and what it replaced, by

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -11,6 +12,8 @@ import (
 	"strings"
 
 	"github.com/BurntSushi/toml"
+
+	"github.com/ctxd/ctxd"
 )
 
 // SettingsFile is the codex's own configuration, at the codex root. It is
@@ -61,14 +64,32 @@ func (o Options) Merge(s SettingsCodex) Options {
 }
 
 // LoadSettings reads SettingsFile from the codex root (the directory of a
-// one-file codex). A missing file is not an error: found is false.
-func LoadSettings(root string) (s Settings, found bool, err error) {
-	dir := root
-	if info, err := os.Stat(root); err == nil && !info.IsDir() {
-		dir = filepath.Dir(root)
+// one-file codex). A missing file is not an error: found is false. With
+// within, the root must lie beneath one of those directories (see
+// Options.Within). The file is read only if it is a regular file in the
+// root itself: a link (which could lead anywhere) is refused.
+func LoadSettings(root string, within []AllowedDir) (s Settings, found bool, err error) {
+	real, err := resolve(root)
+	if errors.Is(err, fs.ErrNotExist) {
+		return s, false, nil // no codex there (yet): the load says so
+	}
+	if err != nil {
+		return s, false, fmt.Errorf("codex: %w", err)
+	}
+	dir, only := real, ""
+	if info, err := os.Stat(real); err == nil && !info.IsDir() {
+		dir, only = filepath.Dir(real), filepath.Base(real)
+	}
+	tree, err := openTreeRoot(dir, within, only)
+	if err != nil {
+		var out *OutsideError
+		if errors.As(err, &out) {
+			return s, false, ctxd.Errorf(ctxd.KindForbidden, "codex: %w", err)
+		}
+		return s, false, fmt.Errorf("codex: %w", err)
 	}
 	path := filepath.Join(dir, SettingsFile)
-	data, err := readSettings(path)
+	data, err := readSettings(tree)
 	if errors.Is(err, os.ErrNotExist) {
 		return s, false, nil
 	}
@@ -107,15 +128,16 @@ func LoadSettings(root string) (s Settings, found bool, err error) {
 // maxSettingsBytes caps what is read of a settings file.
 const maxSettingsBytes = 1 << 20
 
-// readSettings reads a settings file (through a symbolic link, as ever),
-// refusing anything but a regular file: a named pipe there would block
-// every load, and the daemon's codex lock, until something wrote to it.
-func readSettings(path string) ([]byte, error) {
-	real, err := filepath.EvalSymlinks(path)
-	if err != nil {
-		return nil, err
+// readSettings reads the settings file of the tree, refusing anything
+// but a regular file in its root: a named pipe there would block every
+// load, and the daemon's codex lock, until something wrote to it; a link
+// could lead to any file the daemon may read.
+func readSettings(tree *treeRoot) ([]byte, error) {
+	f, _, err := openRegular(tree, SettingsFile)
+	var swapped *notRegularError
+	if errors.As(err, &swapped) && swapped.mode&fs.ModeSymlink != 0 {
+		return nil, errors.New("a symbolic link: a codex's settings are read only from a regular file in its root (not followed)")
 	}
-	f, err := openRegular(real)
 	if err != nil {
 		return nil, err
 	}

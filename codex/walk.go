@@ -40,7 +40,7 @@ var secretFile = SecretFile
 // entry is one file the walk found.
 type entry struct {
 	rel  string // slash-separated path relative to the root
-	abs  string // where to read it
+	real string // where to read it: the file's own path below the root, links resolved
 	size int64
 	stat fileStat
 }
@@ -49,9 +49,11 @@ type entry struct {
 // walked in parallel: a reload is mostly the walk's system calls.
 type walker struct {
 	ctx     context.Context // a load that is cancelled stops walking
-	root    string          // resolved (symlink-free) absolute root
+	root    *treeRoot       // held open: everything is read beneath it
 	include []gitignore.Pattern
 	exclude []gitignore.Pattern
+	// allowSecret names the secret files the operator lets load.
+	allowSecret []string
 
 	sem chan struct{} // bounds the goroutines walking directories
 	wg  sync.WaitGroup
@@ -64,8 +66,8 @@ type walker struct {
 	firstErr error
 }
 
-func newWalker(ctx context.Context, root string, opts Options) (*walker, error) {
-	w := &walker{ctx: ctx, root: root, visited: map[string]bool{}, sem: make(chan struct{}, 4)}
+func newWalker(ctx context.Context, root *treeRoot, opts Options) (*walker, error) {
+	w := &walker{ctx: ctx, root: root, visited: map[string]bool{}, sem: make(chan struct{}, 4), allowSecret: opts.AllowSecret}
 	for _, p := range opts.Include {
 		w.include = append(w.include, gitignore.ParsePattern(p, nil))
 	}
@@ -94,7 +96,7 @@ type link struct {
 // time in path order, so which of two ways to one directory is walked and
 // which is reported as a duplicate does not depend on timing.
 func (w *walker) run() error {
-	err := w.walk(w.root, "", nil)
+	err := w.walk(w.root.path, "", nil)
 	for {
 		w.wg.Wait()
 		if err == nil {
@@ -152,10 +154,10 @@ func (w *walker) walk(real, rel string, inherited []gitignore.Pattern) error {
 		w.skip(rel, "directory already included (symbolic link loop or duplicate)")
 		return nil
 	}
-	entries, err := readDir(real)
+	entries, err := readDir(w.root, w.below(real))
 	if err != nil {
 		if rel == "" {
-			return fmt.Errorf("codex: read %s: %w", w.root, err)
+			return fmt.Errorf("codex: read %s: %w", w.root.path, err)
 		}
 		w.skip(rel, fmt.Sprintf("unreadable directory: %v", errors.Unwrap(err)))
 		return nil
@@ -170,7 +172,7 @@ func (w *walker) walk(real, rel string, inherited []gitignore.Pattern) error {
 		}
 		return entries[i].Type(), true
 	}
-	own, notes := dirPatterns(real, rel, listed)
+	own, notes := dirPatterns(w.root, w.below(real), rel, listed)
 	for _, n := range notes {
 		w.skip(n.Path, n.Reason)
 	}
@@ -195,7 +197,7 @@ func (w *walker) walk(real, rel string, inherited []gitignore.Pattern) error {
 				w.skip(childRel, fmt.Sprintf("broken symbolic link: %v", errors.Unwrap(err)))
 				continue
 			}
-			if !inside(w.root, target) {
+			if !inside(w.root.path, target) {
 				w.skip(childRel, "symbolic link points outside the codex")
 				continue
 			}
@@ -235,7 +237,7 @@ func (w *walker) walk(real, rel string, inherited []gitignore.Pattern) error {
 				continue
 			}
 			w.mu.Lock()
-			w.files = append(w.files, entry{rel: childRel, abs: childReal, size: info.Size(), stat: statOf(info)})
+			w.files = append(w.files, entry{rel: childRel, real: w.below(childReal), size: info.Size(), stat: statOf(info)})
 			w.mu.Unlock()
 		default:
 			w.skip(childRel, (&notRegularError{mode: info.Mode()}).Error())
@@ -249,27 +251,54 @@ func (w *walker) excluded(path []string, isDir bool) bool {
 }
 
 // secret says whether a file is a secret left out of the codex: by its
-// path, or a link's by its target's too. The include patterns name what
-// the operator wants: a file they match is loaded, secret or not.
+// path, or a link's by its target's too. Include patterns do not bring a
+// secret file back (a codex's own settings add to them); only the
+// operator's allow_secret_files, by name, does.
 func (w *walker) secret(rel, real string, isLink bool) (string, bool) {
-	if len(w.include) > 0 {
-		return "", false // the walk keeps only files the include patterns match
+	check := func(p string) (string, bool) {
+		reason, ok := secretFile(p)
+		if ok && len(w.allowSecret) > 0 && gitignore.NewMatcher(w.secretAllowed()).Match(splitRel(p), false) {
+			return "", false
+		}
+		return reason, ok
 	}
-	if reason, ok := secretFile(rel); ok {
-		return reason, true
+	if reason, ok := check(rel); ok {
+		return reason + "; the daemon's codex.allow_secret_files can name it", true
 	}
 	if isLink {
-		if target, err := filepath.Rel(w.root, real); err == nil {
-			return secretFile(filepath.ToSlash(target))
+		if reason, ok := check(w.below(real)); ok {
+			return reason + " (a link's target); the daemon's codex.allow_secret_files can name it", true
 		}
 	}
 	return "", false
 }
 
-// dirPatterns reads the ignore files of directory real (relative path rel)
-// that listed says it holds, and returns their patterns and notes on what
-// could not be read or applied (paths relative to the root).
-func dirPatterns(real, rel string, listed func(name string) (fs.FileMode, bool)) ([]gitignore.Pattern, []ctxd.Skipped) {
+// secretAllowed is allowSecret as patterns.
+func (w *walker) secretAllowed() []gitignore.Pattern {
+	ps := make([]gitignore.Pattern, 0, len(w.allowSecret))
+	for _, p := range w.allowSecret {
+		ps = append(ps, gitignore.ParsePattern(p, nil))
+	}
+	return ps
+}
+
+// below is the path real (absolute, resolved, inside the root) relative
+// to the root, slash-separated; "" for the root itself.
+func (w *walker) below(real string) string { return belowRoot(w.root.path, real) }
+
+func belowRoot(root, real string) string {
+	if real == root {
+		return ""
+	}
+	return filepath.ToSlash(strings.TrimPrefix(real, strings.TrimSuffix(root, string(filepath.Separator))+string(filepath.Separator)))
+}
+
+// dirPatterns reads the ignore files of directory below (relative to the
+// tree's root, links resolved; rel is how the codex names it) that listed
+// says it holds, and returns their patterns and notes on what could not
+// be read or applied (paths relative to the root). An ignore file that is
+// a link is read only if it leads to a file inside the codex.
+func dirPatterns(root *treeRoot, below, rel string, listed func(name string) (fs.FileMode, bool)) ([]gitignore.Pattern, []ctxd.Skipped) {
 	var (
 		patterns []gitignore.Pattern
 		notes    []ctxd.Skipped
@@ -280,20 +309,22 @@ func dirPatterns(real, rel string, listed func(name string) (fs.FileMode, bool))
 		if !ok {
 			continue
 		}
-		path := filepath.Join(real, name)
+		path := join(below, name)
 		switch {
 		case mode&fs.ModeSymlink != 0:
-			// Followed, as ever: the open below refuses what the link
-			// leads to unless it is a regular file.
-			target, err := filepath.EvalSymlinks(path)
+			target, err := filepath.EvalSymlinks(filepath.Join(root.path, filepath.FromSlash(path)))
 			if err != nil {
 				continue // dangling: no patterns; the walk reports the link
 			}
-			path = target
+			if !inside(root.path, target) {
+				notes = append(notes, ctxd.Skipped{Path: join(rel, name), Reason: "ignore file is a symbolic link out of the codex: not read"})
+				continue
+			}
+			path = belowRoot(root.path, target)
 		case !mode.IsRegular():
 			continue // the walk reports it as not a regular file
 		}
-		ps, note, err := readPatterns(path, domain)
+		ps, note, err := readPatterns(root, path, domain)
 		if err != nil {
 			note = fmt.Sprintf("ignore file unreadable: %v", err)
 		}
@@ -305,11 +336,12 @@ func dirPatterns(real, rel string, listed func(name string) (fs.FileMode, bool))
 	return patterns, notes
 }
 
-// readPatterns reads one ignore file, up to maxIgnoreBytes and
-// maxIgnorePatterns; note says what lay past them, not applied. A missing
-// file has no patterns; one that is not a regular file is an error.
-func readPatterns(path string, domain []string) (ps []gitignore.Pattern, note string, err error) {
-	f, err := openRegular(path)
+// readPatterns reads one ignore file (path below the root), up to
+// maxIgnoreBytes and maxIgnorePatterns; note says what lay past them, not
+// applied. A missing file has no patterns; one that is not a regular file
+// is an error.
+func readPatterns(root *treeRoot, path string, domain []string) (ps []gitignore.Pattern, note string, err error) {
+	f, _, err := openRegular(root, path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, "", nil
 	}
@@ -378,7 +410,75 @@ func join(rel, name string) string {
 
 // inside reports whether path is root or below it (both resolved).
 func inside(root, path string) bool {
-	return path == root || strings.HasPrefix(path, root+string(filepath.Separator))
+	return path == root || strings.HasPrefix(path, strings.TrimSuffix(root, string(filepath.Separator))+string(filepath.Separator))
+}
+
+// resolve is path made absolute with its links resolved.
+func resolve(path string) (string, error) {
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return "", err
+	}
+	return filepath.EvalSymlinks(abs)
+}
+
+// AllowedDir is a directory a codex root must lie beneath, pinned by
+// its identity (device and inode) when it was allowed: a directory put in
+// its place since, through a link or a rename, is not it.
+type AllowedDir struct {
+	Path     string // resolved
+	File     string // for a one-file codex: the directory allows this file of it alone
+	dev, ino uint64
+}
+
+// allows reports whether a codex of directory real (the file only of it,
+// for a one-file codex) lies beneath d, by path.
+func (d AllowedDir) allows(real, only string) bool {
+	if d.File != "" {
+		return real == d.Path && only == d.File
+	}
+	return inside(d.Path, real)
+}
+
+// Allow pins the directories paths (resolved now); a path that is a
+// file allows that file alone, as a one-file codex. One that does not
+// exist yet is pinned by its path alone.
+func Allow(paths []string) []AllowedDir {
+	var out []AllowedDir
+	for _, p := range paths {
+		real, err := resolve(p)
+		if err != nil {
+			real = filepath.Clean(p)
+		}
+		d := AllowedDir{Path: real}
+		if info, err := os.Stat(real); err == nil && !info.IsDir() {
+			d.Path, d.File = filepath.Dir(real), filepath.Base(real)
+		}
+		d.dev, d.ino = identity(d.Path)
+		out = append(out, d)
+	}
+	return out
+}
+
+// OutsideError is a codex root that is not (or no longer) beneath any of
+// the directories the operator allows: checked on every load and reload,
+// by opening the root beneath the allowed directory's descriptor.
+type OutsideError struct {
+	Path  string       // the root, resolved
+	Roots []AllowedDir // the allowed directories
+	Why   string       // what made it so, where known
+}
+
+func (e *OutsideError) Error() string {
+	var roots []string
+	for _, r := range e.Roots {
+		roots = append(roots, filepath.Join(r.Path, r.File))
+	}
+	msg := fmt.Sprintf("%s is not under a directory the operator allows (codex.path and codex.load_roots: %s)", e.Path, strings.Join(roots, ", "))
+	if e.Why != "" {
+		msg += ": " + e.Why
+	}
+	return msg
 }
 
 // quotePath is how a path appears in rendered text.
@@ -420,6 +520,8 @@ func fileKind(m fs.FileMode) string {
 // not safe for concurrent use.
 type Ignorer struct {
 	root     string
+	tree     *treeRoot // opened on first use; nil if it cannot be
+	opened   bool
 	include  []gitignore.Pattern
 	exclude  []gitignore.Pattern
 	patterns map[string][]gitignore.Pattern // by directory ("" the root): the patterns in force in it
@@ -428,7 +530,7 @@ type Ignorer struct {
 // NewIgnorer returns the Ignorer of the directory root with opts' include
 // and exclude patterns.
 func NewIgnorer(root string, opts Options) *Ignorer {
-	w, _ := newWalker(context.Background(), root, opts)
+	w, _ := newWalker(context.Background(), nil, opts)
 	return &Ignorer{root: root, include: w.include, exclude: w.exclude, patterns: map[string][]gitignore.Pattern{}}
 }
 
@@ -473,14 +575,23 @@ func (ig *Ignorer) patternsIn(rel string) []gitignore.Pattern {
 		}
 		inherited = ig.patternsIn(parent)
 	}
-	real := filepath.Join(ig.root, filepath.FromSlash(rel))
-	own, _ := dirPatterns(real, rel, func(name string) (fs.FileMode, bool) {
-		info, err := os.Lstat(filepath.Join(real, name))
-		if err != nil {
-			return 0, false
+	if !ig.opened {
+		ig.opened = true
+		if real, err := resolve(ig.root); err == nil {
+			ig.tree, _ = openTreeRoot(real, nil, "")
 		}
-		return info.Mode(), true
-	})
+	}
+	var own []gitignore.Pattern
+	if ig.tree != nil {
+		real := filepath.Join(ig.tree.path, filepath.FromSlash(rel))
+		own, _ = dirPatterns(ig.tree, rel, rel, func(name string) (fs.FileMode, bool) {
+			info, err := os.Lstat(filepath.Join(real, name))
+			if err != nil {
+				return 0, false
+			}
+			return info.Mode(), true
+		})
+	}
 	ps := append(slices.Clone(inherited), own...)
 	ig.patterns[rel] = ps
 	return ps

@@ -336,7 +336,11 @@ func loadFailed(ctx context.Context, path string, kind ctxd.Kind, err error) err
 // count cache on first use. A tree may only tighten: it cannot turn secret
 // redaction off unless the operator allowed it, nor raise the ratio.
 func (s *Service) options(path string, progress func(ctxd.CodexProgress)) (codex.Options, float64, error) {
-	settings, _, err := codex.LoadSettings(path)
+	settings, _, err := codex.LoadSettings(path, s.cfg.Settings.Walk.Within)
+	var kinded *ctxd.Error
+	if err != nil && errors.As(err, &kinded) {
+		return codex.Options{}, 0, err // a root outside the allowed directories: forbidden
+	}
 	if err != nil {
 		return codex.Options{}, 0, ctxd.Errorf(ctxd.KindInvalid, "%w", err)
 	}

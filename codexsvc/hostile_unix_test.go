@@ -137,3 +137,53 @@ func TestWatchOfAOneFileCodex(t *testing.T) {
 	}
 	eventually(t, 20*time.Second, "a change to the codex's file reloaded", func() bool { _, _, _, n := snk.published(); return n == 2 })
 }
+
+// TestWatcherReloadOfASwappedRootIsRefused (issue 27, finding 1): a codex
+// loaded from under a load root is swapped for a link to a directory
+// outside (`mv proj proj.old && ln -s /etc proj`) and its watcher fires.
+// The reload, by the same path, is refused (the root is checked on every
+// load, by opening it beneath the allowed directory), and the codex stays
+// the one loaded: the outside file is never served.
+func TestWatcherReloadOfASwappedRootIsRefused(t *testing.T) {
+	t.Parallel()
+	allowed := t.TempDir()
+	s, _ := newServiceWith(t, 100000, true, func(c *Config) { c.Settings.Walk.Within = codex.Allow([]string{allowed}) })
+	proj := filepath.Join(allowed, "proj")
+	if err := os.MkdirAll(proj, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(proj, "a.go"), []byte("package a\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Load(t.Context(), proj, nil); err != nil {
+		t.Fatal(err)
+	}
+	out := t.TempDir()
+	if err := os.WriteFile(filepath.Join(out, "shadow"), []byte("root:$6$hash:::\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(proj, proj+".old"); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(out, proj); err != nil {
+		t.Fatal(err)
+	}
+	// A change in the watched tree (now proj.old) makes the watcher reload
+	// proj, which now leads outside.
+	if err := os.WriteFile(filepath.Join(proj+".old", "b.go"), []byte("package a\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(4 * debounce)
+	if _, err := s.File("shadow"); ctxd.KindOf(err) != ctxd.KindNotFound {
+		t.Errorf("GET shadow after the swap: %v, want not found", err)
+	}
+	files, _ := s.Files()
+	for _, f := range files {
+		if f.Path == "shadow" {
+			t.Errorf("the outside directory was loaded: %v", files)
+		}
+	}
+	if _, err := s.Load(t.Context(), proj, nil); ctxd.KindOf(err) != ctxd.KindForbidden {
+		t.Errorf("a load of the swapped path: %v, want forbidden", err)
+	}
+}

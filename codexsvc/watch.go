@@ -194,7 +194,7 @@ func (t *treeWatch) rulesChanged() {
 // include and exclude patterns and the codex's settings. Settings that do
 // not load leave the daemon's patterns alone: the load reports them.
 func (s *Service) ignorer(dir string) *codex.Ignorer {
-	settings, _, err := codex.LoadSettings(dir)
+	settings, _, err := codex.LoadSettings(dir, s.cfg.Settings.Walk.Within)
 	if err != nil {
 		settings = codex.Settings{}
 	}

@@ -176,6 +176,13 @@ type Codex struct {
 	// AllowCodexRedactOff lets a codex's own .ctxd.toml turn redaction
 	// off (redact = false); otherwise such a codex is refused.
 	AllowCodexRedactOff bool `toml:"allow_codex_redact_off"`
+	// AllowSecretFiles are gitignore-style patterns naming secret files
+	// (.env, keys, credentials; see docs/security.md) that may load. A
+	// codex's own .ctxd.toml cannot bring them back.
+	AllowSecretFiles []string `toml:"allow_secret_files"`
+	// AllowHardLinks loads files with more than one link (skipped
+	// otherwise: another link may be a file outside the codex).
+	AllowHardLinks bool `toml:"allow_hard_links"`
 }
 
 // Limits feed the governor.

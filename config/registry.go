@@ -18,5 +18,21 @@ func (c Config) SigilRegistry() (*sigils.Registry, error) {
 // WalkOptions are the codex section's options for walking a tree.
 func (c Codex) WalkOptions() codex.Options {
 	return codex.Options{MaxFileBytes: c.MaxFileBytes, MaxTotalBytes: c.MaxTotalBytes,
-		Include: c.Include, Exclude: c.Exclude, NoRedact: !c.Redact}
+		Include: c.Include, Exclude: c.Exclude, NoRedact: !c.Redact,
+		AllowSecret: c.AllowSecretFiles, AllowHardLinks: c.AllowHardLinks, Within: c.within()}
+}
+
+// within are the directories a codex may be loaded from (codex.path and
+// codex.load_roots), pinned now; none when neither is set (nothing can be
+// loaded over the API then, and a codex the daemon is handed directly is
+// the operator's).
+func (c Codex) within() []codex.AllowedDir {
+	roots := c.LoadRoots
+	if c.Path != "" {
+		roots = append([]string{c.Path}, roots...)
+	}
+	if len(roots) == 0 {
+		return nil
+	}
+	return codex.Allow(roots)
 }

@@ -244,6 +244,9 @@ func (cx Codex) validate(p *problems) {
 	if err := codex.ValidatePatterns(cx.Include); err != nil {
 		p.bad("codex.include", "%v", err)
 	}
+	if err := codex.ValidatePatterns(cx.AllowSecretFiles); err != nil {
+		p.bad("codex.allow_secret_files", "%v", err)
+	}
 	if !(cx.CAGRatio > 0 && cx.CAGRatio <= 1) { // written so that NaN fails
 		p.bad("codex.cag_ratio", "%v must be in (0, 1]", cx.CAGRatio)
 	}

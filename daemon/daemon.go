@@ -232,7 +232,7 @@ func (d *Daemon) checkCodex() error {
 	if _, err := os.Stat(d.cfg.Codex.Path); err != nil {
 		return fmt.Errorf("daemon: codex.path: %w", err)
 	}
-	_, found, err := codex.LoadSettings(d.cfg.Codex.Path)
+	_, found, err := codex.LoadSettings(d.cfg.Codex.Path, nil)
 	if err != nil || !found {
 		return err
 	}

@@ -132,7 +132,7 @@ func (l *live) limits(numCtx int) governor.Limits {
 
 // codexLimits reads the limits of the codex's settings file (none: zero).
 func codexLimits(path string) (governor.Limits, error) {
-	settings, found, err := codex.LoadSettings(path)
+	settings, found, err := codex.LoadSettings(path, nil)
 	if err != nil || !found {
 		return governor.Limits{}, err
 	}

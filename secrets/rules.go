@@ -4,9 +4,10 @@ import (
 	"bytes"
 	"cmp"
 	"crypto/sha256"
-	_ "embed"
+	"embed"
 	"encoding/hex"
 	"fmt"
+	"io/fs"
 	"regexp"
 	"regexp/syntax"
 	"slices"
@@ -366,10 +367,35 @@ func newlines(re *syntax.Regexp) int {
 	})
 }
 
-// rulesHash identifies the embedded configuration and ctxd's own rules.
-func rulesHash() string {
+// source is this package's own source, embedded so that the rules'
+// version follows their code: a rule, an allowlist, a filter or the
+// scanner changed by any hand reads every cached file again (its tests
+// are left out of the hash).
+//
+//go:embed *.go
+var source embed.FS
+
+// rulesHash identifies the embedded configuration and ctxd's own rules:
+// their data and the source of every file of this package.
+func rulesHash() string { return rulesHashOf(source, gitleaksTOML) }
+
+// rulesHashOf is rulesHash of the package source src and configuration
+// conf.
+func rulesHashOf(src fs.ReadFileFS, conf []byte) string {
 	h := sha256.New()
-	h.Write(gitleaksTOML)
+	h.Write(conf)
 	h.Write([]byte(ownRulesVersion))
+	files, err := fs.Glob(src, "*.go")
+	if err != nil {
+		panic(err) // a valid pattern over an embedded tree
+	}
+	for _, name := range files { // in name order
+		if strings.HasSuffix(name, "_test.go") {
+			continue
+		}
+		data, _ := src.ReadFile(name)
+		fmt.Fprintf(h, "%s %d\n", name, len(data))
+		h.Write(data)
+	}
 	return hex.EncodeToString(h.Sum(nil)[:6])
 }
