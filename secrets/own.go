@@ -95,15 +95,17 @@ func ownRules() []rule {
 		mk("ctxd-netrc-password",
 			`(?i)\bmachine[ \t]+\S+\s+login[ \t]+\S+(?:\s+(?:account|port)[ \t]+\S+)*\s+password[ \t]+(\S{1,200})`,
 			kw("machine"), func(r *rule) { r.valid = func(_, v string) bool { return !placeholder(v) } }),
-		// A .pgpass line: host:port:database:user:password.
+		// A .pgpass line: host:port:database:user:password, found where a
+		// line names the file, PostgreSQL's port or a wildcard (a rule
+		// without keywords would run over every line of every file).
 		mk("ctxd-pgpass-password",
 			`(?m)^(?:[A-Za-z0-9_.*-]+|\[[0-9A-Fa-f:]+\]):(?:\d{1,5}|\*):[^:\s]+:[^:\s]+:(\S{1,200})\r?$`,
-			nil, func(r *rule) { r.group, r.valid = 1, func(_, v string) bool { return !placeholder(v) } }),
+			kw("pgpass", ":5432:", ":*:"), func(r *rule) { r.group, r.valid = 1, func(_, v string) bool { return !placeholder(v) } }),
 		// A kubeconfig's client key (base64 of a PEM private key) and
 		// bearer token.
 		mk("ctxd-kubeconfig-credential",
 			`(?m)^[ \t]*(?:client-key-data|token)[ \t]*:[ \t]*["']?([A-Za-z0-9+/=._-]{16,})["']?[ \t]*\r?$`,
-			kw("client-key-data", "token"), func(r *rule) {
+			kw("client-key-data", "token:"), func(r *rule) {
 				r.valid = func(_, v string) bool { return !placeholder(v) && entropy(v) > 3 }
 			}),
 		mk("ctxd-authorization-header",
