@@ -152,10 +152,16 @@ func (srv daemonRoutes) handleHealth(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
 }
 
-// handleStatus reports the daemon's state. It reads snapshots only: it
-// never waits for a generation, a codex load or the session store.
+// handleStatus reports the daemon's state, as much of it as the
+// request's sigil may see (statusFor). It reads snapshots only: it never
+// waits for a generation, a codex load or the session store.
 func (srv daemonRoutes) handleStatus(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusOK, srv.core.Status(r.Context()))
+	who, err := srv.actor(r, r.URL.Query().Get("sigil"))
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, srv.statusFor(r.Context(), who))
 }
 
 func (srv daemonRoutes) handleSchema(w http.ResponseWriter, r *http.Request) {

@@ -78,3 +78,52 @@ func TestEveryRouteChecksAuthority(t *testing.T) {
 		t.Errorf("deleting one's own session: %d %s", status, body)
 	}
 }
+
+// TestStatusShowsOnlyWhatTheSigilMaySee (issue 27, finding 8): a sigil
+// with only ask and sessions:read read the codex's root, files,
+// redactions and skipped files through /v1/status, though /v1/codex
+// refuses it, and other sigils' session ids and last request. Now status
+// shows it its own sessions only, and the codex's details only with a
+// codex scope; an admin sees everything.
+func TestStatusShowsOnlyWhatTheSigilMaySee(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "main.go"), []byte("package main\n\nconst password = \"hunter2-hunter2\"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, ".env"), []byte("TOKEN=x\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f := newFixture(t, fixtureOptions{config: func(c *config.Config) {
+		c.Codex.Path = dir
+		c.Sigils["reader"] = config.Sigil{Scopes: []string{"ask", "sessions:read"}}
+		c.Sigils["operator"] = config.Sigil{Scopes: []string{"admin"}}
+	}})
+	f.ask(t, "defaults-secret-session", "a question of default's")
+	status, body := f.do(t, "GET", "/v1/status?sigil=reader", "", "")
+	if status != 200 {
+		t.Fatalf("status as reader: %d %s", status, body)
+	}
+	for _, leak := range []string{"defaults-secret-session", dir, "main.go", ".env", "ctxd-secret-assignment"} {
+		if strings.Contains(body, leak) {
+			t.Errorf("status as reader shows %q:\n%s", leak, body)
+		}
+	}
+	if !strings.Contains(body, `"codex"`) || !strings.Contains(body, `"files": 1`) {
+		t.Errorf("status as reader lost the codex's summary:\n%s", body)
+	}
+	// The reader's own session shows.
+	if status, body := f.do(t, "POST", "/v1/ask", "application/json", `{"session":"readers-own","query":"hi","sigil":"reader"}`); status != 200 {
+		t.Fatalf("ask as reader: %d %s", status, body)
+	}
+	if _, body := f.do(t, "GET", "/v1/status?sigil=reader", "", ""); !strings.Contains(body, "readers-own") {
+		t.Errorf("status as reader does not show its own last request:\n%s", body)
+	}
+	// A sigil with the admin scope sees everything.
+	_, body = f.do(t, "GET", "/v1/status?sigil=operator", "", "")
+	for _, want := range []string{dir, "main.go", ".env", "readers-own"} {
+		if !strings.Contains(body, want) {
+			t.Errorf("status as admin lacks %q:\n%s", want, body)
+		}
+	}
+}

@@ -253,8 +253,8 @@ func (m mcpDaemon) CodexFile(ctx context.Context, path string) (*ctxd.CodexFileC
 // Status is the daemon's status as the status tool shows it: v (a map)
 // gets its JSON fields.
 func (m mcpDaemon) Status(ctx context.Context, v any) error {
-	return m.call(ctx, "GET /v1/status", func(ctx context.Context, _ runcontext.Sigil) error {
-		b, err := json.Marshal(m.srv.core.Status(ctx))
+	return m.call(ctx, "GET /v1/status", func(ctx context.Context, who runcontext.Sigil) error {
+		b, err := json.Marshal(m.srv.statusFor(ctx, who))
 		if err != nil {
 			return ctxd.Errorf(ctxd.KindInternal, "status: %w", err)
 		}

@@ -1,6 +1,8 @@
 package httpapi
 
 import (
+	"context"
+	"slices"
 	"time"
 
 	"github.com/ctxd/ctxd"
@@ -8,7 +10,9 @@ import (
 	"github.com/ctxd/ctxd/engine"
 	"github.com/ctxd/ctxd/governor"
 	"github.com/ctxd/ctxd/hostenv"
+	"github.com/ctxd/ctxd/runcontext"
 	"github.com/ctxd/ctxd/scheduler"
+	"github.com/ctxd/ctxd/sigils"
 )
 
 // Status is the body of GET /v1/status.
@@ -91,4 +95,60 @@ func (st *Status) FillEngine(e *engine.Engine) {
 	if cs, ok := e.Codex.Stats(); ok {
 		st.Codex = &cs
 	}
+}
+
+// statusFor is the daemon's status as the sigil who may see it: all of it
+// for an admin; for any other sigil, its own sessions only (the slots and
+// the queue name no other sigil's session, the last request shows only if
+// it was its own), its own entry among the sigils, and the codex's files,
+// redactions and skipped files only with a codex scope (as GET /v1/codex).
+func (srv *Server) statusFor(ctx context.Context, who runcontext.Sigil) Status {
+	st := srv.core.Status(ctx)
+	if sigils.Allows(who, sigils.ScopeAdmin) {
+		return st
+	}
+	owner := func(string) string { return "" }
+	if e, err := srv.core.Engine(); err == nil {
+		owner = func(session string) string {
+			_, s, ok := e.Orch.LastPrompt(session)
+			if !ok {
+				return ""
+			}
+			return s
+		}
+	}
+	mine := func(session string) bool { return session != "" && owner(session) == who.Name }
+	if st.LastRequest != nil && !mine(st.LastRequest.Session) {
+		st.LastRequest = nil
+	}
+	if sc := st.Scheduler; sc != nil {
+		c := *sc
+		c.Slots = slices.Clone(sc.Slots)
+		for i := range c.Slots {
+			if !mine(c.Slots[i].Session) {
+				c.Slots[i].Session, c.Slots[i].Prefix = "", ""
+			}
+		}
+		c.Waiting = slices.Clone(sc.Waiting)
+		for i := range c.Waiting {
+			if !mine(c.Waiting[i].Session) {
+				c.Waiting[i].Session = ""
+			}
+		}
+		st.Scheduler = &c
+	}
+	var own []SigilStatus
+	for _, s := range st.Sigils {
+		if s.Name == who.Name {
+			own = append(own, s)
+		}
+	}
+	st.Sigils = own
+	if cs := st.Codex; cs != nil && !sigils.Allows(who, sigils.ScopeCodexLoad) && !sigils.Allows(who, sigils.ScopeSearchCodex) {
+		c := *cs
+		c.Root, c.Largest, c.Redacted, c.Skipped = "", nil, nil, nil
+		st.Codex = &c
+	}
+	st.Config, st.Reload = "", nil // the operator's files
+	return st
 }
