@@ -19,6 +19,7 @@ const (
 	KindNotFound     Kind = "not_found"     // no such thing
 	KindConflict     Kind = "conflict"      // not possible in the daemon's current state
 	KindTooLarge     Kind = "too_large"     // the body is over the cap
+	KindTooMany      Kind = "too_many"      // a bound on what one sigil (or all) may hold is reached
 	KindUnsupported  Kind = "unsupported"   // a content type ctxd does not read
 	KindDoesNotFit   Kind = "does_not_fit"  // the prompt does not fit even after the governor's actions
 	KindCanceled     Kind = "canceled"      // the client went away or cancelled
@@ -48,6 +49,8 @@ func (k Kind) Status() int {
 		return http.StatusConflict
 	case KindTooLarge:
 		return http.StatusRequestEntityTooLarge
+	case KindTooMany:
+		return http.StatusTooManyRequests
 	case KindUnsupported:
 		return http.StatusUnsupportedMediaType
 	case KindDoesNotFit:

@@ -118,6 +118,10 @@ type APIError struct {
 
 func (e *APIError) Error() string { return fmt.Sprintf("%s (HTTP %d)", e.Message, e.Status) }
 
+// ErrorKind is the error's kind, as the daemon named it: ctxd.KindOf
+// reads it.
+func (e *APIError) ErrorKind() ctxd.Kind { return e.Kind }
+
 func (c *Client) do(ctx context.Context, method, path string, body any) (*http.Response, error) {
 	var rd io.Reader
 	if body != nil {

@@ -64,6 +64,10 @@ type Karma struct {
 	MaxChars      int      `toml:"max_chars"`       // the block's entry text at most
 	MaxEntryChars int      `toml:"max_entry_chars"` // one entry at most; a longer trace is left out, never cut
 	HalfLife      Duration `toml:"half_life"`       // the age at which a trace's recency score halves
+	// MaxNoteBytes bounds a judgement's note; MaxJudgements the
+	// judgements (events) one trace may have.
+	MaxNoteBytes  int `toml:"max_note_bytes"`
+	MaxJudgements int `toml:"max_judgements"`
 }
 
 // Daemon is the daemon process itself.
@@ -95,6 +99,13 @@ type Daemon struct {
 	// MaxConnections caps the connections each listener holds at once;
 	// past it new ones wait until one closes.
 	MaxConnections int `toml:"max_connections"`
+	// MaxWebSocketsPerSigil caps the WebSocket sessions one sigil holds
+	// open; MaxMCPSessionsPerSigil its MCP sessions, and MaxMCPSessions
+	// all sigils' together. Past a bound the next is refused (429, naming
+	// the key): one sigil cannot hold what every other needs.
+	MaxWebSocketsPerSigil  int `toml:"max_websockets_per_sigil"`
+	MaxMCPSessionsPerSigil int `toml:"max_mcp_sessions_per_sigil"`
+	MaxMCPSessions         int `toml:"max_mcp_sessions"`
 	// BodyTimeout is how long a client may take to send a request's body;
 	// IdleTimeout how long a kept-alive connection may sit between
 	// requests. Streams (answers, WebSocket, MCP) are not bound by them.
@@ -264,6 +275,7 @@ func Default(env Env) Config {
 			MaxBodyBytes: 1 << 20, DefaultSigil: "default", ShutdownGrace: Duration{10 * time.Second},
 			WriteTimeout:   Duration{30 * time.Second},
 			MaxConnections: 1024, BodyTimeout: Duration{30 * time.Second}, IdleTimeout: Duration{2 * time.Minute},
+			MaxWebSocketsPerSigil: 64, MaxMCPSessionsPerSigil: 64, MaxMCPSessions: 512,
 			StoreTimeout: Duration{10 * time.Second}, DisallowedTools: "refuse",
 		},
 		Backend: Backend{
@@ -278,7 +290,8 @@ func Default(env Env) Config {
 		Codex: Codex{MaxFileBytes: 1 << 20, MaxTotalBytes: 512 << 20, Redact: true,
 			CAGRatio: 0.7, TopK: 5, Watch: true},
 		Limits: Limits{AnswerReserve: 256, MaxDepth: 32, KVCacheType: "f16", MemoryHeadroomMB: 512},
-		Karma:  Karma{Enabled: true, TopK: 5, MaxChars: 4000, MaxEntryChars: 1200, HalfLife: Duration{7 * 24 * time.Hour}},
+		Karma: Karma{Enabled: true, TopK: 5, MaxChars: 4000, MaxEntryChars: 1200, HalfLife: Duration{7 * 24 * time.Hour},
+			MaxNoteBytes: 4096, MaxJudgements: 64},
 		Env:    defaultEnvironment(),
 		Sigils: map[string]Sigil{"default": {Scopes: slices.Clone(sigils.All)}},
 	}

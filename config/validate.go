@@ -65,6 +65,15 @@ func (c Config) validateDaemon(p *problems) {
 	if n := d.MaxConnections; n < 16 || n > 1<<20 {
 		p.bad("daemon.max_connections", "%d must be between 16 and 1048576", n)
 	}
+	for _, b := range []struct {
+		key string
+		n   int
+	}{{"daemon.max_websockets_per_sigil", d.MaxWebSocketsPerSigil},
+		{"daemon.max_mcp_sessions_per_sigil", d.MaxMCPSessionsPerSigil}, {"daemon.max_mcp_sessions", d.MaxMCPSessions}} {
+		if b.n < 1 || b.n > 1<<16 {
+			p.bad(b.key, "%d must be between 1 and 65536", b.n)
+		}
+	}
 	if b := d.BodyTimeout.Duration; b < 100*time.Millisecond || b > 10*time.Minute {
 		p.bad("daemon.body_timeout", "%v must be between 100ms and 10m", b)
 	}
@@ -323,5 +332,11 @@ func (k Karma) validate(p *problems) {
 	}
 	if k.HalfLife.Duration < time.Minute {
 		p.bad("karma.half_life", "%v must be at least 1m", k.HalfLife.Duration)
+	}
+	if k.MaxNoteBytes < 1 || k.MaxNoteBytes > 1<<20 {
+		p.bad("karma.max_note_bytes", "%d must be between 1 and 1048576", k.MaxNoteBytes)
+	}
+	if k.MaxJudgements < 1 || k.MaxJudgements > 1<<16 {
+		p.bad("karma.max_judgements", "%d must be between 1 and 65536", k.MaxJudgements)
 	}
 }

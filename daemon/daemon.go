@@ -221,7 +221,7 @@ func (d *Daemon) apiConfig() httpapi.Config {
 		roots = append([]string{d.cfg.Codex.Path}, roots...)
 	}
 	return httpapi.Config{Daemon: d.cfg.Daemon, LoadRoots: roots, Version: d.version, Sigils: d.sigils,
-		Store: d.store, Karma: d.karma, Sensor: d.sensor, Metrics: d.metrics, Logger: d.log}
+		Store: d.store, Karma: d.karma, KarmaBounds: d.cfg.Karma, Sensor: d.sensor, Metrics: d.metrics, Logger: d.log}
 }
 
 // checkCodex fails fast on a codex path or settings file that cannot work.

@@ -157,9 +157,17 @@ func (srv karmaRoutes) judge(ctx context.Context, s runcontext.Sigil, idText, ac
 	default:
 		return ctxd.Trace{}, ctxd.Errorf(ctxd.KindNotFound, "no karma action %q: verify, reject, pin, unpin or supersede", action)
 	}
-	t, _, err := srv.ownTrace(ctx, s, idText)
+	t, events, err := srv.ownTrace(ctx, s, idText)
 	if err != nil {
 		return t, err
+	}
+	// Bounded: a trace's history is read whole (GET /v1/karma/{id}) and
+	// every note is kept for good.
+	if n := srv.cfg.KarmaBounds.MaxNoteBytes; n > 0 && len(j.Note) > n {
+		return t, ctxd.Errorf(ctxd.KindTooLarge, "note: %d bytes, over the %d of karma.max_note_bytes", len(j.Note), n)
+	}
+	if n := srv.cfg.KarmaBounds.MaxJudgements; n > 0 && len(events) >= n {
+		return t, ctxd.Errorf(ctxd.KindTooMany, "trace %d has %d judgements, the most karma.max_judgements allows: it cannot be judged again", t.ID, len(events))
 	}
 	if action == ctxd.KarmaSupersede {
 		if j.By == 0 {

@@ -165,7 +165,7 @@ func newFixture(t testing.TB, o fixtureOptions) *fixture {
 		roots = append(roots, cfg.Codex.Path)
 	}
 	f.srv = New(Config{Daemon: cfg.Daemon, LoadRoots: append(roots, cfg.Codex.LoadRoots...), Version: "test", Sigils: reg,
-		Store: f.store, Karma: karma, Sensor: f.sensor, Metrics: met, Logger: log}, f.core)
+		Store: f.store, Karma: karma, KarmaBounds: cfg.Karma, Sensor: f.sensor, Metrics: met, Logger: log}, f.core)
 	lim := governor.Limits{MaxChars: cfg.Limits.MaxChars, NumCtx: o.numCtx, AnswerReserve: cfg.Limits.AnswerReserve,
 		MaxDepth: cfg.Limits.MaxDepth, CompactTo: cfg.Limits.CompactTo}
 	eng, err := engine.New(t.Context(), engine.Config{

@@ -90,11 +90,65 @@ func (m *mcpHTTP) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	a, _ := r.Context().Value(authKey{}).(authInfo)
 	h, err := m.sessions(r.Context(), authInfo{name: sigil.Name, byToken: a.byToken, token: a.token})
+	if err == nil && r.Method == http.MethodPost && r.Header.Get("Mcp-Session-Id") == "" {
+		err = m.room(sigil.Name) // a request without a session begins one
+	}
 	if err != nil {
 		writeError(w, err)
 		return
 	}
 	h.ServeHTTP(w, r)
+}
+
+// room is nil if sigil may begin another MCP session: it holds fewer than
+// daemon.max_mcp_sessions_per_sigil, and all sigils together fewer than
+// daemon.max_mcp_sessions. Each session is kept until its client ends it
+// or it is idle for mcpSessionTimeout: unbounded, a flood of initialize
+// calls held a goroutine and its memory for each (issue 27, finding 7).
+func (m *mcpHTTP) room(sigil string) error {
+	mine, all := m.counts(sigil)
+	d := m.srv.cfg.Daemon
+	if d.MaxMCPSessionsPerSigil > 0 && mine >= d.MaxMCPSessionsPerSigil {
+		return ctxd.Errorf(ctxd.KindTooMany, "sigil %q holds %d MCP sessions, the most daemon.max_mcp_sessions_per_sigil allows; end one (DELETE with its Mcp-Session-Id) or wait %v for an idle one to end", sigil, mine, mcpSessionTimeout)
+	}
+	if d.MaxMCPSessions > 0 && all >= d.MaxMCPSessions {
+		return ctxd.Errorf(ctxd.KindTooMany, "the daemon holds %d MCP sessions, the most daemon.max_mcp_sessions allows", all)
+	}
+	return nil
+}
+
+// bySigilCounts is the MCP sessions open now, by sigil.
+func (m *mcpHTTP) bySigilCounts() map[string]int {
+	if m == nil {
+		return nil
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := map[string]int{}
+	for key, s := range m.bySigil {
+		for range s.srv.MCP().Sessions() {
+			out[strings.TrimPrefix(key, "\x00")]++
+		}
+	}
+	return out
+}
+
+// counts is the MCP sessions open now: sigil's (by token or named on the
+// socket) and all sigils'.
+func (m *mcpHTTP) counts(sigil string) (mine, all int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for key, s := range m.bySigil {
+		n := 0
+		for range s.srv.MCP().Sessions() {
+			n++
+		}
+		all += n
+		if strings.TrimPrefix(key, "\x00") == sigil {
+			mine += n
+		}
+	}
+	return mine, all
 }
 
 // sessions is the MCP handler of one sigil's sessions, made on first use

@@ -45,9 +45,12 @@ type Config struct {
 	Sigils    *sigils.Registry
 	Store     ctxd.Store
 	Karma     ctxd.KarmaStore // nil: karma is off
-	Sensor    ctxd.Sensor     // WebSocket sessions hear of its band changes
-	Metrics   *metrics.Metrics
-	Logger    *slog.Logger
+	// KarmaBounds are karma's size bounds (max_note_bytes,
+	// max_judgements); zero: unbounded.
+	KarmaBounds config.Karma
+	Sensor      ctxd.Sensor // WebSocket sessions hear of its band changes
+	Metrics     *metrics.Metrics
+	Logger      *slog.Logger
 }
 
 // Server serves the HTTP surface on the daemon's listeners.
@@ -57,6 +60,8 @@ type Server struct {
 	log  *slog.Logger
 	hub  *hub     // WebSocket sessions' notices
 	mcp  *mcpHTTP // the MCP endpoint's sessions
+
+	websockets *holds // the WebSocket sessions each sigil holds open
 
 	stopping     chan struct{}   // closed when the server begins to stop
 	stopOnce     sync.Once       //
@@ -82,6 +87,7 @@ func New(cfg Config, core Core) *Server {
 	srv := &Server{cfg: cfg, core: core, log: cfg.Logger, stopping: make(chan struct{}), serveErr: make(chan error, 2)}
 	srv.requests, srv.stopRequests = context.WithCancelCause(context.Background())
 	srv.hub = newHub(srv.stopping, cfg.Sensor, cfg.Logger)
+	srv.websockets = newHolds("WebSocket sessions", "daemon.max_websockets_per_sigil", cfg.Daemon.MaxWebSocketsPerSigil)
 	srv.mcp = newMCPHTTP(srv)
 	return srv
 }

@@ -37,7 +37,10 @@ type Status struct {
 	Karma     bool              `json:"karma"` // answers are recorded as traces
 	Sessions  int               `json:"sessions"`
 	Listeners Listeners         `json:"listeners"`
-	LogLevel  string            `json:"log_level"`
+	// Bounds are the daemon's resource bounds, with what is in use of
+	// those it counts (a sigil other than an admin sees its own share).
+	Bounds   []Bound `json:"bounds,omitempty"`
+	LogLevel string  `json:"log_level"`
 	// Config is the file the configuration was read from ("" for the
 	// built-in defaults); Reload how the last reload went (nil: none yet).
 	Config string        `json:"config,omitempty"`
@@ -104,7 +107,9 @@ func (st *Status) FillEngine(e *engine.Engine) {
 // redactions and skipped files only with a codex scope (as GET /v1/codex).
 func (srv *Server) statusFor(ctx context.Context, who runcontext.Sigil) Status {
 	st := srv.core.Status(ctx)
-	if sigils.Allows(who, sigils.ScopeAdmin) {
+	admin := sigils.Allows(who, sigils.ScopeAdmin)
+	st.Bounds = srv.bounds(who.Name, admin)
+	if admin {
 		return st
 	}
 	owner := func(string) string { return "" }
@@ -149,6 +154,36 @@ func (srv *Server) statusFor(ctx context.Context, who runcontext.Sigil) Status {
 		c.Root, c.Largest, c.Redacted, c.Skipped = "", nil, nil, nil
 		st.Codex = &c
 	}
-	st.Config, st.Reload = "", nil // the operator's files
 	return st
+}
+
+// bounds are the daemon's resource bounds and what is in use of those it
+// counts; a viewer who is not an admin sees only its own sigil's share.
+func (srv *Server) bounds(viewer string, admin bool) []Bound {
+	d, k := srv.cfg.Daemon, srv.cfg.KarmaBounds
+	share := func(by map[string]int) (*int, map[string]int) {
+		total := 0
+		for _, n := range by {
+			total += n
+		}
+		if !admin {
+			return nil, map[string]int{viewer: by[viewer]}
+		}
+		return &total, by
+	}
+	ws, wsBy := share(srv.websockets.counts())
+	mcpBy := srv.mcp.bySigilCounts()
+	mcpTotal, mcpMine := share(mcpBy)
+	out := []Bound{
+		{Key: "daemon.max_connections", Limit: int64(d.MaxConnections)},
+		{Key: "daemon.max_body_bytes", Limit: d.MaxBodyBytes},
+		{Key: "daemon.max_websockets_per_sigil", Limit: int64(d.MaxWebSocketsPerSigil), InUse: ws, BySigil: wsBy},
+		{Key: "daemon.max_mcp_sessions_per_sigil", Limit: int64(d.MaxMCPSessionsPerSigil), BySigil: mcpMine},
+		{Key: "daemon.max_mcp_sessions", Limit: int64(d.MaxMCPSessions), InUse: mcpTotal},
+	}
+	if srv.cfg.Karma != nil {
+		out = append(out, Bound{Key: "karma.max_note_bytes", Limit: int64(k.MaxNoteBytes)},
+			Bound{Key: "karma.max_judgements", Limit: int64(k.MaxJudgements)})
+	}
+	return out
 }

@@ -173,6 +173,21 @@ func (srv wsRoutes) handleWS(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
+	// A sigil holds at most daemon.max_websockets_per_sigil open: one
+	// token holder's idle connections held every other client out
+	// (issue 27, finding 5).
+	who, err := srv.actor(r, r.URL.Query().Get("sigil"))
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	release, err := srv.websockets.take(who.Name)
+	if err != nil {
+		srv.log.InfoContext(r.Context(), "websocket refused", "err", err)
+		writeError(w, err)
+		return
+	}
+	defer release()
 	// Subscribed before the upgrade is answered: a client sees every
 	// notice published after its handshake.
 	sub := srv.hub.subscribe()

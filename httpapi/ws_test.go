@@ -43,8 +43,15 @@ type wsPeer struct {
 }
 
 // dialWS opens a raw session on the daemon's socket.
+// dialWS opens a WebSocket to the daemon on socket; "?sigil=NAME" after
+// the socket's path names the connection's sigil.
 func dialWS(t *testing.T, socket string, opts *websocket.DialOptions) *websocket.Conn {
 	t.Helper()
+	socket, query, _ := strings.Cut(socket, "?")
+	url := "ws://ctxd/v1/ws"
+	if query != "" {
+		url += "?" + query
+	}
 	if opts == nil {
 		opts = &websocket.DialOptions{}
 	}
@@ -54,7 +61,7 @@ func dialWS(t *testing.T, socket string, opts *websocket.DialOptions) *websocket
 			return d.DialContext(ctx, "unix", socket)
 		},
 	}}
-	ws, _, err := websocket.Dial(t.Context(), "ws://ctxd/v1/ws", opts)
+	ws, _, err := websocket.Dial(t.Context(), url, opts)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,6 +6,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"strings"
 
 	"github.com/ctxd/ctxd"
@@ -206,6 +208,24 @@ func (o *overview) common(st httpapi.Status) {
 	o.line("sigils", "%s", strings.Join(sigils, " · "))
 	o.line("trust", "%s", st.Listeners.Trust)
 	o.line("karma", "%s", karma)
+	if len(st.Bounds) > 0 {
+		var bs []string
+		for _, b := range st.Bounds {
+			d := fmt.Sprintf("%s %d", strings.TrimPrefix(strings.TrimPrefix(b.Key, "daemon."), "karma."), b.Limit)
+			if b.InUse != nil {
+				d += fmt.Sprintf(" (%d in use)", *b.InUse)
+			}
+			if len(b.BySigil) > 0 {
+				var by []string
+				for _, name := range slices.Sorted(maps.Keys(b.BySigil)) {
+					by = append(by, fmt.Sprintf("%s %d", name, b.BySigil[name]))
+				}
+				d += " [" + strings.Join(by, ", ") + "]"
+			}
+			bs = append(bs, d)
+		}
+		o.line("bounds", "%s", strings.Join(bs, " · "))
+	}
 	if st.LogLevel != "" {
 		o.line("log level", "%s", st.LogLevel)
 	}
