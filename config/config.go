@@ -103,9 +103,15 @@ type Daemon struct {
 	// open; MaxMCPSessionsPerSigil its MCP sessions, and MaxMCPSessions
 	// all sigils' together. Past a bound the next is refused (429, naming
 	// the key): one sigil cannot hold what every other needs.
-	MaxWebSocketsPerSigil  int `toml:"max_websockets_per_sigil"`
-	MaxMCPSessionsPerSigil int `toml:"max_mcp_sessions_per_sigil"`
-	MaxMCPSessions         int `toml:"max_mcp_sessions"`
+	MaxWebSocketsPerSigil int `toml:"max_websockets_per_sigil"`
+	// MaxUnauthenticated caps the connections of each listener none of
+	// whose requests has yet passed authentication: past it the oldest is
+	// closed. HeaderTimeout is how long a client may take to send a
+	// request's headers.
+	MaxUnauthenticated     int      `toml:"max_unauthenticated"`
+	HeaderTimeout          Duration `toml:"header_timeout"`
+	MaxMCPSessionsPerSigil int      `toml:"max_mcp_sessions_per_sigil"`
+	MaxMCPSessions         int      `toml:"max_mcp_sessions"`
 	// BodyTimeout is how long a client may take to send a request's body;
 	// IdleTimeout how long a kept-alive connection may sit between
 	// requests. Streams (answers, WebSocket, MCP) are not bound by them.
@@ -276,6 +282,7 @@ func Default(env Env) Config {
 			WriteTimeout:   Duration{30 * time.Second},
 			MaxConnections: 1024, BodyTimeout: Duration{30 * time.Second}, IdleTimeout: Duration{2 * time.Minute},
 			MaxWebSocketsPerSigil: 64, MaxMCPSessionsPerSigil: 64, MaxMCPSessions: 512,
+			MaxUnauthenticated: 64, HeaderTimeout: Duration{5 * time.Second},
 			StoreTimeout: Duration{10 * time.Second}, DisallowedTools: "refuse",
 		},
 		Backend: Backend{

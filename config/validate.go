@@ -69,10 +69,14 @@ func (c Config) validateDaemon(p *problems) {
 		key string
 		n   int
 	}{{"daemon.max_websockets_per_sigil", d.MaxWebSocketsPerSigil},
-		{"daemon.max_mcp_sessions_per_sigil", d.MaxMCPSessionsPerSigil}, {"daemon.max_mcp_sessions", d.MaxMCPSessions}} {
+		{"daemon.max_mcp_sessions_per_sigil", d.MaxMCPSessionsPerSigil}, {"daemon.max_mcp_sessions", d.MaxMCPSessions},
+		{"daemon.max_unauthenticated", d.MaxUnauthenticated}} {
 		if b.n < 1 || b.n > 1<<16 {
 			p.bad(b.key, "%d must be between 1 and 65536", b.n)
 		}
+	}
+	if h := d.HeaderTimeout.Duration; h < 100*time.Millisecond || h > time.Minute {
+		p.bad("daemon.header_timeout", "%v must be between 100ms and 1m", h)
 	}
 	if b := d.BodyTimeout.Duration; b < 100*time.Millisecond || b > 10*time.Minute {
 		p.bad("daemon.body_timeout", "%v must be between 100ms and 10m", b)

@@ -67,9 +67,15 @@ func (srv *Server) authenticate(next http.Handler, required bool) http.Handler {
 			open := r.URL.Path == "/v1/health" || r.URL.Path == "/"
 			if required && !open {
 				w.Header().Set("WWW-Authenticate", `Bearer realm="ctxd"`)
+				// Closed after the refusal: its body is never read, and
+				// the connection does not wait for it.
+				w.Header().Set("Connection", "close")
 				writeErrorFor(w, r, ctxd.Errorf(ctxd.KindUnauthorized,
 					"this listener needs a sigil's token on every request: send Authorization: Bearer <token> (an operator makes one with `ctxd sigil token NAME`)"))
 				return
+			}
+			if !required {
+				connAuthenticated(r) // the socket: its peer is its owner's (0600), checked against the sigil it names
 			}
 			next.ServeHTTP(w, r)
 			return
@@ -82,9 +88,11 @@ func (srv *Server) authenticate(next http.Handler, required bool) http.Handler {
 				why = "revoked"
 			}
 			srv.log.WarnContext(r.Context(), "request refused: token", "why", why, "path", r.URL.Path) // never the token
+			w.Header().Set("Connection", "close")
 			writeErrorFor(w, r, ctxd.Errorf(ctxd.KindUnauthorized, "Authorization: %v", err))
 			return
 		}
+		connAuthenticated(r)
 		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), authKey{}, authInfo{name: s.Name, byToken: true, token: tok})))
 	})
 }

@@ -105,7 +105,8 @@ func TestMCPSessionsAreBounded(t *testing.T) {
 		t.Errorf("a third session of one sigil: %d %s, want 429 naming daemon.max_mcp_sessions_per_sigil", status, body)
 	}
 	if _, err := mcpHTTPSession(t, sock, http.Header{"X-Ctxd-Sigil": {"peer"}}); err != nil {
-		t.Errorf("another sigil's session: %v", err)
+		_, body := socktest.DoHeader(t, sock, "GET", "/v1/status", nil, "")
+		t.Errorf("another sigil's session: %v\n%s", err, body)
 	}
 	hp := h.Clone()
 	hp.Set("X-Ctxd-Sigil", "peer")

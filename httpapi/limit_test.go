@@ -27,6 +27,7 @@ func capServer(t *testing.T, n int) (string, <-chan struct{}) {
 	}
 	srv := &http.Server{
 		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			connAuthenticated(r) // as the daemon's authentication does, before the body
 			_, _ = io.Copy(io.Discard, r.Body)
 			fmt.Fprint(w, "ok")
 		}),
@@ -42,7 +43,7 @@ func capServer(t *testing.T, n int) (string, <-chan struct{}) {
 		}
 	}
 	done := make(chan error, 1)
-	go func() { done <- serveCapped(srv, ln, n) }()
+	go func() { done <- serveCapped(srv, ln, n, 0) }()
 	t.Cleanup(func() {
 		srv.Close()
 		if err := <-done; !errors.Is(err, http.ErrServerClosed) {
@@ -88,16 +89,24 @@ func closed(conn net.Conn) bool {
 }
 
 // askAsync sends GET / on a new connection and reports the answer's error.
-func askAsync(sock string) <-chan error {
+func askAsync(sock string) <-chan error { return getAsync(sock, "/") }
+
+// getAsync sends GET path on a new connection and reports the answer's
+// error (a status other than 200 is one).
+func getAsync(sock, path string) <-chan error {
 	res := make(chan error, 1)
 	go func() {
 		tr := &http.Transport{DisableKeepAlives: true, DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 			var d net.Dialer
 			return d.DialContext(ctx, "unix", sock)
 		}}
-		resp, err := (&http.Client{Transport: tr, Timeout: time.Minute}).Get("http://x/")
+		resp, err := (&http.Client{Transport: tr, Timeout: time.Minute}).Get("http://x" + path)
 		if err == nil {
+			b, _ := io.ReadAll(resp.Body)
 			resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				err = fmt.Errorf("status %d: %s", resp.StatusCode, b)
+			}
 		}
 		res <- err
 	}()
@@ -144,7 +153,8 @@ func TestCapClosesTheLongestIdleConnection(t *testing.T) {
 
 // TestCapKeepsRequestsInProgress: connections whose requests are in
 // progress (a body still coming) are never closed to make room; a new
-// connection waits until one of them ends.
+// connection gets a spare place, where health is answered at once and
+// any other request waits until one of them ends.
 func TestCapKeepsRequestsInProgress(t *testing.T) {
 	t.Parallel()
 	const n = 4
@@ -155,10 +165,33 @@ func TestCapKeepsRequestsInProgress(t *testing.T) {
 		fmt.Fprint(conns[i], "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{")
 	}
 	time.Sleep(2 * newConnGrace) // every one past the grace: only its state protects it
+	// A new connection takes a spare place past the cap, where health is
+	// answered at once.
+	if err := <-getAsync(sock, "/v1/health"); err != nil {
+		t.Errorf("health on a spare place: %v", err)
+	}
+	// Spare places taken by connections whose headers never end are
+	// given to new ones: health is still answered.
+	var spares []net.Conn
+	for range spareConns {
+		c := dialUnix(t, sock)
+		fmt.Fprint(c, "GET /v1/health HTTP/1.1\r\nHost: x\r\n") // headers that do not end
+		spares = append(spares, c)
+	}
+	defer func() {
+		for _, c := range spares {
+			c.Close()
+		}
+	}()
+	time.Sleep(2 * unauthGrace)
+	if err := <-getAsync(sock, "/v1/health"); err != nil {
+		t.Errorf("health with every spare place taken by headers that never end: %v", err)
+	}
+	// Any other request waits for a place of its own.
 	res := askAsync(sock)
 	select {
 	case err := <-res:
-		t.Fatalf("a new connection was served (%v) while every place held a request in progress", err)
+		t.Fatalf("a new connection was answered (%v) while every place held a request in progress", err)
 	case <-time.After(time.Second):
 	}
 	for i, c := range conns {
@@ -169,7 +202,7 @@ func TestCapKeepsRequestsInProgress(t *testing.T) {
 	}
 	fmt.Fprint(conns[0], "}") // its request ends: the connection goes idle, and may go
 	if err := <-res; err != nil {
-		t.Fatalf("the new connection once a request ended: %v", err)
+		t.Fatalf("the waiting request once a request ended: %v", err)
 	}
 }
 

@@ -35,6 +35,7 @@ type mcpHTTP struct {
 
 	mu      sync.Mutex
 	bySigil map[string]mcpSigil // guarded by mu
+	ids     map[string]string   // the sessions begun, by id: their sigil; guarded by mu
 }
 
 // mcpSigil is one sigil's MCP server and the handler of its sessions.
@@ -45,7 +46,7 @@ type mcpSigil struct {
 
 // newMCPHTTP returns the MCP endpoint of a server.
 func newMCPHTTP(srv *Server) *mcpHTTP {
-	return &mcpHTTP{srv: srv, bySigil: map[string]mcpSigil{}}
+	return &mcpHTTP{srv: srv, bySigil: map[string]mcpSigil{}, ids: map[string]string{}}
 }
 
 // close ends every MCP session, once the daemon has stopped serving.
@@ -90,15 +91,59 @@ func (m *mcpHTTP) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	a, _ := r.Context().Value(authKey{}).(authInfo)
 	h, err := m.sessions(r.Context(), authInfo{name: sigil.Name, byToken: a.byToken, token: a.token})
-	if err == nil && r.Method == http.MethodPost && r.Header.Get("Mcp-Session-Id") == "" {
+	begins := r.Method == http.MethodPost && r.Header.Get("Mcp-Session-Id") == ""
+	if err == nil && begins {
 		err = m.room(sigil.Name) // a request without a session begins one
 	}
 	if err != nil {
 		writeError(w, err)
 		return
 	}
-	h.ServeHTTP(w, r)
+	if !begins {
+		h.ServeHTTP(w, r)
+		return
+	}
+	cw := &sessionIDCapture{ResponseWriter: w}
+	h.ServeHTTP(cw, r)
+	if cw.id != "" {
+		m.mu.Lock()
+		m.ids[cw.id] = sigil.Name
+		m.mu.Unlock()
+	}
 }
+
+// sessionIDCapture keeps the session id an answer gives its client, as
+// its headers are written.
+type sessionIDCapture struct {
+	http.ResponseWriter
+	id string
+}
+
+func (c *sessionIDCapture) capture() {
+	if c.id == "" {
+		c.id = c.ResponseWriter.Header().Get("Mcp-Session-Id")
+	}
+}
+
+func (c *sessionIDCapture) WriteHeader(code int) {
+	c.capture()
+	c.ResponseWriter.WriteHeader(code)
+}
+
+func (c *sessionIDCapture) Write(b []byte) (int, error) {
+	c.capture()
+	return c.ResponseWriter.Write(b)
+}
+
+func (c *sessionIDCapture) Flush() {
+	c.capture()
+	if f, ok := c.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+// Unwrap is the writer it wraps (for http.ResponseController).
+func (c *sessionIDCapture) Unwrap() http.ResponseWriter { return c.ResponseWriter }
 
 // room is nil if sigil may begin another MCP session: it holds fewer than
 // daemon.max_mcp_sessions_per_sigil, and all sigils together fewer than
@@ -117,34 +162,37 @@ func (m *mcpHTTP) room(sigil string) error {
 	return nil
 }
 
-// bySigilCounts is the MCP sessions open now, by sigil.
+// bySigilCounts is the MCP sessions open now, by sigil: those begun and
+// given to a client (the SDK makes and drops others of its own while it
+// answers an initialize) and not ended since.
 func (m *mcpHTTP) bySigilCounts() map[string]int {
 	if m == nil {
 		return nil
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	out := map[string]int{}
-	for key, s := range m.bySigil {
-		for range s.srv.MCP().Sessions() {
-			out[strings.TrimPrefix(key, "\x00")]++
+	live := map[string]bool{}
+	for _, s := range m.bySigil {
+		for ss := range s.srv.MCP().Sessions() {
+			live[ss.ID()] = true
 		}
+	}
+	out := map[string]int{}
+	for id, sigil := range m.ids {
+		if !live[id] {
+			delete(m.ids, id) // ended by its client, or idle past mcpSessionTimeout
+			continue
+		}
+		out[sigil]++
 	}
 	return out
 }
 
-// counts is the MCP sessions open now: sigil's (by token or named on the
-// socket) and all sigils'.
+// counts is the MCP sessions open now: sigil's and all sigils'.
 func (m *mcpHTTP) counts(sigil string) (mine, all int) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	for key, s := range m.bySigil {
-		n := 0
-		for range s.srv.MCP().Sessions() {
-			n++
-		}
+	for s, n := range m.bySigilCounts() {
 		all += n
-		if strings.TrimPrefix(key, "\x00") == sigil {
+		if s == sigil {
 			mine += n
 		}
 	}

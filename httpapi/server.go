@@ -106,7 +106,7 @@ func (srv *Server) Serve(sock net.Listener) error {
 	newServer := func(tokens bool) *http.Server {
 		return &http.Server{
 			Handler:           srv.bodyDeadline(srv.routes(tokens)),
-			ReadHeaderTimeout: 10 * time.Second,
+			ReadHeaderTimeout: srv.cfg.Daemon.HeaderTimeout.Duration,
 			IdleTimeout:       srv.cfg.Daemon.IdleTimeout.Duration,
 			BaseContext:       func(net.Listener) context.Context { return srv.requests },
 			ErrorLog:          slog.NewLogLogger(srv.log.Handler(), slog.LevelWarn),
@@ -136,14 +136,18 @@ func (srv *Server) Serve(sock net.Listener) error {
 	srv.mu.Lock()
 	defer srv.mu.Unlock()
 	srv.srvs = append(srv.srvs, sockSrv)
-	go func() { srv.serveErr <- serveCapped(sockSrv, sock, srv.cfg.Daemon.MaxConnections) }()
+	go func() {
+		srv.serveErr <- serveCapped(sockSrv, sock, srv.cfg.Daemon.MaxConnections, srv.cfg.Daemon.MaxUnauthenticated)
+	}()
 	srv.log.Info("listening", "socket", sock.Addr().String())
 	if tln != nil {
 		addr := tln.Addr().String()
 		srv.tcpAddr.Store(&addr)
 		tcp := newServer(true)
 		srv.srvs = append(srv.srvs, tcp)
-		go func() { srv.serveErr <- serveCapped(tcp, tln, srv.cfg.Daemon.MaxConnections) }()
+		go func() {
+			srv.serveErr <- serveCapped(tcp, tln, srv.cfg.Daemon.MaxConnections, srv.cfg.Daemon.MaxUnauthenticated)
+		}()
 		srv.log.Info("listening", "tcp", addr, "tokens", "required")
 	}
 	return nil
