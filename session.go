@@ -1,5 +1,7 @@
 package ctxd
 
+import "strings"
+
 // Session is a conversation as stored.
 type Session struct {
 	ID      string
@@ -66,4 +68,30 @@ func SharedStart(a, b string) int {
 		n++
 	}
 	return n
+}
+
+// SessionScope joins a client's session id and its sigil's name into the
+// id of that sigil's own session ('@' is in no client's id).
+const SessionScope = "@"
+
+// ScopedSessionID is the session that sigil's session id names, given
+// the owner of the session stored under id ("" for none, or one made
+// before owners were recorded) and the default sigil's name. Session ids
+// are per sigil: the same id named by two sigils names two sessions, so
+// no sigil can learn whether another's exists nor take it. An id the
+// sigil owns already (every id of the default sigil's, and sessions made
+// before ids were per sigil) names itself; any other is the id and the
+// sigil's name, joined by SessionScope.
+func ScopedSessionID(owner, sigil, defaultSigil, id string) string {
+	if owner == sigil || owner == "" && sigil == defaultSigil {
+		return id
+	}
+	return id + SessionScope + sigil
+}
+
+// ClientSessionID is the id a client named, of a session id
+// ScopedSessionID gave.
+func ClientSessionID(id string) string {
+	client, _, _ := strings.Cut(id, SessionScope)
+	return client
 }

@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"io"
@@ -188,6 +189,7 @@ func (srv sessionRoutes) handleSessions(w http.ResponseWriter, r *http.Request) 
 	list := []ctxd.SessionInfo{}
 	for _, si := range all {
 		if srv.owns(s.Name, si.Sigil) {
+			si.ID = ctxd.ClientSessionID(si.ID) // the id its client named
 			list = append(list, si)
 		}
 	}
@@ -212,7 +214,11 @@ func (srv sessionRoutes) ownSession(r *http.Request, id, scope string) (ctxd.Ses
 	if err != nil {
 		return ctxd.Session{}, err
 	}
-	sess, err := srv.cfg.Store.Session(r.Context(), id)
+	internal, err := srv.sessionFor(r.Context(), s.Name, id)
+	if err != nil {
+		return ctxd.Session{}, err
+	}
+	sess, err := srv.cfg.Store.Session(r.Context(), internal)
 	if err != nil {
 		return sess, ctxd.Errorf(ctxd.KindInternal, "%w", err)
 	}
@@ -220,6 +226,20 @@ func (srv sessionRoutes) ownSession(r *http.Request, id, scope string) (ctxd.Ses
 		return ctxd.Session{}, ctxd.Errorf(ctxd.KindNotFound, "sigil %q has no session %q", s.Name, id)
 	}
 	return sess, nil
+}
+
+// sigilName is the name of the sigil actor gave ("" on an error, which
+// the caller has already had from it).
+func sigilName(s runcontext.Sigil, _ error) string { return s.Name }
+
+// sessionFor is the session sigil's session id names (ids are per sigil:
+// ctxd.ScopedSessionID), as the store holds it.
+func (srv *Server) sessionFor(ctx context.Context, sigil, id string) (string, error) {
+	sess, err := srv.cfg.Store.Session(ctx, id)
+	if err != nil {
+		return "", ctxd.Errorf(ctxd.KindInternal, "%w", err)
+	}
+	return ctxd.ScopedSessionID(sess.Owner, sigil, srv.cfg.Sigils.Default(), id), nil
 }
 
 // sessionID is the {id} of a session route, or a 400 naming the pattern.
@@ -270,7 +290,12 @@ func (srv sessionRoutes) handleLastPrompt(w http.ResponseWriter, r *http.Request
 		return
 	}
 	caller := s.Name
-	rendered, sentAs, ok := e.Orch.LastPrompt(id)
+	internal, err := srv.sessionFor(r.Context(), caller, id)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	rendered, sentAs, ok := e.Orch.LastPrompt(internal)
 	if ok && sentAs != caller {
 		ok = false
 	}
@@ -297,8 +322,12 @@ func (srv sessionRoutes) handleDeleteSession(w http.ResponseWriter, r *http.Requ
 	if err == nil {
 		e, err = srv.core.Engine()
 	}
+	var internal string
 	if err == nil {
-		err = e.Orch.DeleteSession(r.Context(), id)
+		internal, err = srv.sessionFor(r.Context(), sigilName(srv.actor(r, r.URL.Query().Get("sigil"))), id)
+	}
+	if err == nil {
+		err = e.Orch.DeleteSession(r.Context(), internal)
 	}
 	if err != nil {
 		writeError(w, err)

@@ -90,6 +90,14 @@ func (srv karmaRoutes) handleKarmaList(w http.ResponseWriter, r *http.Request) {
 		}
 		f.Limit = n
 	}
+	if f.Session != "" {
+		internal, err := srv.sessionFor(r.Context(), s.Name, f.Session)
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		f.Session = internal
+	}
 	list, err := srv.cfg.Karma.Traces(r.Context(), f)
 	if err != nil {
 		writeError(w, karmaError(err))
@@ -97,6 +105,9 @@ func (srv karmaRoutes) handleKarmaList(w http.ResponseWriter, r *http.Request) {
 	}
 	if list == nil {
 		list = []ctxd.Trace{}
+	}
+	for i := range list {
+		list[i].Session = ctxd.ClientSessionID(list[i].Session) // the id its client named
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"sigil": s.Name, "traces": list})
 }
@@ -115,6 +126,7 @@ func (srv karmaRoutes) handleKarmaTrace(w http.ResponseWriter, r *http.Request) 
 	if events == nil {
 		events = []ctxd.KarmaEvent{}
 	}
+	t.Session = ctxd.ClientSessionID(t.Session) // the id its client named
 	writeJSON(w, http.StatusOK, ctxd.TraceHistory{Trace: t, Events: events})
 }
 
@@ -139,6 +151,7 @@ func (srv karmaRoutes) handleKarmaJudge(w http.ResponseWriter, r *http.Request) 
 		writeError(w, err)
 		return
 	}
+	after.Session = ctxd.ClientSessionID(after.Session)
 	writeJSON(w, http.StatusOK, after)
 }
 
@@ -198,7 +211,12 @@ func (srv karmaRoutes) handleSessionKarma(w http.ResponseWriter, r *http.Request
 	if !ok {
 		return
 	}
-	all, err := srv.cfg.Karma.KarmaSnapshots(r.Context(), id)
+	internal, err := srv.sessionFor(r.Context(), s.Name, id)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	all, err := srv.cfg.Karma.KarmaSnapshots(r.Context(), internal)
 	if err != nil {
 		writeError(w, karmaError(err))
 		return

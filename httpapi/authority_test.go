@@ -30,18 +30,22 @@ func TestEveryRouteChecksAuthority(t *testing.T) {
 		status                   int
 		want                     string
 	}{
+		// Session ids are per sigil: another's id names the asker's own
+		// session, which answers as any id never used does.
 		{"another's session is not listed", "GET", "/v1/sessions" + as("other"), "", 200, `"sessions": []`},
-		{"another's session is not found", "GET", "/v1/sessions/mine" + as("other"), "", 404, `sigil \"other\" has no session \"mine\"`},
+		{"another's id is the sigil's own, unused", "GET", "/v1/sessions/mine" + as("other"), "", 200, `"turns": []`},
+		{"an unused id answers alike", "GET", "/v1/sessions/never-used" + as("other"), "", 200, `"turns": []`},
 		{"another's prompt is not found", "GET", "/v1/sessions/mine/prompt" + as("other"), "", 404, `no prompt as sigil \"other\"`},
-		{"another's session is not deleted", "DELETE", "/v1/sessions/mine" + as("other"), "", 404, "has no session"},
-		{"another's session is not continued", "POST", "/v1/ask", `{"session":"mine","query":"hi","sigil":"other"}`, 403, "belongs to another sigil"},
+		{"another's session is not deleted", "DELETE", "/v1/sessions/mine" + as("other"), "", 204, ""},
+		{"another's id begins the sigil's own session", "POST", "/v1/ask", `{"session":"mine","query":"hi","sigil":"other"}`, 200, `"turn":1`},
 		{"listing needs sessions:read", "GET", "/v1/sessions" + as("asker"), "", 403, `lacks the \"sessions:read\" scope`},
 		{"reading needs sessions:read", "GET", "/v1/sessions/mine" + as("asker"), "", 403, `\"sessions:read\"`},
 		{"deleting needs sessions:write", "DELETE", "/v1/sessions/mine" + as("asker"), "", 403, `\"sessions:write\"`},
 		{"loading needs codex:load", "POST", "/v1/codex/load" + as("asker"), `{"path":"` + root + `"}`, 403, `\"codex:load\"`},
 		{"stats need a codex scope", "GET", "/v1/codex" + as("asker"), "", 403, `\"search_codex\"`},
 		{"a path outside the roots", "POST", "/v1/codex/load", `{"path":"/etc"}`, 403, "not under a directory the operator allows"},
-		{"own session", "GET", "/v1/sessions/mine", "", 200, `"query": "a question of default's"`},
+		{"own session, untouched by the other sigil's", "GET", "/v1/sessions/mine", "", 200, `"query": "a question of default's"`},
+		{"the other sigil's own session, under the same id", "GET", "/v1/sessions/mine" + as("other"), "", 200, `"query": "hi"`},
 	} {
 		ct := ""
 		if c.body != "" {
@@ -125,5 +129,50 @@ func TestStatusShowsOnlyWhatTheSigilMaySee(t *testing.T) {
 		if !strings.Contains(body, want) {
 			t.Errorf("status as admin lacks %q:\n%s", want, body)
 		}
+	}
+}
+
+// TestSessionIDsArePerSigil (issue 27, finding 9): another sigil's id
+// answered 404 (403 on ask) while an unused one answered 200, and
+// whoever used an id first locked every other sigil out of it. Ids are
+// now per sigil: one claimed first by another sigil is still the asker's
+// own, and reads of another's id answer as an unused id does.
+func TestSessionIDsArePerSigil(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, fixtureOptions{config: func(c *config.Config) {
+		c.Sigils["squatter"] = config.Sigil{Scopes: []string{"ask", "sessions:read", "sessions:write"}}
+	}})
+	// The squatter takes the id the default sigil's agent will use.
+	if status, body := f.do(t, "POST", "/v1/ask", "application/json", `{"session":"build-42","query":"squatted","sigil":"squatter"}`); status != 200 {
+		t.Fatalf("the squatter's ask: %d %s", status, body)
+	}
+	sum := f.ask(t, "build-42", "the owner's question")
+	if sum.Turn != 1 || sum.Session != "build-42" {
+		t.Errorf("the default sigil's first ask under a squatted id: turn %d session %q; want its own first turn", sum.Turn, sum.Session)
+	}
+	_, mine := f.do(t, "GET", "/v1/sessions/build-42", "", "")
+	_, theirs := f.do(t, "GET", "/v1/sessions/build-42?sigil=squatter", "", "")
+	if !strings.Contains(mine, "the owner's question") || strings.Contains(mine, "squatted") {
+		t.Errorf("the default sigil's session holds:\n%s", mine)
+	}
+	if !strings.Contains(theirs, "squatted") || strings.Contains(theirs, "the owner's question") {
+		t.Errorf("the squatter's session holds:\n%s", theirs)
+	}
+	// No oracle: another's id and one never used read alike.
+	s1, b1 := f.do(t, "GET", "/v1/sessions/mine-only?sigil=squatter", "", "")
+	f.ask(t, "mine-only", "exists now")
+	s2, b2 := f.do(t, "GET", "/v1/sessions/mine-only?sigil=squatter", "", "")
+	if s1 != s2 || b1 != b2 {
+		t.Errorf("another's id reads otherwise once it exists: %d %s, then %d %s", s1, b1, s2, b2)
+	}
+	// Listing and deleting stay within the sigil's own sessions.
+	if _, list := f.do(t, "GET", "/v1/sessions?sigil=squatter", "", ""); !strings.Contains(list, `"id": "build-42"`) || strings.Contains(list, "mine-only") {
+		t.Errorf("the squatter's list:\n%s", list)
+	}
+	if status, _ := f.do(t, "DELETE", "/v1/sessions/build-42?sigil=squatter", "", ""); status != 204 {
+		t.Errorf("the squatter deletes its own: %d", status)
+	}
+	if _, mine := f.do(t, "GET", "/v1/sessions/build-42", "", ""); !strings.Contains(mine, "the owner's question") {
+		t.Errorf("the squatter's delete reached the default sigil's session:\n%s", mine)
 	}
 }

@@ -126,6 +126,11 @@ func (srv *Server) statusFor(ctx context.Context, who runcontext.Sigil) Status {
 	if st.LastRequest != nil && !mine(st.LastRequest.Session) {
 		st.LastRequest = nil
 	}
+	if st.LastRequest != nil {
+		last := *st.LastRequest
+		last.Session = ctxd.ClientSessionID(last.Session) // the id its client named
+		st.LastRequest = &last
+	}
 	if sc := st.Scheduler; sc != nil {
 		c := *sc
 		c.Slots = slices.Clone(sc.Slots)
@@ -133,12 +138,14 @@ func (srv *Server) statusFor(ctx context.Context, who runcontext.Sigil) Status {
 			if !mine(c.Slots[i].Session) {
 				c.Slots[i].Session, c.Slots[i].Prefix = "", ""
 			}
+			c.Slots[i].Session = ctxd.ClientSessionID(c.Slots[i].Session)
 		}
 		c.Waiting = slices.Clone(sc.Waiting)
 		for i := range c.Waiting {
 			if !mine(c.Waiting[i].Session) {
 				c.Waiting[i].Session = ""
 			}
+			c.Waiting[i].Session = ctxd.ClientSessionID(c.Waiting[i].Session)
 		}
 		st.Scheduler = &c
 	}

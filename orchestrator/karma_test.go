@@ -162,10 +162,11 @@ func TestKarmaIsolation(t *testing.T) {
 	if b2.Karma != nil || strings.Contains(h.lastPrompt(), "blind answer") {
 		t.Errorf("a sigil without karma:read was shown karma: %+v", b2.Karma)
 	}
-	// Another sigil may not continue the session (its history and karma
-	// are other's).
-	if _, err := h.o.Ask(t.Context(), ctxd.AskRequest{Session: "o2", Query: "reader here"}, noop); ctxd.KindOf(err) != ctxd.KindForbidden {
-		t.Errorf("another sigil's session: %v", err)
+	// Another sigil's id names the asker's own session (ids are per
+	// sigil): nothing of other's history or karma reaches it.
+	sum, err := h.o.Ask(t.Context(), ctxd.AskRequest{Session: "o2", Query: "reader here"}, noop)
+	if err != nil || sum.Turn != 1 || sum.Session != "o2" || strings.Contains(h.lastPrompt(), "theirs again") || strings.Contains(h.lastPrompt(), "the secret is 42") {
+		t.Errorf("another sigil's id: %+v, %v; want a first turn of the asker's own session, nothing of other's in it", sum, err)
 	}
 }
 

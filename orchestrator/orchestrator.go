@@ -233,7 +233,7 @@ func (o *Orchestrator) Stop() []string { return o.cfg.Format.Stop() }
 // DeleteSession deletes a session once its running request, if any, has
 // finished, and forgets everything held of it.
 func (o *Orchestrator) DeleteSession(ctx context.Context, id string) error {
-	if err := ctxd.CheckSessionID(id); err != nil {
+	if err := ctxd.CheckSessionID(ctxd.ClientSessionID(id)); err != nil {
 		return err
 	}
 	release, _, err := o.sched.Session(ctx, id)
@@ -323,6 +323,14 @@ func (o *Orchestrator) ask(ctx context.Context, arrived time.Time, sigil runcont
 	if err := o.checkTools(sigil, req.Tools); err != nil {
 		return nil, err
 	}
+	// Session ids are per sigil: the one the client named is this sigil's
+	// own, whatever another sigil named the same.
+	client := req.Session
+	internal, err := o.sessions.scoped(ctx, sigil.Name, client)
+	if err != nil {
+		return nil, err
+	}
+	req.Session = internal
 	release, sessionWait, err := o.sched.Session(ctx, req.Session)
 	if err != nil {
 		return nil, o.stopped(ctx, req.Session, "while it waited for the session's earlier request", false, err)
@@ -374,7 +382,9 @@ func (o *Orchestrator) ask(ctx context.Context, arrived time.Time, sigil runcont
 		return nil, err
 	}
 	a.answered()
-	return a.sum, nil
+	out := *a.sum
+	out.Session = client
+	return &out, nil
 }
 
 // checkTools refuses a request that offers tools its sigil may not offer,

@@ -84,6 +84,15 @@ func (s *sessions) get(ctx context.Context, id string) (ctxd.Session, error) {
 	return sess, nil
 }
 
+// scoped is the session that sigil's id names (ctxd.ScopedSessionID).
+func (s *sessions) scoped(ctx context.Context, sigil, id string) (string, error) {
+	sess, err := s.get(ctx, id)
+	if err != nil {
+		return "", err
+	}
+	return ctxd.ScopedSessionID(sess.Owner, sigil, s.sigils.Default(), id), nil
+}
+
 // claim makes the session sigil's, or refuses a session another sigil
 // owns: its history (and karma) are that sigil's. A session already the
 // sigil's, as fetched, costs no store call. The caller holds the session.

@@ -149,9 +149,17 @@ func TestSessionIsFetchedOncePerRequest(t *testing.T) {
 	if s.Owner != "default" || s.Count != 5 || len(s.Turns) != 3 {
 		t.Errorf("the session held in memory: %+v; want owner default, 5 turns in all, 3 in its epoch", s)
 	}
-	// Another sigil is still refused, from memory or the store.
-	if _, err := h.o.Ask(t.Context(), ctxd.AskRequest{Session: "s", Query: "mine?", Sigil: "tooler"}, noop); ctxd.KindOf(err) != ctxd.KindForbidden {
-		t.Errorf("another sigil's request in the session: %v", err)
+	// Another sigil's "s" is its own session, whatever the default's
+	// holds.
+	sum, err := h.o.Ask(t.Context(), ctxd.AskRequest{Session: "s", Query: "mine?", Sigil: "tooler"}, noop)
+	if err != nil || sum.Turn != 1 || sum.Session != "s" {
+		t.Errorf("another sigil's request under the same id: %+v, %v; want the first turn of its own session", sum, err)
+	}
+	o.sessions.mu.Lock()
+	s = o.sessions.held["s"]
+	o.sessions.mu.Unlock()
+	if s.Owner != "default" || s.Count != 5 {
+		t.Errorf("the default sigil's session after another's request under its id: %+v", s)
 	}
 }
 
@@ -173,7 +181,7 @@ func TestAskAsTakesTheSigilAsGiven(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, sigil, _ := h.o.LastPrompt("as"); sigil != "tooler" || len(sum.ToolsRefused) != 0 || !strings.Contains(h.lastPrompt(), "### SIGIL tooler\n") {
+	if _, sigil, _ := h.o.LastPrompt("as" + ctxd.SessionScope + "tooler"); sigil != "tooler" || len(sum.ToolsRefused) != 0 || !strings.Contains(h.lastPrompt(), "### SIGIL tooler\n") {
 		t.Errorf("answered as %q, tools refused %v", sigil, sum.ToolsRefused)
 	}
 	narrowed, err := sigils.Narrow(tooler, []string{"tool:grep"})

@@ -50,7 +50,7 @@ func TestClientTools(t *testing.T) {
 	if len(sum.ToolsRefused) != 1 || sum.ToolsRefused[0] != "shell" || !strings.Contains(sum.ToolNote, "tool:NAME") {
 		t.Errorf("refused %v note %q", sum.ToolsRefused, sum.ToolNote)
 	}
-	s, _ := h.store.Session(t.Context(), "t")
+	s, _ := h.store.Session(t.Context(), "t"+ctxd.SessionScope+"tooler") // ids are per sigil
 	if got := s.Turns[0].Answer; got != `{"name":"grep","arguments":{"pattern":"Listen"}}` {
 		t.Errorf("recorded answer %q", got)
 	}
