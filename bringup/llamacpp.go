@@ -93,8 +93,14 @@ func (c Config) startLlamaServer(ctx context.Context, m *Model, cl *closers, opt
 	}
 	dir := filepath.Join(c.StateDir, "llamacpp")
 	slotDir := filepath.Join(dir, "slots")
+	addr := b.Listen
+	if addr == "" {
+		if addr, err = privateSocket(dir, cl); err != nil {
+			return nil, "", err
+		}
+	}
 	srv, err := llamacpp.Start(ctx, llamacpp.ServeConfig{
-		Binary: b.ServerBinary(), Addr: b.Listen, Model: b.GGUF,
+		Binary: b.ServerBinary(), Addr: addr, Model: b.GGUF,
 		CtxPerSlot: m.Window.NumCtx, Slots: b.Slots, SlotSavePath: slotDir, CacheRAMMiB: b.CacheRAMMB,
 		Threads: b.NumThread, BatchSize: b.NumBatch, SWAFull: m.Facts.SlidingWindow > 0,
 		LogPath: filepath.Join(dir, "llama-server.log"), Env: c.Env,
@@ -248,4 +254,32 @@ func ownTemplate(jinja string, special []string, log *slog.Logger) string {
 	}
 	log.Info("the server's chat template is not the model's: none of its markers is a special token of the vocabulary (llama-server's fallback for a model without one)", "markers", markers)
 	return ""
+}
+
+// maxSocketPath is the longest Unix socket path this system binds (108
+// bytes with its terminating NUL, on Linux).
+const maxSocketPath = 107
+
+// privateSocket is where a managed llama-server listens by default: a
+// Unix socket in its state directory (dir, made 0700), which no other
+// uid can reach, unlike a loopback port. Where that path is too long for
+// a socket, a private directory of its own under the system's temporary
+// directory holds it (removed with the server, by cl).
+func privateSocket(dir string, cl *closers) (string, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", fmt.Errorf("bringup: the llama-server's directory: %w", err)
+	}
+	if err := os.Chmod(dir, 0o700); err != nil {
+		return "", fmt.Errorf("bringup: the llama-server's directory: %w", err)
+	}
+	path := filepath.Join(dir, "llama-server.sock")
+	if len(path) <= maxSocketPath {
+		return path, nil
+	}
+	tmp, err := os.MkdirTemp("", "ctxd-llama-") // made 0700
+	if err != nil {
+		return "", fmt.Errorf("bringup: a directory for the llama-server's socket: %w", err)
+	}
+	cl.add(func() error { return os.RemoveAll(tmp) })
+	return filepath.Join(tmp, "llama-server.sock"), nil
 }

@@ -1,6 +1,7 @@
 package bringup
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"net"
@@ -35,7 +36,7 @@ func (c Config) openOllama(ctx context.Context, onRestart func()) (_ *Model, err
 		dir := filepath.Join(c.StateDir, "ollama")
 		m.Loads = newLineCounter(filepath.Join(dir, "ollama.log"), ollamaLoadMarker).Count
 		s, err := ollama.Start(ctx, ollama.ServeConfig{
-			Binary: b.ServerBinary(), Addr: b.Listen, NumParallel: b.Slots,
+			Binary: b.ServerBinary(), Addr: cmp.Or(b.Listen, "127.0.0.1:0"), NumParallel: b.Slots,
 			ModelsDir: filepath.Join(dir, "models"), HomeDir: filepath.Join(dir, "home"),
 			LogPath: filepath.Join(dir, "ollama.log"),
 			Env:     append(c.Env, kvCacheEnv(c.Limits.KVCacheType)...),

@@ -135,7 +135,11 @@ type Backend struct {
 	Mode      string   `toml:"mode"`        // "managed": ctxd runs the server; "external": ctxd connects to URL
 	URL       string   `toml:"url"`         // external: the server's base URL (llamacpp: or a .sock path)
 	Binary    string   `toml:"binary"`      // managed: the server binary; "": ollama, or $CTXD_LLAMA_SERVER else llama-server, by kind
-	Listen    string   `toml:"listen"`      // managed: loopback host:port (port 0 picks one); llamacpp: or a .sock path
+	// Listen is where a managed backend listens: a loopback host:port
+	// (port 0 picks one), or for llamacpp a .sock path. "" (the default):
+	// llamacpp on a Unix socket in the state directory, which only ctxd's
+	// uid can reach; ollama (which has no Unix socket) on 127.0.0.1:0.
+	Listen    string   `toml:"listen"`
 	Model     string   `toml:"model"`       // model name on the server
 	GGUF      string   `toml:"gguf"`        // managed: the model file (Ollama imports it as Model; "": an existing model); external llamacpp: the server's model as ctxd sees it ("": /props' path, else count with /tokenize)
 	NumCtx    int      `toml:"num_ctx"`     // context window; 0: the model's trained length, capped at MaxNumCtx
@@ -286,7 +290,7 @@ func Default(env Env) Config {
 			StoreTimeout: Duration{10 * time.Second}, DisallowedTools: "refuse",
 		},
 		Backend: Backend{
-			Kind: "ollama", Mode: "managed", Listen: "127.0.0.1:0", URL: "http://127.0.0.1:11434",
+			Kind: "ollama", Mode: "managed", URL: "http://127.0.0.1:11434",
 			Model: "ctxd-demo", MaxNumCtx: 32768, NumBatch: 512, Slots: 1, Format: "auto",
 			KeepAlive: Duration{-1},
 		},

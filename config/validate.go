@@ -192,8 +192,8 @@ func (b Backend) validate(p *problems) {
 	}
 	switch b.Mode {
 	case "managed":
-		if llama && strings.HasSuffix(b.Listen, ".sock") {
-			break
+		if b.Listen == "" || llama && strings.HasSuffix(b.Listen, ".sock") {
+			break // "": the default, chosen per kind at start
 		}
 		if host, _, err := net.SplitHostPort(b.Listen); err != nil {
 			p.bad("backend.listen", "%v", err)

@@ -404,10 +404,33 @@ func TestExternalLlamaServerWithoutTheModelFile(t *testing.T) {
 	}
 }
 
-// TestManagedLlamaServerOnAUnixSocket: a managed llama-server may listen on
-// a Unix socket instead of a loopback port.
+// TestManagedLlamaServerOnAUnixSocket: a managed llama-server listens by
+// default on a Unix socket in a directory only ctxd's uid may enter, not
+// on a loopback port any local user can call (issue 27); a socket path
+// of the operator's choosing works too.
 func TestManagedLlamaServerOnAUnixSocket(t *testing.T) {
 	needLlamaServer(t)
+	def := llamaConfig(t, t.TempDir(), codexDir(t, 2000))
+	if def.Backend.Listen != "" {
+		t.Fatalf("the default backend.listen is %q, want \"\" (a private socket)", def.Backend.Listen)
+	}
+	d0 := start(t, def, true)
+	var st0 httpapi.Status
+	if err := d0.client.GetJSON(context.Background(), "/v1/status", &st0); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasSuffix(st0.Backend.URL, ".sock") {
+		t.Errorf("by default the managed llama-server listens at %q, want a Unix socket", st0.Backend.URL)
+	} else if info, err := os.Stat(filepath.Dir(st0.Backend.URL)); err != nil || info.Mode().Perm() != 0o700 {
+		t.Errorf("the socket's directory: %v %v, want mode 0700", info, err)
+	}
+	if sum, _ := ask(t, d0.client, "sock0", "Question?"); sum.BackendPromptN != sum.PromptTokens {
+		t.Errorf("on the default socket: ctxd counted %d, the server %d", sum.PromptTokens, sum.BackendPromptN)
+	}
+	if err := d0.stop(); err != nil {
+		t.Error(err)
+	}
+
 	cfg := llamaConfig(t, t.TempDir(), codexDir(t, 2000))
 	cfg.Backend.Listen = filepath.Join(daemontest.ShortDir(t), "llama.sock")
 	d := start(t, cfg, true)

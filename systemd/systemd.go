@@ -27,6 +27,10 @@ type Options struct {
 	// written, and one that does not exist cannot be made: Write creates
 	// them.
 	Writable []string
+	// PrivateNetwork gives the service a network namespace of its own
+	// (PrivateNetwork=yes): for a config with no TCP listener and a
+	// managed backend, which then only ctxd can reach.
+	PrivateNetwork bool
 }
 
 // runtimeDir is the socket unit's directory (ListenStream=%t/ctxd/...):
@@ -59,7 +63,7 @@ func Render(name string, o Options) ([]byte, error) {
 		return nil, fmt.Errorf("systemd: %w", err)
 	}
 	var b bytes.Buffer
-	if err := t.Execute(&b, map[string]string{"ExecStart": exec, "ReadWritePaths": strings.Join(rw, " ")}); err != nil {
+	if err := t.Execute(&b, map[string]any{"ExecStart": exec, "ReadWritePaths": strings.Join(rw, " "), "PrivateNetwork": o.PrivateNetwork}); err != nil {
 		return nil, fmt.Errorf("systemd: %w", err)
 	}
 	return b.Bytes(), nil

@@ -33,6 +33,13 @@ func TestUnitsRunThisBinaryWithItsConfig(t *testing.T) {
 			t.Errorf("service unit:\n%s\nwant the line %s", service, want)
 		}
 	}
+	if strings.Contains(string(service), "PrivateNetwork") {
+		t.Errorf("PrivateNetwork without being asked:\n%s", service)
+	}
+	private, err := Render("ctxd.service", Options{Binary: bin, PrivateNetwork: true})
+	if err != nil || !strings.Contains(string(private), "\nPrivateNetwork=yes\n") {
+		t.Errorf("a service with a network of its own: %v\n%s", err, private)
+	}
 	// systemd makes only existing directories writable: Write made it.
 	if fi, err := os.Stat(state); err != nil || !fi.IsDir() || fi.Mode().Perm() != 0o700 {
 		t.Errorf("state directory: %v %v, want a directory of mode 0700", fi, err)
@@ -66,7 +73,7 @@ func TestUnitsPassSystemdAnalyze(t *testing.T) {
 	if err := os.WriteFile(cfg, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	paths, err := Write(filepath.Join(dir, "units"), Options{Binary: bin, Config: cfg, Writable: []string{filepath.Join(dir, "state")}})
+	paths, err := Write(filepath.Join(dir, "units"), Options{Binary: bin, Config: cfg, Writable: []string{filepath.Join(dir, "state")}, PrivateNetwork: true})
 	if err != nil {
 		t.Fatal(err)
 	}

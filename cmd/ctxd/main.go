@@ -459,6 +459,9 @@ func cmdUnits(args []string, stdout io.Writer) error {
 		}
 	}
 	opts.Writable = []string{cfg.Daemon.StateDir} // the only place the service may write
+	// With nothing listening on the network and a managed backend, the
+	// service's network is its own: the backend's port is ctxd's alone.
+	opts.PrivateNetwork = cfg.Daemon.TCPListen == "" && cfg.Daemon.MetricsListen == "" && cfg.Backend.Mode == "managed"
 	paths, err := systemd.Write(fs.Arg(0), opts)
 	if err != nil {
 		return err
