@@ -131,10 +131,10 @@ type Daemon struct {
 
 // Backend is the model server.
 type Backend struct {
-	Kind      string   `toml:"kind"`        // "ollama" or "llamacpp" (llama.cpp's llama-server)
-	Mode      string   `toml:"mode"`        // "managed": ctxd runs the server; "external": ctxd connects to URL
-	URL       string   `toml:"url"`         // external: the server's base URL (llamacpp: or a .sock path)
-	Binary    string   `toml:"binary"`      // managed: the server binary; "": ollama, or $CTXD_LLAMA_SERVER else llama-server, by kind
+	Kind   string `toml:"kind"`   // "ollama" or "llamacpp" (llama.cpp's llama-server)
+	Mode   string `toml:"mode"`   // "managed": ctxd runs the server; "external": ctxd connects to URL
+	URL    string `toml:"url"`    // external: the server's base URL (llamacpp: or a .sock path)
+	Binary string `toml:"binary"` // managed: the server binary; "": ollama, or $CTXD_LLAMA_SERVER else llama-server, by kind
 	// Listen is where a managed backend listens: a loopback host:port
 	// (port 0 picks one), or for llamacpp a .sock path. "" (the default):
 	// llamacpp on a Unix socket in the state directory, which only ctxd's
