@@ -36,6 +36,7 @@ type mcpHTTP struct {
 	mu      sync.Mutex
 	bySigil map[string]mcpSigil // guarded by mu
 	ids     map[string]string   // the sessions begun, by id: their sigil; guarded by mu
+	pending map[string]int      // sessions being begun now, by sigil; guarded by mu
 }
 
 // mcpSigil is one sigil's MCP server and the handler of its sessions.
@@ -46,7 +47,7 @@ type mcpSigil struct {
 
 // newMCPHTTP returns the MCP endpoint of a server.
 func newMCPHTTP(srv *Server) *mcpHTTP {
-	return &mcpHTTP{srv: srv, bySigil: map[string]mcpSigil{}, ids: map[string]string{}}
+	return &mcpHTTP{srv: srv, bySigil: map[string]mcpSigil{}, ids: map[string]string{}, pending: map[string]int{}}
 }
 
 // close ends every MCP session, once the daemon has stopped serving.
@@ -104,12 +105,15 @@ func (m *mcpHTTP) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	cw := &sessionIDCapture{ResponseWriter: w}
-	h.ServeHTTP(cw, r)
-	if cw.id != "" {
+	defer func() { // the place room reserved becomes the session, or is given back
 		m.mu.Lock()
-		m.ids[cw.id] = sigil.Name
+		m.pending[sigil.Name]--
+		if cw.id != "" {
+			m.ids[cw.id] = sigil.Name
+		}
 		m.mu.Unlock()
-	}
+	}()
+	h.ServeHTTP(cw, r)
 }
 
 // sessionIDCapture keeps the session id an answer gives its client, as
@@ -151,7 +155,21 @@ func (c *sessionIDCapture) Unwrap() http.ResponseWriter { return c.ResponseWrite
 // or it is idle for mcpSessionTimeout: unbounded, a flood of initialize
 // calls held a goroutine and its memory for each (issue 27, finding 7).
 func (m *mcpHTTP) room(sigil string) error {
-	mine, all := m.counts(sigil)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	mine, all := 0, 0
+	for s, n := range m.countsLocked() {
+		all += n
+		if s == sigil {
+			mine += n
+		}
+	}
+	for s, n := range m.pending { // begun now, not yet given to their clients
+		all += n
+		if s == sigil {
+			mine += n
+		}
+	}
 	d := m.srv.cfg.Daemon
 	if d.MaxMCPSessionsPerSigil > 0 && mine >= d.MaxMCPSessionsPerSigil {
 		return ctxd.Errorf(ctxd.KindTooMany, "sigil %q holds %d MCP sessions, the most daemon.max_mcp_sessions_per_sigil allows; end one (DELETE with its Mcp-Session-Id) or wait %v for an idle one to end", sigil, mine, mcpSessionTimeout)
@@ -159,6 +177,7 @@ func (m *mcpHTTP) room(sigil string) error {
 	if d.MaxMCPSessions > 0 && all >= d.MaxMCPSessions {
 		return ctxd.Errorf(ctxd.KindTooMany, "the daemon holds %d MCP sessions, the most daemon.max_mcp_sessions allows", all)
 	}
+	m.pending[sigil]++ // the caller gives it back once the session is begun
 	return nil
 }
 
@@ -171,6 +190,11 @@ func (m *mcpHTTP) bySigilCounts() map[string]int {
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	return m.countsLocked()
+}
+
+// countsLocked is bySigilCounts; the caller holds m.mu.
+func (m *mcpHTTP) countsLocked() map[string]int {
 	live := map[string]bool{}
 	for _, s := range m.bySigil {
 		for ss := range s.srv.MCP().Sessions() {
@@ -186,17 +210,6 @@ func (m *mcpHTTP) bySigilCounts() map[string]int {
 		out[sigil]++
 	}
 	return out
-}
-
-// counts is the MCP sessions open now: sigil's and all sigils'.
-func (m *mcpHTTP) counts(sigil string) (mine, all int) {
-	for s, n := range m.bySigilCounts() {
-		all += n
-		if s == sigil {
-			mine += n
-		}
-	}
-	return mine, all
 }
 
 // sessions is the MCP handler of one sigil's sessions, made on first use

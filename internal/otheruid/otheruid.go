@@ -19,6 +19,13 @@ import (
 // UID is the user the helper runs as.
 const UID = 65534
 
+// Available reports whether a helper can run as UID here: the process is
+// root and setpriv is on PATH.
+func Available() bool {
+	_, err := exec.LookPath("setpriv")
+	return os.Getuid() == 0 && err == nil
+}
+
 // Skip skips tb unless the process is root and setpriv is on PATH.
 func Skip(tb testing.TB) {
 	tb.Helper()
