@@ -112,6 +112,11 @@ type Daemon struct {
 	HeaderTimeout          Duration `toml:"header_timeout"`
 	MaxMCPSessionsPerSigil int      `toml:"max_mcp_sessions_per_sigil"`
 	MaxMCPSessions         int      `toml:"max_mcp_sessions"`
+	// MaxAsksPerSigil bounds the requests one sigil has in flight (queued
+	// or answering, on every door); MaxSessionsPerSigil the sessions it
+	// holds. Past either, a request is refused (429, naming the key).
+	MaxAsksPerSigil     int `toml:"max_asks_per_sigil"`
+	MaxSessionsPerSigil int `toml:"max_sessions_per_sigil"`
 	// BodyTimeout is how long a client may take to send a request's body;
 	// IdleTimeout how long a kept-alive connection may sit between
 	// requests. Streams (answers, WebSocket, MCP) are not bound by them.
@@ -287,6 +292,7 @@ func Default(env Env) Config {
 			MaxConnections: 1024, BodyTimeout: Duration{30 * time.Second}, IdleTimeout: Duration{2 * time.Minute},
 			MaxWebSocketsPerSigil: 64, MaxMCPSessionsPerSigil: 64, MaxMCPSessions: 512,
 			MaxUnauthenticated: 64, HeaderTimeout: Duration{5 * time.Second},
+			MaxAsksPerSigil: 256, MaxSessionsPerSigil: 100000,
 			StoreTimeout: Duration{10 * time.Second}, DisallowedTools: "refuse",
 		},
 		Backend: Backend{

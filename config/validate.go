@@ -70,10 +70,13 @@ func (c Config) validateDaemon(p *problems) {
 		n   int
 	}{{"daemon.max_websockets_per_sigil", d.MaxWebSocketsPerSigil},
 		{"daemon.max_mcp_sessions_per_sigil", d.MaxMCPSessionsPerSigil}, {"daemon.max_mcp_sessions", d.MaxMCPSessions},
-		{"daemon.max_unauthenticated", d.MaxUnauthenticated}} {
+		{"daemon.max_unauthenticated", d.MaxUnauthenticated}, {"daemon.max_asks_per_sigil", d.MaxAsksPerSigil}} {
 		if b.n < 1 || b.n > 1<<16 {
 			p.bad(b.key, "%d must be between 1 and 65536", b.n)
 		}
+	}
+	if n := d.MaxSessionsPerSigil; n < 1 || n > 1<<30 {
+		p.bad("daemon.max_sessions_per_sigil", "%d must be between 1 and 1073741824", n)
 	}
 	if h := d.HeaderTimeout.Duration; h < 100*time.Millisecond || h > time.Minute {
 		p.bad("daemon.header_timeout", "%v must be between 100ms and 1m", h)

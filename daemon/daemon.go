@@ -364,6 +364,7 @@ func (d *Daemon) start(ctx context.Context) error {
 		Identity: runcontext.Identity{Name: d.cfg.Identity.Name, Persona: d.cfg.Identity.Persona},
 		Codex:    d.cfg.Codex, Karma: d.cfg.Karma, LowPowerAnswerReserve: d.cfg.Limits.LowPowerAnswerReserve,
 		StateDir: d.cfg.Daemon.StateDir, StoreTimeout: d.cfg.Daemon.StoreTimeout.Duration,
+		MaxAsksPerSigil: d.cfg.Daemon.MaxAsksPerSigil, MaxSessionsPerSigil: d.cfg.Daemon.MaxSessionsPerSigil,
 		LeaveOutTools: d.cfg.Daemon.DisallowedTools == "leave_out", Limits: limits, Sigils: d.sigils, Formatters: d.formatters,
 		Store: d.store, KarmaStore: d.karma, Sensor: d.sensor,
 		Observe: func(_ context.Context, sum *ctxd.Summary) { d.metrics.Answer(sum) },

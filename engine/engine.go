@@ -41,6 +41,8 @@ type Config struct {
 	LowPowerAnswerReserve int
 	StateDir              string          // the codex's caches and index go here
 	StoreTimeout          time.Duration   // bounds each store call of a request (0: the orchestrator's default)
+	MaxAsksPerSigil       int             // requests one sigil may have in flight (0: no bound)
+	MaxSessionsPerSigil   int             // sessions one sigil may hold (0: no bound)
 	LeaveOutTools         bool            // tools a sigil may not offer are left out and listed, not refused
 	Limits                governor.Limits // the governor's limits on this model's window
 	Sigils                *sigils.Registry
@@ -118,10 +120,11 @@ func newOrchestrator(cfg Config, e *Engine, counter *tokencount.Counter) (*orche
 		LowPowerReserve: cfg.LowPowerAnswerReserve,
 		StoreTimeout:    cfg.StoreTimeout,
 		LeaveOutTools:   cfg.LeaveOutTools,
-		Room:            room{e},
-		Observe:         cfg.Observe,
-		Spent:           cfg.Spent,
-		Formatters:      cfg.Formatters,
+		MaxAsksPerSigil: cfg.MaxAsksPerSigil, MaxSessionsPerSigil: cfg.MaxSessionsPerSigil,
+		Room:       room{e},
+		Observe:    cfg.Observe,
+		Spent:      cfg.Spent,
+		Formatters: cfg.Formatters,
 		CodexFile: func(path string) (string, error) {
 			f, err := e.Codex.File(path)
 			if ctxd.KindOf(err) == ctxd.KindNotFound {

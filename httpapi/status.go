@@ -187,6 +187,9 @@ func (srv *Server) bounds(viewer string, admin bool) []Bound {
 		{Key: "daemon.max_websockets_per_sigil", Limit: int64(d.MaxWebSocketsPerSigil), InUse: ws, BySigil: wsBy},
 		{Key: "daemon.max_mcp_sessions_per_sigil", Limit: int64(d.MaxMCPSessionsPerSigil), BySigil: mcpMine},
 		{Key: "daemon.max_mcp_sessions", Limit: int64(d.MaxMCPSessions), InUse: mcpTotal},
+		{Key: "daemon.max_unauthenticated", Limit: int64(d.MaxUnauthenticated)},
+		{Key: "daemon.max_asks_per_sigil", Limit: int64(d.MaxAsksPerSigil)},
+		{Key: "daemon.max_sessions_per_sigil", Limit: int64(d.MaxSessionsPerSigil)},
 	}
 	if srv.cfg.Karma != nil {
 		out = append(out, Bound{Key: "karma.max_note_bytes", Limit: int64(k.MaxNoteBytes)},

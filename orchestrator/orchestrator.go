@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -58,6 +59,13 @@ type Config struct {
 	// tool_note); false (the default): the request is refused, naming
 	// them and the scope that would allow them.
 	LeaveOutTools bool
+	// MaxAsksPerSigil bounds the requests one sigil has in flight at once
+	// (waiting for their session or a slot, or answering), on every door;
+	// MaxSessionsPerSigil the sessions it may hold. Past either, a
+	// request is refused (KindTooMany, naming daemon.max_asks_per_sigil or
+	// daemon.max_sessions_per_sigil). 0: no bound.
+	MaxAsksPerSigil     int
+	MaxSessionsPerSigil int
 	// Room has the codex leave room for a client's own prompt that does
 	// not fit beside it (codexsvc.Service.MakeRoom); nil: it never does.
 	Room   Room
@@ -100,6 +108,8 @@ type Orchestrator struct {
 	sessions *sessions    // the session store's calls and the sessions held in memory
 	karma    *karmaBook   // the karma store's calls and each session's karma snapshot
 	prompts  *lastPrompts // the prompt each session sent last since start
+
+	inFlight sync.Map // sigil name → *atomic.Int64: its requests in flight
 }
 
 // view is what a request prepares with: the codex and the governor's
@@ -145,7 +155,7 @@ func New(cfg Config, backend ctxd.Backend, count *tokencount.Counter, store ctxd
 	deadline := storeDeadline{timeout: cfg.StoreTimeout}
 	o := &Orchestrator{
 		cfg: cfg, backend: backend, count: count, env: env, sched: sched, log: log,
-		sessions: newSessions(store, deadline, cfg.Sigils, cfg.Now, log),
+		sessions: newSessions(store, deadline, cfg.Sigils, cfg.Now, log, cfg.MaxSessionsPerSigil),
 		karma:    newKarmaBook(cfg.Karma, deadline, cfg.Now, log),
 		prompts:  newLastPrompts(),
 	}
@@ -322,6 +332,15 @@ func (o *Orchestrator) ask(ctx context.Context, arrived time.Time, sigil runcont
 	}
 	if err := o.checkTools(sigil, req.Tools); err != nil {
 		return nil, err
+	}
+	if n := o.cfg.MaxAsksPerSigil; n > 0 {
+		v, _ := o.inFlight.LoadOrStore(sigil.Name, new(atomic.Int64))
+		c := v.(*atomic.Int64)
+		if c.Add(1) > int64(n) {
+			c.Add(-1)
+			return nil, ctxd.Errorf(ctxd.KindTooMany, "sigil %q has %d requests in flight, the most daemon.max_asks_per_sigil allows; wait for one to end", sigil.Name, n)
+		}
+		defer c.Add(-1)
 	}
 	// Session ids are per sigil: the one the client named is this sigil's
 	// own, whatever another sigil named the same.

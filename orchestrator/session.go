@@ -25,13 +25,17 @@ type sessions struct {
 	sigils   *sigils.Registry // its default sigil may claim a session recorded before owners were
 	now      func() time.Time
 	log      *slog.Logger
+	perSigil int // sessions one sigil may hold (0: no bound)
 
-	mu   sync.Mutex              // guards held; held only to read or write it
+	mu   sync.Mutex              // guards held and owned; held only to read or write them
 	held map[string]ctxd.Session // sessions as stored, owner included, by id
+	// owned counts each sigil's sessions (perSigil): read from the store
+	// once, then kept as sessions are begun and deleted. nil until read.
+	owned map[string]int
 }
 
-func newSessions(store ctxd.Store, deadline storeDeadline, reg *sigils.Registry, now func() time.Time, log *slog.Logger) *sessions {
-	return &sessions{store: store, deadline: deadline, sigils: reg, now: now, log: log, held: map[string]ctxd.Session{}}
+func newSessions(store ctxd.Store, deadline storeDeadline, reg *sigils.Registry, now func() time.Time, log *slog.Logger, perSigil int) *sessions {
+	return &sessions{store: store, deadline: deadline, sigils: reg, now: now, log: log, perSigil: perSigil, held: map[string]ctxd.Session{}}
 }
 
 // open is the session a request runs in, fetched once and handed down to
@@ -49,6 +53,11 @@ func (s *sessions) open(ctx context.Context, req ctxd.AskRequest, sigil runconte
 	}
 	if sess, err = s.get(ctx, req.Session); err != nil {
 		return sess, false, err
+	}
+	if sess.Owner == "" && sess.Count == 0 {
+		if err := s.begin(ctx, sigil.Name); err != nil {
+			return sess, false, err
+		}
 	}
 	if sess.Owner == "" && sess.Count == 0 && req.History == nil {
 		claimed := sess // owned by nobody yet: the claim writes its owner
@@ -177,10 +186,59 @@ func (s *sessions) appendTurn(ctx context.Context, id string, sess ctxd.Session,
 func (s *sessions) delete(ctx context.Context, id string) error {
 	sctx, cancel := s.deadline.ctx(ctx, false)
 	defer cancel()
+	s.mu.Lock()
+	held, ok := s.held[id]
+	s.mu.Unlock()
 	if err := s.store.DeleteSession(sctx, id); err != nil {
 		return s.deadline.err(sctx, id, "delete the session", err)
 	}
 	s.forget(id)
+	s.mu.Lock()
+	if s.owned != nil && ok && held.Count > 0 && s.owned[held.Owner] > 0 {
+		s.owned[held.Owner]--
+	}
+	s.mu.Unlock()
+	return nil
+}
+
+// begin counts a new session of sigil, or refuses it (KindTooMany) if the
+// sigil holds perSigil sessions already: one sigil's thousands of
+// sessions cost every other's store. The counts are read from the store
+// on first use and kept after.
+func (s *sessions) begin(ctx context.Context, sigil string) error {
+	if s.perSigil <= 0 {
+		return nil
+	}
+	s.mu.Lock()
+	counted := s.owned != nil
+	s.mu.Unlock()
+	if !counted {
+		sctx, cancel := s.deadline.ctx(ctx, false)
+		all, err := s.store.Sessions(sctx)
+		cancel()
+		if err != nil {
+			return s.deadline.err(sctx, "", "count the sigils' sessions", err)
+		}
+		owned := map[string]int{}
+		for _, si := range all {
+			owner := si.Sigil
+			if owner == "" {
+				owner = s.sigils.Default() // recorded before owners were
+			}
+			owned[owner]++
+		}
+		s.mu.Lock()
+		if s.owned == nil {
+			s.owned = owned
+		}
+		s.mu.Unlock()
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if n := s.owned[sigil]; n >= s.perSigil {
+		return ctxd.Errorf(ctxd.KindTooMany, "sigil %q holds %d sessions, the most daemon.max_sessions_per_sigil allows; delete some (DELETE /v1/sessions/{id})", sigil, n)
+	}
+	s.owned[sigil]++
 	return nil
 }
 

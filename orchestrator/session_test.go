@@ -195,3 +195,44 @@ func TestAskAsTakesTheSigilAsGiven(t *testing.T) {
 		t.Errorf("a bad session id: %v", err)
 	}
 }
+
+// TestBoundsPerSigil (issue 27): a sigil's requests in flight and its
+// sessions are bounded (daemon.max_asks_per_sigil,
+// daemon.max_sessions_per_sigil); past either its next request is
+// refused with the key's name, and another sigil's are not.
+func TestBoundsPerSigil(t *testing.T) {
+	t.Parallel()
+	h := newTest(t, governor.Limits{NumCtx: 100000, AnswerReserve: 64}, 2)
+	h.o.cfg.MaxAsksPerSigil = 1
+	h.backend.Hold()
+	done := make(chan error, 1)
+	go func() {
+		_, err := h.o.Ask(t.Context(), ctxd.AskRequest{Session: "a", Query: "held"}, noop)
+		done <- err
+	}()
+	<-h.backend.Started() // the first request is answering
+	if _, err := h.o.Ask(t.Context(), ctxd.AskRequest{Session: "b", Query: "second"}, noop); ctxd.KindOf(err) != ctxd.KindTooMany || !strings.Contains(err.Error(), "daemon.max_asks_per_sigil") {
+		t.Errorf("a second request in flight of one sigil: %v, want too many naming daemon.max_asks_per_sigil", err)
+	}
+	other := make(chan error, 1)
+	go func() {
+		_, err := h.o.Ask(t.Context(), ctxd.AskRequest{Session: "t", Query: "another sigil's", Sigil: "tooler"}, noop)
+		other <- err
+	}()
+	<-h.backend.Started()
+	h.backend.Release()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if err := <-other; err != nil {
+		t.Errorf("another sigil's request beside it: %v", err)
+	}
+
+	h.o.cfg.MaxAsksPerSigil = 0
+	h.o.sessions.perSigil = 2 // the default sigil holds "a" already
+	h.ask(t, "c", "a second session")
+	if _, err := h.o.Ask(t.Context(), ctxd.AskRequest{Session: "d", Query: "a third"}, noop); ctxd.KindOf(err) != ctxd.KindTooMany || !strings.Contains(err.Error(), "daemon.max_sessions_per_sigil") {
+		t.Errorf("a third session: %v, want too many naming daemon.max_sessions_per_sigil", err)
+	}
+	h.ask(t, "c", "its own sessions go on")
+}
