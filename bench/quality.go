@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -578,7 +579,19 @@ var directHTTP = &http.Client{Transport: &http.Transport{DisableKeepAlives: true
 
 // streamLines posts body to url and calls fn with each non-empty line of
 // the streamed answer and the time the request was sent.
+//
+// url may begin with the path of a Unix socket ending in .sock (a managed
+// llama-server's default address): the request goes over the socket.
 func streamLines(ctx context.Context, url, key string, body []byte, fn func(start time.Time, line []byte) error) error {
+	hc := directHTTP
+	if sock, path, ok := strings.Cut(url, ".sock/"); ok && !strings.Contains(sock, "://") {
+		sock += ".sock"
+		hc = &http.Client{Transport: &http.Transport{DisableKeepAlives: true,
+			DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+				return (&net.Dialer{}).DialContext(ctx, "unix", sock)
+			}}}
+		url = "http://unix/" + path
+	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
 	if err != nil {
 		return err
@@ -588,7 +601,7 @@ func streamLines(ctx context.Context, url, key string, body []byte, fn func(star
 		req.Header.Set("Authorization", "Bearer "+key)
 	}
 	start := time.Now()
-	resp, err := directHTTP.Do(req)
+	resp, err := hc.Do(req)
 	if err != nil {
 		return err
 	}

@@ -78,7 +78,26 @@ type trustPhase struct {
 	name              string
 	health, ttft      []float64 // ms
 	healthErr, askErr map[string]int
-	peakRSS           int64 // kB, the daemon's, sampled every 100 ms
+	peakRSS           int64   // kB, the daemon's, sampled every 100 ms
+	daemonCPU         float64 // the daemon's CPU time in the phase, as a share of one core
+	floodCPU          float64 // the flood helper's, likewise (another uid's process; 0 when none)
+}
+
+// cpuSeconds is a process's user and system CPU time so far, from
+// /proc/PID/stat; 0 if it cannot be read.
+func cpuSeconds(pid int) float64 {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	s := string(data)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:]) // after the command's name: state is field 3
+	if len(f) < 13 {
+		return 0
+	}
+	ut, _ := strconv.ParseFloat(f[11], 64) // utime, field 14
+	st, _ := strconv.ParseFloat(f[12], 64) // stime, field 15
+	return (ut + st) / 100                 // clock ticks: 100 a second on Linux
 }
 
 func TestTrustBoundaries(t *testing.T) {
@@ -119,6 +138,7 @@ func TestTrustBoundaries(t *testing.T) {
 		defer cancel()
 		var mu sync.Mutex
 		var wg sync.WaitGroup
+		cpu0, began := cpuSeconds(pid), time.Now()
 		if load != nil {
 			wg.Go(func() { load(ctx) })
 		}
@@ -165,6 +185,7 @@ func TestTrustBoundaries(t *testing.T) {
 			}
 		})
 		wg.Wait()
+		p.daemonCPU = (cpuSeconds(pid) - cpu0) / time.Since(began).Seconds()
 		return p
 	}
 
@@ -174,10 +195,13 @@ func TestTrustBoundaries(t *testing.T) {
 	// Unauthenticated connections, from another user where the test can
 	// run one (root and setpriv), else from this one.
 	who := "another uid (65534)"
+	var floodCPU float64
 	phases = append(phases, measure(fmt.Sprintf("%d unauthenticated slow connections", floodN), func(ctx context.Context) {
 		if otheruid.Available() {
 			cmd := otheruid.Start(t, "TestUnauthFloodHelper", "flooding", floodEnv+"="+addr, floodNEnv+"="+strconv.Itoa(floodN))
+			c0, began := cpuSeconds(cmd.Process.Pid), time.Now()
 			<-ctx.Done()
+			floodCPU = (cpuSeconds(cmd.Process.Pid) - c0) / time.Since(began).Seconds()
 			cmd.Process.Kill()
 			return
 		} else {
@@ -204,6 +228,7 @@ func TestTrustBoundaries(t *testing.T) {
 	}))
 
 	// One token holder opens WebSockets, as many as it may and more.
+	phases[len(phases)-1].floodCPU = floodCPU
 	var wsHeld, wsRefused atomic.Int64
 	phases = append(phases, measure(fmt.Sprintf("one sigil opens %d WebSockets", wsN), func(ctx context.Context) {
 		var conns []*websocket.Conn
@@ -299,21 +324,25 @@ func TestTrustBoundaries(t *testing.T) {
 	var sb strings.Builder
 	fmt.Fprintf(&sb, "Measured by `go test ./reliability -run TestTrustBoundaries -timeout 60m -args -full -write ../docs/reliability.md`, %s, on %s.\n\n",
 		time.Now().Format("2006-01-02"), e.machine())
-	fmt.Fprintf(&sb, "Each phase runs %s: an agent asks over the TCP listener with its sigil's token (answers of at most 4 tokens, a connection of its own per question), and a probe asks for TCP health every 100 ms (likewise), beside the load the phase names. The unauthenticated connections come from %s: each sends a `POST /v1/ask`'s headers and one byte of its 100,000-byte body without a token, and is opened again a second after the daemon closes it. The WebSockets are one token holder's, each answering pings; the MCP calls and karma notes are the same holder's. The daemon's settings are the defaults (`daemon.max_connections` 1024, `daemon.max_unauthenticated` 64, `daemon.max_websockets_per_sigil` 64, `daemon.max_mcp_sessions_per_sigil` 64, `karma.max_note_bytes` 4096). Resident memory is the daemon's, sampled every 100 ms; idle, before the first phase: %d MB.\n\n",
-		phase, who, idle["VmRSS"]/1024)
-	sb.WriteString("| phase | health answered | health p50 | health p99 | health max | asks answered | ask TTFT p50 | ask TTFT p95 | TTFT p50 vs quiet | errors | peak RSS |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|\n")
+	fmt.Fprintf(&sb, "Each phase runs %s: an agent asks over the TCP listener with its sigil's token (answers of at most 4 tokens, a connection of its own per question), and a probe asks for TCP health every 100 ms (likewise), beside the load the phase names. The unauthenticated connections come from %s: each sends a `POST /v1/ask`'s headers and one byte of its 100,000-byte body without a token, and is opened again a second after the daemon closes it. The WebSockets are one token holder's, each answering pings; the MCP calls and karma notes are the same holder's. The daemon's settings are the defaults (`daemon.max_connections` 1024, `daemon.max_unauthenticated` 64, `daemon.max_websockets_per_sigil` 64, `daemon.max_mcp_sessions_per_sigil` 64, `karma.max_note_bytes` 4096). Resident memory is the daemon's, sampled every 100 ms; idle, before the first phase: %d MB. CPU is each process's user and system time over the phase, as a share of one core (the machine has %d); the model's runner is Ollama's, not counted here.\n\n",
+		phase, who, idle["VmRSS"]/1024, runtime.NumCPU())
+	sb.WriteString("| phase | health answered | health p50 | health p99 | health max | asks answered | ask TTFT p50 | ask TTFT p95 | TTFT p50 vs quiet | errors | peak RSS | daemon CPU | flood's CPU |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|\n")
 	q := quantile(phases[0].ttft, 0.5)
 	for _, p := range phases {
 		errs := "none"
 		if len(p.healthErr)+len(p.askErr) > 0 {
 			errs = fmt.Sprintf("health %v, asks %v", p.healthErr, p.askErr)
 		}
-		fmt.Fprintf(&sb, "| %s | %d | %.1f ms | %.1f ms | %.1f ms | %d | %.0f ms | %.0f ms | %+.0f%% | %s | %d MB |\n",
+		flood := "—"
+		if p.floodCPU > 0 {
+			flood = fmt.Sprintf("%.0f%%", 100*p.floodCPU)
+		}
+		fmt.Fprintf(&sb, "| %s | %d | %.1f ms | %.1f ms | %.1f ms | %d | %.0f ms | %.0f ms | %+.0f%% | %s | %d MB | %.0f%% | %s |\n",
 			p.name, len(p.health), quantile(p.health, 0.5), quantile(p.health, 0.99), quantile(p.health, 1),
-			len(p.ttft), quantile(p.ttft, 0.5), quantile(p.ttft, 0.95), 100*(quantile(p.ttft, 0.5)/q-1), errs, p.peakRSS/1024)
+			len(p.ttft), quantile(p.ttft, 0.5), quantile(p.ttft, 0.95), 100*(quantile(p.ttft, 0.5)/q-1), errs, p.peakRSS/1024, 100*p.daemonCPU, flood)
 	}
-	fmt.Fprintf(&sb, "\nOf the WebSockets %d were held and %d refused (429, naming `daemon.max_websockets_per_sigil`); of the MCP initialize calls %d began a session and %d were refused; %d karma notes of 1 MB were refused (413, naming `karma.max_note_bytes`). The machine has %d CPUs, which the agent's model shares with every flood.\n",
-		wsHeld.Load(), wsRefused.Load(), mcpOK.Load(), mcpRefused.Load(), notesRefused.Load(), runtime.NumCPU())
+	fmt.Fprintf(&sb, "\nOf the WebSockets %d were held and %d refused (429, naming `daemon.max_websockets_per_sigil`); of the MCP initialize calls %d began a session and %d were refused; %d karma notes of 1 MB were refused (413, naming `karma.max_note_bytes`).\n",
+		wsHeld.Load(), wsRefused.Load(), mcpOK.Load(), mcpRefused.Load(), notesRefused.Load())
 	report(t, "trust", sb.String())
 }
 
