@@ -669,7 +669,9 @@ func checkAgentRun(t *testing.T, run agentRun) {
 					digest.errorf(t, "%s turn %d, %s: reused %d tokens, less than the %d of ctxd's identity, codex and environment, and the summary does not say why", run.Agent, n, what, measured, f)
 				}
 			}
-			if !e.Main && float64(s.EvaluatedTokens) > 1.1*float64(ownTokens(s)) {
+			// (A side request whose codex block changed, and says why,
+			// evaluates that block again as well.)
+			if !e.Main && codexChanged(s) == "" && float64(s.EvaluatedTokens) > 1.1*float64(ownTokens(s)) {
 				digest.errorf(t, "%s turn %d: a side request evaluated %d tokens; its own text is %d (want at most 10%% more)", run.Agent, n, s.EvaluatedTokens, ownTokens(s))
 			}
 			// The 95% reuse target is measured, not asserted: with the demo
