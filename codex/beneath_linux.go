@@ -115,8 +115,6 @@ func beneathError(rel string, err error) error {
 type treeRoot struct {
 	f    *os.File
 	path string // where it was found (resolved), for messages and reports
-	dev  uint64
-	ino  uint64
 }
 
 // openTreeRoot opens the directory real (absolute, resolved); only names
@@ -139,12 +137,7 @@ func openTreeRoot(real string, within []AllowedDir, only string) (*treeRoot, err
 	} else if fd, err = openWithin(real, within, only); err != nil {
 		return nil, err
 	}
-	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil {
-		unix.Close(fd)
-		return nil, &fs.PathError{Op: "fstat", Path: real, Err: err}
-	}
-	return &treeRoot{f: os.NewFile(uintptr(fd), real), path: real, dev: uint64(st.Dev), ino: st.Ino}, nil
+	return &treeRoot{f: os.NewFile(uintptr(fd), real), path: real}, nil
 }
 
 // openWithin opens the directory real beneath the first of the allowed
