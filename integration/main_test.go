@@ -1,18 +1,24 @@
 package integration
 
 import (
+	"flag"
 	"fmt"
 	"log/slog"
 	"os"
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/ctxd/ctxd/internal/testwatch"
 )
 
 func TestMain(m *testing.M) {
 	// llama.cpp's loader logs through the default logger; keep it to warnings.
 	slog.SetDefault(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
+	flag.Parse()
+	stop := testwatch.Watch(digest.print)
 	code := m.Run()
+	stop()
 	digest.print()
 	os.Exit(code)
 }

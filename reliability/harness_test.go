@@ -23,6 +23,7 @@ import (
 	"github.com/ctxd/ctxd"
 	"github.com/ctxd/ctxd/client"
 	"github.com/ctxd/ctxd/internal/ollamatest"
+	"github.com/ctxd/ctxd/internal/testwatch"
 	"github.com/ctxd/ctxd/modelgen"
 	"github.com/ctxd/ctxd/ollama"
 )
@@ -41,7 +42,9 @@ const modelName = "ctxd-rel"
 
 func TestMain(m *testing.M) {
 	flag.Parse()
+	stop := testwatch.Watch(nil)
 	code := m.Run()
+	stop()
 	if shared.env != nil {
 		shared.env.close()
 	}
