@@ -40,7 +40,7 @@ RUN_MODEL   := $(REAL_MODEL)
 SERVE_FLAGS  =
 endif
 
-.PHONY: all build ollama models run readme-demo bench-quality swa-table run-llamacpp test systemd-analyze install bench bench-agents reliability fuzz vet fmt clean FORCE
+.PHONY: all build ollama models run readme-demo bench-quality swa-table run-llamacpp test systemd-analyze install bench bench-agents bench-edits reliability fuzz vet fmt clean FORCE
 all: build
 
 build: $(CTXD)
@@ -155,6 +155,15 @@ bench: build $(CTXD_BENCH) ollama models
 # quarter of an hour on two cores; needs llama-server, see LLAMA_SERVER).
 bench-agents: $(NODE_CLIENTS)
 	CTXD_REQUIRE_NODE=1 $(GO) test -count=1 -v -timeout 60m -run '^TestRealAgents$$' ./integration/ -args -agents-long 49152 -agents-write $(abspath docs/benchmarks.md)
+
+# What each commit of a real history costs the next question on a cached
+# codex, path order against stability order (docs/benchmarks.md, "Edits"):
+# this repository's own history, and any other given as
+# EDITS_REPOS="name=/path/to/clone[:subdir] ..." (obtained once, outside
+# the project: the command reads the history it is handed, never fetches).
+EDITS_REPOS ?=
+bench-edits: $(CTXD_BENCH) $(REAL_MODEL)
+	$(CTXD_BENCH) edits --gguf $(REAL_MODEL) --repo ctxd=. $(foreach r,$(EDITS_REPOS),--repo $(r)) --doc docs/benchmarks.md --json docs/bench/edits.json
 
 # Answer quality on the trained model (SmolLM2; docs/models.md): the
 # question sets of testdata/quality asked four ways — ctxd CAG, ctxd RAG,

@@ -24,6 +24,39 @@ type CodexStats struct {
 	Reindexed  int              `json:"reindexed"`
 	LoadMillis float64          `json:"load_ms"`
 	Redacting  bool             `json:"redacting"`
+	Order      CodexOrder       `json:"order"`
+}
+
+// Codex file orders (codex.order).
+const (
+	// OrderStability puts the files that change least first: an edit
+	// re-evaluates the codex from the edited file on.
+	OrderStability = "stability"
+	// OrderPath is the files in path order.
+	OrderPath = "path"
+)
+
+// CodexOrder is the order the codex's files render in, and how the last
+// load arrived at it.
+type CodexOrder struct {
+	Kind string `json:"kind"` // OrderStability or OrderPath
+	// Source is where the order came from: the git history read (how many
+	// commits from which HEAD), modification times, or path order.
+	Source string `json:"source"`
+	// Kept says the load kept the order of the load before (the same
+	// tree) up to its first changed file, and arranged the files from
+	// there again with the change counted (what changed moves late). An
+	// order is made anew only at a codex epoch: the first load of a tree
+	// (no order saved for it), or a change of codex.order.
+	Kept bool `json:"kept"`
+	// Changed are the files whose content changed or that were added
+	// since the load before, in their new order; Removed those gone.
+	Changed []string `json:"changed,omitempty"`
+	Removed []string `json:"removed,omitempty"`
+	// From is the index of the first file not where the load before had
+	// it (the files before it render as they did, so a backend's cache
+	// holds them); -1 when the order was made anew.
+	From int `json:"from"`
 }
 
 // CountProgress is how far the background count of a codex's tokens is.

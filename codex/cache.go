@@ -23,7 +23,8 @@ import (
 //   - the stat index of the last tree loaded: each file's path, size,
 //     modification and change times (nanoseconds), inode and device, and
 //     the hash of the content they described, as git's index does. A file
-//     whose metadata is unchanged is not opened again.
+//     whose metadata is unchanged is not opened again. It keeps the order
+//     the files were rendered in, too.
 //
 // Content entries no file of the stat index references are pruned when the
 // cache is saved. It is safe for concurrent use.
@@ -81,6 +82,11 @@ type statIndex struct {
 	Options string // what changes the outcome of reading a file (redaction, caps)
 	ScanNs  int64  // when the scan that wrote it began
 	Files   map[string]statEntry
+	// The order the files were in (OrderKind, as Options.Order), and
+	// where it came from: a restart keeps the order the backend's saved
+	// caches hold.
+	OrderKind, OrderSource string
+	Order                  []string
 }
 
 type cacheFile struct {

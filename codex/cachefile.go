@@ -16,14 +16,14 @@ import (
 //	magic, tokenizer, entries (sum, redaction rules, lines, tokens,
 //	counted, redactions (rule, line)…), stat index (root, options, scan
 //	time, files (path, size, mtime, ctime, inode, device, sum, skip
-//	reason)…)
+//	reason)…, the order's kind and source, the files in order…)
 //
 // integers as varints, strings and lists length-prefixed. Any other
 // content is not a cache of this version: it is started over. The
 // redaction rules' version is in each entry's key, not in the magic: an
 // upgrade of the rules reads the files again but keeps the stat index and
 // the token counts of files read without redaction.
-const cacheMagic = "ctxd-codex-cache-4\n"
+const cacheMagic = "ctxd-codex-cache-5\n"
 
 var errCacheFormat = errors.New("codex: cache: not a cache of this version")
 
@@ -69,6 +69,12 @@ func (cf *cacheFile) encode() []byte {
 		b = binary.AppendUvarint(b, e.Stat.Dev)
 		b = append(b, e.Sum[:]...)
 		b = appendString(b, e.Skip)
+	}
+	b = appendString(b, x.OrderKind)
+	b = appendString(b, x.OrderSource)
+	b = binary.AppendUvarint(b, uint64(len(x.Order)))
+	for _, p := range x.Order {
+		b = appendString(b, p)
 	}
 	return b
 }
@@ -120,6 +126,15 @@ func (cf *cacheFile) decode(data []byte) error {
 		copy(e.Sum[:], d.bytes(32))
 		e.Skip = d.string()
 		x.Files[p] = e
+	}
+	x.OrderKind, x.OrderSource = d.string(), d.string()
+	n = d.uvarint()
+	x.Order = make([]string, 0, min(n, uint64(len(data))))
+	for range n {
+		if d.err != nil {
+			break
+		}
+		x.Order = append(x.Order, d.string())
 	}
 	if d.err == nil && len(d.b) != 0 {
 		d.err = errCacheFormat

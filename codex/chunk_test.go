@@ -41,11 +41,19 @@ func TestMapFitsItsBudget(t *testing.T) {
 		c.Files = append(c.Files, File{Path: fmt.Sprintf("pkg%d/sub%d/file%d.go", i%7, i%13, i), Lines: 12, Size: 345})
 	}
 	full := c.Map(0)
-	if !strings.Contains(full, "\"pkg0/sub0/file0.go\" 12 345") || !strings.Contains(full, "300 files, 3600 lines, 103500 bytes") {
+	if !strings.Contains(full, "\"pkg0/sub0/file0.go\"\n") || strings.Count(full, "\n") != 302 {
 		t.Errorf("uncapped map lacks files:\n%.300s", full)
 	}
+	if c.Totals() != "The codex holds 300 files, 3600 lines, 103500 bytes.\n" {
+		t.Errorf("totals: %q", c.Totals())
+	}
 	capped := c.Map(1200)
-	if len(capped) > 1200 || !strings.Contains(capped, "Directories") || !strings.Contains(capped, "300 files") {
+	if len(capped) > 1200 || !strings.Contains(capped, "Directories") || !strings.Contains(capped, "\"pkg0\" 43\n") {
 		t.Errorf("capped map (%d chars):\n%s", len(capped), capped)
+	}
+	// An edit (new sizes) changes nothing in the map.
+	c.Files[0].Lines, c.Files[0].Size = 13, 400
+	if c.Map(0) != full || c.Map(1200) != capped {
+		t.Error("the map changed when a file's size did")
 	}
 }

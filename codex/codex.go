@@ -22,6 +22,7 @@ import (
 
 	"github.com/ctxd/ctxd"
 	"github.com/ctxd/ctxd/runcontext"
+	"github.com/ctxd/ctxd/stability"
 )
 
 // Options bound and shape what a load reads.
@@ -48,6 +49,9 @@ type Options struct {
 	// Previous is the codex this load replaces, if any: the content of its
 	// files that did not change is taken from it instead of the disk.
 	Previous *Codex
+	// Order is the order the files render in: ctxd.OrderStability or
+	// ctxd.OrderPath ("": path).
+	Order    string
 	Progress func(ctxd.CodexProgress)
 }
 
@@ -91,6 +95,9 @@ type Codex struct {
 	// Read is how many files this load opened: a reload of an unchanged
 	// tree opens none.
 	Read int
+	// Order is the order Files are in, and how this load arrived at it.
+	Order   ctxd.CodexOrder
+	weights stability.Weights // how often each file changed, for the next load's order
 
 	redact     bool
 	hardLinks  bool      // files with more than one link may load
@@ -189,10 +196,20 @@ func Load(ctx context.Context, root string, opts Options) (*Codex, error) {
 	if err != nil {
 		return nil, err
 	}
-	// A reload that read nothing and lost no file keeps the index it was
-	// proven against (and its older scan time, only ever more cautious).
-	if c.Read > 0 || len(next) != len(index.Files) {
-		opts.Cache.setStatIndex(statIndex{Root: real, Options: optKey, ScanNs: scanNs, Files: next})
+	arr, err := c.arrange(ctx, dir, opts, kept, index)
+	if err != nil {
+		return nil, fmt.Errorf("codex: order: %w", err)
+	}
+	// A reload that read nothing, lost no file and kept the order keeps
+	// the index it was proven against (and its older scan time, only ever
+	// more cautious).
+	if proven := c.Read == 0 && len(next) == len(index.Files); !proven || !arr.sameAs(index) {
+		scan := scanNs
+		if proven {
+			scan = index.ScanNs // only the order is new
+		}
+		opts.Cache.setStatIndex(statIndex{Root: real, Options: optKey, ScanNs: scan, Files: next,
+			OrderKind: arr.kind, OrderSource: arr.source, Order: arr.order})
 	}
 	slices.SortFunc(c.Skipped, func(a, b ctxd.Skipped) int { return strings.Compare(a.Path, b.Path) })
 	c.sumTokens()
@@ -452,7 +469,7 @@ func (c *Codex) BlockWithMap(mode string, mapChars int) runcontext.Codex {
 	}
 	var body string
 	if mode == runcontext.ModeRAG {
-		body = c.Map(mapChars)
+		body = c.Map(mapChars) + "\n" + c.Totals()
 	} else {
 		body = c.Body()
 	}
@@ -460,27 +477,23 @@ func (c *Codex) BlockWithMap(mode string, mapChars int) runcontext.Codex {
 }
 
 // Map describes a codex too large to load whole: what a model sees of it,
-// next to the excerpts retrieved for each question. It shows what is known
-// without counting tokens: every file with its lines and bytes if that fits
-// in maxChars (0: no cap); otherwise every directory with its files, lines
-// and bytes; otherwise the directories two levels down, then one. The text
-// says which it is: nothing is cut silently.
+// next to the excerpts retrieved for each question. It lists every file in
+// the codex's order if that fits in maxChars (0: no cap); otherwise every
+// directory with its number of files; otherwise the directories two levels
+// down, then one. The text says which it is: nothing is cut silently.
+//
+// The map holds nothing an edit changes (no sizes, no totals: Totals has
+// those, for the end of the codex block), so a backend's cache of it and
+// of what follows it survives edits; adding or removing a file changes
+// it, at the file's line.
 func (c *Codex) Map(maxChars int) string {
-	var lines int64
-	for _, f := range c.Files {
-		lines += int64(f.Lines)
-	}
-	head := fmt.Sprintf("This codex is too large to show whole: %d files, %d lines, %d bytes. Excerpts relevant to each question appear with the question.\n", len(c.Files), lines, c.Bytes())
+	head := "This codex is too large to show whole. Excerpts relevant to each question appear with the question.\n"
 	var sb strings.Builder
 	sb.WriteString(head)
-	sb.WriteString("Files (path, lines, bytes):\n")
+	sb.WriteString("Files:\n")
 	var line []byte
 	for _, f := range c.Files {
 		line = strconv.AppendQuote(line[:0], f.Path)
-		line = append(line, ' ')
-		line = strconv.AppendInt(line, int64(f.Lines), 10)
-		line = append(line, ' ')
-		line = strconv.AppendInt(line, f.Size, 10)
 		sb.Write(append(line, '\n'))
 		if maxChars > 0 && sb.Len() > maxChars {
 			break // too long: directories instead
@@ -490,41 +503,44 @@ func (c *Codex) Map(maxChars int) string {
 		return sb.String()
 	}
 	for _, depth := range []int{-1, 2, 1} {
-		type dir struct {
-			files        int
-			lines, bytes int64
-		}
-		dirs := map[string]*dir{}
+		dirs := map[string]int{}
 		var names []string
 		for _, f := range c.Files {
 			d := path.Dir(f.Path)
 			if parts := strings.Split(d, "/"); depth > 0 && len(parts) > depth {
 				d = strings.Join(parts[:depth], "/")
 			}
-			if dirs[d] == nil {
-				dirs[d] = &dir{}
+			if _, ok := dirs[d]; !ok {
 				names = append(names, d)
 			}
-			dirs[d].files++
-			dirs[d].lines += int64(f.Lines)
-			dirs[d].bytes += f.Size
+			dirs[d]++
 		}
 		slices.Sort(names)
 		sb.Reset()
 		sb.WriteString(head)
 		if depth < 0 {
-			sb.WriteString("Directories (path, files, lines, bytes):\n")
+			sb.WriteString("Directories (path, files):\n")
 		} else {
-			fmt.Fprintf(&sb, "Directories %d level(s) deep, with everything below them (path, files, lines, bytes):\n", depth)
+			fmt.Fprintf(&sb, "Directories %d level(s) deep, with everything below them (path, files):\n", depth)
 		}
 		for _, n := range names {
-			fmt.Fprintf(&sb, "%s %d %d %d\n", quotePath(n), dirs[n].files, dirs[n].lines, dirs[n].bytes)
+			fmt.Fprintf(&sb, "%s %d\n", quotePath(n), dirs[n])
 		}
 		if sb.Len() <= maxChars || depth == 1 {
 			break
 		}
 	}
 	return sb.String()
+}
+
+// Totals is the codex's size in a line, for the end of a codex block
+// whose map leaves sizes out.
+func (c *Codex) Totals() string {
+	var lines int64
+	for _, f := range c.Files {
+		lines += int64(f.Lines)
+	}
+	return fmt.Sprintf("The codex holds %d files, %d lines, %d bytes.\n", len(c.Files), lines, c.Bytes())
 }
 
 // Bytes is the total size of the loaded files.

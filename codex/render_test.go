@@ -28,7 +28,7 @@ func checkPieces(t testing.TB, pieces []Piece) {
 		Query:       runcontext.Query{Text: "q"},
 	}
 	r := runcontext.Render(rc)
-	header := "### CODEX \"c\" mode=cag files=" + strconv.Itoa(len(pieces))
+	header := "### CODEX \"c\" mode=cag"
 	want := []string{"### IDENTITY t", header, "### ENVIRONMENT", "### SIGIL default", "### KARMA", "### CONVERSATION epoch=0", "### USER", "### ASSISTANT"}
 	if got := runcontexttest.Markers(r.Prompt()); !slices.Equal(got, want) {
 		t.Fatalf("the codex forged structure: a lenient reader finds the markers\n%q\nwhere ctxd wrote\n%q\nin the codex block\n%q", got, want, r.Blocks[runcontext.BlockCodex])

@@ -21,6 +21,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -65,6 +66,9 @@ type Config struct {
 	Stable func(runcontext.Codex) (runcontext.Rendered, error)
 	Sink   Sink
 	Logger *slog.Logger
+	// SettleMax bounds how long the watcher waits for the tree to go
+	// quiet before it reloads (0: settleMax).
+	SettleMax time.Duration
 }
 
 // Service is the current codex. Its methods are safe for concurrent use.
@@ -556,7 +560,7 @@ func statsOf(c *codex.Codex, plan ctxd.CodexPlan, reindexed int, took time.Durat
 	st := ctxd.CodexStats{
 		Name: c.Name, Root: c.Root, Files: len(c.Files), Bytes: c.Bytes(), Tokens: c.Tokens, TokensExact: c.Counted,
 		Read: c.Read, Plan: plan, Redactions: c.Redactions(), Skipped: c.Skipped, Reindexed: reindexed,
-		LoadMillis: float64(took.Microseconds()) / 1000, Redacting: redacting,
+		LoadMillis: float64(took.Microseconds()) / 1000, Redacting: redacting, Order: c.Order,
 	}
 	if st.Skipped == nil {
 		st.Skipped = []ctxd.Skipped{}
@@ -620,6 +624,8 @@ func (s *Service) Files() ([]ctxd.CodexFile, bool) {
 	for i, f := range l.codex.Files {
 		out[i] = ctxd.CodexFile{Path: f.Path, Bytes: f.Size, Lines: f.Lines, SHA256: f.SHA256, Redactions: len(f.Redactions)}
 	}
+	// Listed for people, in path order, whatever order the prompt has.
+	slices.SortFunc(out, func(a, b ctxd.CodexFile) int { return strings.Compare(a.Path, b.Path) })
 	return out, true
 }
 

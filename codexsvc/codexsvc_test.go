@@ -483,3 +483,53 @@ func TestPeekNeitherLearnsNorMoves(t *testing.T) {
 func codexSettings(cc config.Codex) Settings {
 	return Settings{Walk: cc.WalkOptions(), CAGRatio: cc.CAGRatio, Watch: cc.Watch, AllowRedactOff: cc.AllowCodexRedactOff}
 }
+
+// TestEditsSettle: a burst of edits (a formatter over the tree) is one
+// reload once the tree is quiet, and a tree that never goes quiet still
+// reloads within the bound, with the changed files moved last.
+func TestEditsSettle(t *testing.T) {
+	t.Parallel()
+	s, snk := newServiceWith(t, 100000, true, func(c *Config) { c.SettleMax = 2 * time.Second })
+	dir := tree(t, 30, 300)
+	if _, err := s.Load(t.Context(), dir, nil); err != nil {
+		t.Fatal(err)
+	}
+	_, _, _, n0 := snk.published()
+	// A formatter over 30 files, a file each 10 ms: one reload.
+	for i := range 30 {
+		p := filepath.Join(dir, fmt.Sprintf("h%02d.go", i))
+		if _, err := os.Stat(p); err != nil {
+			t.Fatalf("the tree's layout changed: %v", err)
+		}
+		if err := os.WriteFile(p, []byte(fmt.Sprintf("package x // formatted %d\n", i)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	eventually(t, 20*time.Second, "the burst reloaded", func() bool { _, _, _, n := snk.published(); return n > n0 })
+	time.Sleep(3 * debounce)
+	if _, _, _, n := snk.published(); n != n0+1 {
+		t.Errorf("a burst of 30 edits made %d reloads, want 1", n-n0)
+	}
+	st, _ := s.Stats()
+	if !st.Order.Kept || len(st.Order.Changed) != 30 {
+		t.Errorf("order after the burst: %+v; want the 30 changed files named", st.Order)
+	}
+	// A tree that never goes quiet: an edit every 300 ms for 4 s reloads
+	// within the 2 s bound, not only after the writes stop.
+	_, _, _, n1 := snk.published()
+	stop := time.Now().Add(4 * time.Second)
+	reloadedWhileBusy := false
+	for i := 0; time.Now().Before(stop); i++ {
+		if err := os.WriteFile(filepath.Join(dir, "h00.go"), []byte(fmt.Sprintf("package x // busy %d\n", i)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(300 * time.Millisecond)
+		if _, _, _, n := snk.published(); n > n1 {
+			reloadedWhileBusy = true
+		}
+	}
+	if !reloadedWhileBusy {
+		t.Error("a tree edited every 300 ms for 4 s was not reloaded while the edits went on (bound 2 s)")
+	}
+}

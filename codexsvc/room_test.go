@@ -43,8 +43,14 @@ func TestMakeRoomShrinksTheCodexForAClient(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, _ := s.cfg.Stable(codexBlock); len(got.Prompt()) > plan.Threshold { // the fake tokenizer: a token a byte
-		t.Errorf("the working set's stable blocks are %d tokens, over the %d the client leaves", len(got.Prompt()), plan.Threshold)
+	// The threshold bounds the stable blocks (identity to karma), as the
+	// counter weighs them, not the empty conversation rendered after them.
+	got, err := s.cfg.Stable(codexBlock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, err := s.cfg.Counter.Stable(got); err != nil || n > plan.Threshold {
+		t.Errorf("the working set's stable blocks are %d tokens (%v), over the %d the client leaves", n, err, plan.Threshold)
 	}
 	// Less room than before: nothing changes (the room only grows).
 	if made, err := s.MakeRoom(t.Context(), 9000); err != nil || made {

@@ -15,8 +15,14 @@ import (
 )
 
 // debounce is how long the watcher waits after the last change before it
-// reloads: an editor's save or a git checkout is one reload, not hundreds.
-const debounce = 750 * time.Millisecond
+// reloads: an editor's save, a formatter over the tree or a git checkout is
+// one reload, not hundreds. A tree that never goes quiet (a build writing
+// into it) still reloads settleMax after the first change it has not
+// loaded: the wait is bounded.
+const (
+	debounce  = 750 * time.Millisecond
+	settleMax = 10 * time.Second
+)
 
 // watch starts watching path for changes (stopping any earlier watch)
 // until Close. It returns once the watches are in place. The caller holds
@@ -60,6 +66,11 @@ func (s *Service) watchTree(ctx context.Context, root string, watching chan<- st
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	pending, rulesChanged := 0, false
+	var first time.Time // the first change not loaded yet
+	bound := s.cfg.SettleMax
+	if bound <= 0 {
+		bound = settleMax
+	}
 	for {
 		select {
 		case <-ctx.Done():
@@ -71,8 +82,11 @@ func (s *Service) watchTree(ctx context.Context, root string, watching chan<- st
 			relevant, rules := t.event(ev)
 			if relevant {
 				rulesChanged = rulesChanged || rules
+				if pending == 0 {
+					first = time.Now()
+				}
 				pending++
-				timer.Reset(debounce)
+				timer.Reset(max(0, min(debounce, bound-time.Since(first))))
 			}
 		case err, ok := <-fw.Errors:
 			if !ok {
@@ -84,7 +98,7 @@ func (s *Service) watchTree(ctx context.Context, root string, watching chan<- st
 				rulesChanged = false
 				t.rulesChanged()
 			}
-			s.log.Info("codex files changed; reloading", "events", pending)
+			s.log.Info("codex files changed; reloading", "events", pending, "waited_ms", time.Since(first).Milliseconds())
 			pending = 0
 			if err := s.reload(ctx, root); err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, ErrClosed) {
 				s.log.Error("codex reload failed; keeping the previous codex", "err", err)

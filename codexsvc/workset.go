@@ -59,6 +59,8 @@ type workingSet struct {
 	base      runcontext.Codex // the map alone, prerendered
 	threshold int              // the CAG threshold: the stable blocks with the working set stay under it
 	bound     codex.Bound      // the vocabulary's, if known
+	posOnce   sync.Once
+	pos       map[string]int // each file's place in the codex
 
 	mu         sync.Mutex // guards the fields below; held only to read or write them
 	baseTokens int        // the stable blocks with the map alone; 0 until counted
@@ -500,12 +502,15 @@ func (w *workingSet) wholeFile(i, room int) (p codex.Piece, tokens int, changed 
 const pieceOverhead = 24
 
 // render builds the codex block of the map and pieces, and counts the
-// stable blocks with it.
+// stable blocks with it. The pieces are in the codex's order (the most
+// stable files first, with codex.order = "stability"), a file's pieces by
+// their lines.
 func (w *workingSet) render(pieces []codex.Piece) (*wsChoice, error) {
 	sorted := slices.Clone(pieces)
+	pos := w.positions()
 	slices.SortStableFunc(sorted, func(a, b codex.Piece) int {
-		if c := strings.Compare(a.Path, b.Path); c != 0 {
-			return c
+		if a.Path != b.Path {
+			return pos[a.Path] - pos[b.Path]
 		}
 		return lineStart(a.Lines) - lineStart(b.Lines)
 	})
@@ -520,8 +525,14 @@ func (w *workingSet) render(pieces []codex.Piece) (*wsChoice, error) {
 		}
 	}
 	choice.files = len(files)
+	// The map, the working set, then the codex's totals (which change
+	// with every edit: last, so an edit outside the working set costs
+	// only them). The base block is the map and the totals.
+	totals := w.codex.Totals()
+	mapBody := strings.TrimSuffix(w.base.Body, "\n"+totals)
 	block := runcontext.Codex{Name: w.base.Name, Mode: runcontext.ModeRAG, Files: w.base.Files,
-		Body: w.base.Body + fmt.Sprintf("\nWorking set: %d files relevant to recent questions, whole or in part (lines), kept while the questions stay near them:\n", len(files)) + codex.RenderPieces(sorted)}
+		Body: mapBody + fmt.Sprintf("\nWorking set: %d files relevant to recent questions, whole or in part (lines), kept while the questions stay near them:\n", len(files)) +
+			codex.RenderPieces(sorted) + "\n" + totals}
 	block.Prerender(w.svc.cfg.Specials)
 	n, err := w.stableTokens(block)
 	if err != nil {
@@ -529,6 +540,17 @@ func (w *workingSet) render(pieces []codex.Piece) (*wsChoice, error) {
 	}
 	choice.block, choice.tokens = block, n
 	return choice, nil
+}
+
+// positions is each file's place in the codex.
+func (w *workingSet) positions() map[string]int {
+	w.posOnce.Do(func() {
+		w.pos = make(map[string]int, len(w.codex.Files))
+		for i, f := range w.codex.Files {
+			w.pos[f.Path] = i
+		}
+	})
+	return w.pos
 }
 
 // stableTokens counts the stable blocks around a codex block.

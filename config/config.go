@@ -11,6 +11,7 @@ import (
 
 	"github.com/BurntSushi/toml"
 
+	"github.com/ctxd/ctxd"
 	"github.com/ctxd/ctxd/hostenv"
 	"github.com/ctxd/ctxd/sigils"
 )
@@ -209,6 +210,11 @@ type Codex struct {
 	// AllowHardLinks loads files with more than one link (skipped
 	// otherwise: another link may be a file outside the codex).
 	AllowHardLinks bool `toml:"allow_hard_links"`
+	// Order is the order the codex's files render in: "stability" (the
+	// files that change least first, from the tree's git history or
+	// modification times; an edit then re-evaluates only the files from
+	// it on) or "path".
+	Order string `toml:"order"`
 }
 
 // Limits feed the governor.
@@ -305,7 +311,7 @@ func Default(env Env) Config {
 			Persona: "You are a precise assistant for the codebase below. Answer from the codex; say so when it does not hold the answer.",
 		},
 		Codex: Codex{MaxFileBytes: 1 << 20, MaxTotalBytes: 512 << 20, Redact: true,
-			CAGRatio: 0.7, TopK: 5, Watch: true},
+			CAGRatio: 0.7, TopK: 5, Watch: true, Order: ctxd.OrderStability},
 		Limits: Limits{AnswerReserve: 256, MaxDepth: 32, KVCacheType: "f16", MemoryHeadroomMB: 512},
 		Karma: Karma{Enabled: true, TopK: 5, MaxChars: 4000, MaxEntryChars: 1200, HalfLife: Duration{7 * 24 * time.Hour},
 			MaxNoteBytes: 4096, MaxJudgements: 64},

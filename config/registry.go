@@ -19,7 +19,7 @@ func (c Config) SigilRegistry() (*sigils.Registry, error) {
 func (c Codex) WalkOptions() codex.Options {
 	return codex.Options{MaxFileBytes: c.MaxFileBytes, MaxTotalBytes: c.MaxTotalBytes,
 		Include: c.Include, Exclude: c.Exclude, NoRedact: !c.Redact,
-		AllowSecret: c.AllowSecretFiles, AllowHardLinks: c.AllowHardLinks, Within: c.within()}
+		AllowSecret: c.AllowSecretFiles, AllowHardLinks: c.AllowHardLinks, Within: c.within(), Order: c.Order}
 }
 
 // within are the directories a codex may be loaded from (codex.path and

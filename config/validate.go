@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ctxd/ctxd"
 	"github.com/ctxd/ctxd/codex"
 	"github.com/ctxd/ctxd/governor"
 	"github.com/ctxd/ctxd/hostenv"
@@ -273,6 +274,9 @@ func (cx Codex) validate(p *problems) {
 	}
 	if cx.TopK <= 0 {
 		p.bad("codex.top_k", "%d must be positive", cx.TopK)
+	}
+	if cx.Order != ctxd.OrderStability && cx.Order != ctxd.OrderPath {
+		p.bad("codex.order", "%q must be %q or %q", cx.Order, ctxd.OrderStability, ctxd.OrderPath)
 	}
 }
 

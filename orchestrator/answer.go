@@ -104,6 +104,11 @@ func (a *answering) summarize(sessionWait time.Duration, followed bool) {
 		sum.SlotNote = fmt.Sprintf("slot %d served session %q since this session's last turn: this conversation's tokens after the prefix the two share were evaluated again",
 			lease.Slot, lease.Previous)
 	}
+	if sum.PrefixBreak != nil && sum.PrefixBreak.Block == runcontext.BlockNames[runcontext.BlockCodex] {
+		if c := codexChange(prev.codex, p.rc.Codex.Files); c != "" {
+			sum.PrefixBreak.Reason += ": " + c
+		}
+	}
 	if sum.PrefixBreak != nil && sum.PrefixBreak.Block == runcontext.BlockNames[runcontext.BlockKarma] && p.karmaChosen {
 		sum.PrefixBreak.Reason = fmt.Sprintf("karma epoch %d began: %s", p.karma.KarmaEpoch, p.karma.Reason)
 	}
@@ -270,7 +275,7 @@ func (a *answering) record(text string) error {
 	if err := a.recordTurn(answer); err != nil {
 		return err
 	}
-	o.prompts.put(req.Session, previous{rendered: p.rendered, answer: o.cfg.Format.Answer(answer), sigil: p.rc.Sigil.Name})
+	o.prompts.put(req.Session, previous{rendered: p.rendered, answer: o.cfg.Format.Answer(answer), sigil: p.rc.Sigil.Name, codex: p.rc.Codex.Files})
 	return nil
 }
 

@@ -19,7 +19,7 @@ func wantMarkers(rc *RunContext) []string {
 	if rc.Codex.Mode == ModeNone || rc.Codex.Mode == "" {
 		m = append(m, "### CODEX")
 	} else {
-		m = append(m, "### CODEX "+strconv.Quote(rc.Codex.Name)+" mode="+rc.Codex.Mode+" files="+strconv.Itoa(len(rc.Codex.Files)))
+		m = append(m, "### CODEX "+strconv.Quote(rc.Codex.Name)+" mode="+rc.Codex.Mode)
 	}
 	m = append(m, "### ENVIRONMENT", "### SIGIL "+rc.Sigil.Name)
 	if strings.TrimSpace(rc.Sigil.Instructions) != "" {

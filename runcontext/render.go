@@ -146,9 +146,7 @@ func renderCodex(c Codex) string {
 	sb.WriteString(strconv.Quote(c.Name))
 	sb.WriteString(" mode=")
 	sb.WriteString(escapeInline(c.Mode))
-	sb.WriteString(" files=")
-	sb.WriteString(strconv.Itoa(len(c.Files)))
-	sb.WriteString("\n")
+	sb.WriteString("\n") // no file count: a file added must not change the block's first line
 	body := escape(c.Body)
 	sb.WriteString(body)
 	if !strings.HasSuffix(body, "\n") {

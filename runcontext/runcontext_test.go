@@ -167,7 +167,7 @@ func TestValidate(t *testing.T) {
 		{"bad mode", func(rc *RunContext) { rc.Codex.Mode = "full" }, "codex.mode"},
 		{"absolute codex name", func(rc *RunContext) { rc.Codex.Name = "/home/me/src" }, "codex.name"},
 		{"escaping path", func(rc *RunContext) { rc.Codex.Files[0].Path = "../etc/passwd" }, "codex.files[0].path"},
-		{"unsorted files", func(rc *RunContext) { rc.Codex.Files[0].Path = "zz.go" }, "codex.files[1].path"},
+		{"duplicate files", func(rc *RunContext) { rc.Codex.Files[1].Path = rc.Codex.Files[0].Path }, "codex.files[1].path"},
 		{"bad digest", func(rc *RunContext) { rc.Codex.Files[1].SHA256 = "xyz" }, "codex.files[1].sha256"},
 		{"none with body", func(rc *RunContext) { rc.Codex.Mode = ModeNone }, "codex.mode"},
 		{"memory band", func(rc *RunContext) { rc.Environment.VRAM = "17.3GiB" }, "environment.vram"},

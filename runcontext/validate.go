@@ -180,12 +180,14 @@ func (v *validator) codex(c Codex) {
 	default:
 		v.fail("codex.mode", fmt.Sprintf("%q is not one of none, cag, rag", c.Mode))
 	}
+	seen := make(map[string]bool, len(c.Files))
 	for i, f := range c.Files {
 		field := fmt.Sprintf("codex.files[%d]", i)
 		v.relPath(field+".path", f.Path)
-		if i > 0 && c.Files[i-1].Path >= f.Path {
-			v.fail(field+".path", "files must be sorted by path and unique")
+		if seen[f.Path] {
+			v.fail(field+".path", "files must be unique")
 		}
+		seen[f.Path] = true
 		if f.Bytes < 0 {
 			v.fail(field+".bytes", "must not be negative")
 		}

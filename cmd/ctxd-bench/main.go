@@ -19,6 +19,8 @@ const usage = `ctxd-bench: ctxd's benchmark harness on the real backends
 
   ctxd-bench [--ollama BIN] [--llama-server BIN] [--phases P,...] [--out DIR] [--doc FILE] [--readme FILE]
   ctxd-bench --replot [--out DIR] [--from results.json]   redraw the plots without running
+  ctxd-bench edits --repo NAME=DIR[:SUBDIR] ... [--commits N] [--doc FILE]
+                                          replay histories: what each commit costs a cached codex
 
 Flags: ctxd-bench --help.
 `
@@ -30,7 +32,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprint(stdout, usage)
 		return 0
 	}
-	err := cmdBench(args, stdout, stderr)
+	var err error
+	if len(args) > 0 && args[0] == "edits" {
+		err = cmdEdits(args[1:], stdout, stderr)
+	} else {
+		err = cmdBench(args, stdout, stderr)
+	}
 	switch {
 	case err == nil:
 		return 0

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
 
 	"github.com/schollz/progressbar/v3"
@@ -125,6 +126,9 @@ func printCodexStats(w io.Writer, st *ctxd.CodexStats) {
 	}
 	fmt.Fprintf(w, "  %d files, %d lines, %d bytes, %s; loaded in %.0f ms (%d files read)\n", st.Files, st.Lines, st.Bytes, tokens, st.LoadMillis, st.Read)
 	fmt.Fprintf(w, "  mode %s: %s\n", st.Plan.Mode, st.Plan.Reason)
+	if o := st.Order; o.Kind != "" {
+		fmt.Fprintf(w, "  order: %s\n", orderLine(o))
+	}
 	if len(st.Largest) > 0 {
 		fmt.Fprintln(w, "  largest files by tokens:")
 		for _, f := range st.Largest {
@@ -150,4 +154,32 @@ func printCodexStats(w io.Writer, st *ctxd.CodexStats) {
 			fmt.Fprintf(w, "    %s: %s\n", s.Path, s.Reason)
 		}
 	}
+}
+
+// orderLine says in a line what order the files render in and what the
+// last load did to it.
+func orderLine(o ctxd.CodexOrder) string {
+	s := o.Kind
+	if o.Kind == ctxd.OrderStability {
+		s += ", the files that change least first (" + o.Source + ")"
+	}
+	if !o.Kept {
+		return s + "; made at this load"
+	}
+	switch {
+	case len(o.Changed) == 0 && len(o.Removed) == 0:
+		s += "; kept, nothing changed"
+	default:
+		s += fmt.Sprintf("; kept to file %d, the rest arranged again with %d changed or new file(s)", o.From+1, len(o.Changed))
+		if len(o.Removed) > 0 {
+			s += fmt.Sprintf(", %d removed", len(o.Removed))
+		}
+		if len(o.Changed) > 0 {
+			s += ": " + strings.Join(o.Changed[:min(5, len(o.Changed))], ", ")
+			if len(o.Changed) > 5 {
+				s += ", …"
+			}
+		}
+	}
+	return s
 }

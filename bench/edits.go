@@ -1,0 +1,401 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	git "github.com/go-git/go-git/v5"
+	"github.com/go-git/go-git/v5/plumbing/object"
+
+	"github.com/ctxd/ctxd/codex"
+	"github.com/ctxd/ctxd/stability"
+)
+
+// The edits replay: what each commit of a real history costs the next
+// question on a cached codex, in path order and in stability order.
+//
+// The codex at a commit is the tracked files below the codex's directory
+// that a load keeps (text, valid UTF-8, at most 1 MiB), each rendered as
+// the codex block renders it and counted with the model's tokenizer. A
+// backend reuses its cache up to the first token that changed, so a
+// commit costs the tokens from the first file not rendered as before to
+// the end of the block. Path order puts added files in their place and
+// keeps changed ones there; stability order is ranked once, from the
+// history before the first commit replayed (the codex epoch), and then
+// settled at each commit as the daemon's reloads settle it (a step of the
+// weights, then stability.Settle: the files from the first changed one on
+// arranged again, so what changed moves late).
+
+// EditsConfig is one history to replay.
+type EditsConfig struct {
+	Name    string // how the table names it
+	Repo    string // a git work tree or bare repository
+	Sub     string // the codex's directory below the repository's top ("": all of it)
+	Commits int    // how many of the newest first-parent commits that touch the codex
+	// Counter counts a rendered file's tokens.
+	Counter codex.Counter
+}
+
+// EditsCommit is one commit's cost.
+type EditsCommit struct {
+	Hash         string `json:"hash"`
+	Files        int    `json:"files_changed"` // codex files changed, added or removed
+	CodexTokens  int    `json:"codex_tokens"`  // the whole codex block after it
+	PathTokens   int    `json:"path_tokens"`   // re-evaluated in path order
+	StableTokens int    `json:"stable_tokens"` // re-evaluated in stability order
+	Floor        int    `json:"floor_tokens"`  // the changed and added files' own tokens: no order costs less
+	// Cold says the commit changed a file that no commit of the last
+	// coldCommits changed (or none since the epoch): no order learned from
+	// the history can have put that file late.
+	Cold bool `json:"cold"`
+}
+
+// coldCommits is how many commits back a change makes a file warm.
+const coldCommits = 20
+
+// EditsRun is one replay.
+type EditsRun struct {
+	Name        string        `json:"name"`
+	Epoch       string        `json:"epoch"`         // the commit the replay starts from
+	EpochSource string        `json:"epoch_source"`  // what the stability order was ranked from
+	StartFiles  int           `json:"start_files"`   // codex files at the epoch
+	StartTokens int           `json:"start_tokens"`  // and their tokens
+	Commits     []EditsCommit `json:"commits"`       // oldest first
+	Took        float64       `json:"took_s"`        // the replay's wall time
+	Skipped     int           `json:"files_skipped"` // files a load would leave out, at the epoch
+}
+
+// codexFile is a file of the replayed codex: its blob and its tokens.
+type codexFile struct {
+	blob   string
+	size   int64
+	tokens int
+}
+
+// sizesOf is the files' sizes in bytes, as a load knows them.
+func sizesOf(files map[string]codexFile) map[string]int64 {
+	out := make(map[string]int64, len(files))
+	for p, f := range files {
+		out[p] = f.size
+	}
+	return out
+}
+
+// ReplayEdits replays cfg's history.
+func ReplayEdits(ctx context.Context, cfg EditsConfig) (EditsRun, error) {
+	start := time.Now()
+	run := EditsRun{Name: cfg.Name}
+	repo, err := git.PlainOpenWithOptions(cfg.Repo, &git.PlainOpenOptions{DetectDotGit: true})
+	if errors.Is(err, git.ErrRepositoryNotExists) {
+		repo, err = git.PlainOpen(cfg.Repo) // a bare repository
+	}
+	if err != nil {
+		return run, fmt.Errorf("edits: open %s: %w", cfg.Repo, err)
+	}
+	prefix := strings.Trim(cfg.Sub, "/")
+	if prefix != "" {
+		prefix += "/"
+	}
+	head, err := repo.Head()
+	if err != nil {
+		return run, fmt.Errorf("edits: %s: HEAD: %w", cfg.Repo, err)
+	}
+	c, err := repo.CommitObject(head.Hash())
+	if err != nil {
+		return run, fmt.Errorf("edits: %w", err)
+	}
+	// The newest first-parent commits that touch the codex, newest first.
+	var line []*object.Commit
+	for c != nil && len(line) < cfg.Commits {
+		if err := ctx.Err(); err != nil {
+			return run, err
+		}
+		parent, err := c.Parent(0)
+		if err != nil {
+			break // the first commit, or a shallow end: no diff to replay
+		}
+		touched, err := touches(ctx, parent, c, prefix)
+		if err != nil {
+			return run, err
+		}
+		if touched {
+			line = append(line, c)
+		}
+		c = parent
+	}
+	if len(line) == 0 {
+		return run, fmt.Errorf("edits: %s: no commit touches %q", cfg.Repo, cfg.Sub)
+	}
+	slices.Reverse(line)
+	epoch, err := line[0].Parent(0)
+	if err != nil {
+		return run, err
+	}
+	run.Epoch = epoch.Hash.String()
+	counts := map[string]int{} // by blob hash
+	files, skipped, err := codexAt(ctx, epoch, prefix, cfg.Counter, counts)
+	if err != nil {
+		return run, err
+	}
+	run.Skipped = skipped
+	paths := sortedPaths(files)
+	run.StartFiles = len(paths)
+	for _, f := range files {
+		run.StartTokens += f.tokens
+	}
+	rk, err := stability.History(ctx, epoch, prefix, paths, stability.Options{Budget: time.Minute})
+	if err != nil {
+		return run, err
+	}
+	run.EpochSource = rk.Describe()
+	weights := rk.Weights()
+	stable := rk.Order(paths, sizesOf(files))
+	pathOrder := paths
+	lastChange := map[string]int{} // commit index of each file's last change in the replay
+	for i, commit := range line {
+		next, _, err := codexAt(ctx, commit, prefix, cfg.Counter, counts)
+		if err != nil {
+			return run, err
+		}
+		changed := map[string]bool{}
+		for p, f := range next {
+			if old, ok := files[p]; !ok || old.blob != f.blob {
+				changed[p] = true
+			}
+		}
+		removed := 0
+		for p := range files {
+			if _, ok := next[p]; !ok {
+				removed++
+			}
+		}
+		nextPaths := sortedPaths(next)
+		pathFrom := firstDifference(pathOrder, nextPaths, changed)
+		// As a reload does (codex.Load): one step of the weights, then
+		// the order settled.
+		weights.Step(changed, 0)
+		order, stableFrom := stability.Settle(stable, nextPaths, changed, sizesOf(next), weights)
+		cost := EditsCommit{Hash: commit.Hash.String(), Files: len(changed) + removed,
+			PathTokens: tokensFrom(nextPaths, pathFrom, next), StableTokens: tokensFrom(order, stableFrom, next)}
+		for _, f := range next {
+			cost.CodexTokens += f.tokens
+		}
+		for p := range changed {
+			cost.Floor += next[p].tokens
+			if _, existed := files[p]; existed {
+				if at, ok := lastChange[p]; !ok || i-at > coldCommits {
+					cost.Cold = true
+				}
+			}
+			lastChange[p] = i
+		}
+		run.Commits = append(run.Commits, cost)
+		files, pathOrder, stable = next, nextPaths, order
+	}
+	run.Took = time.Since(start).Seconds()
+	return run, nil
+}
+
+// touches reports whether the commit changed a file below prefix.
+func touches(ctx context.Context, parent, c *object.Commit, prefix string) (bool, error) {
+	pt, err := parent.Tree()
+	if err != nil {
+		return false, err
+	}
+	ct, err := c.Tree()
+	if err != nil {
+		return false, err
+	}
+	changes, err := object.DiffTreeWithOptions(ctx, pt, ct, nil)
+	if err != nil {
+		return false, err
+	}
+	for _, ch := range changes {
+		if strings.HasPrefix(ch.From.Name, prefix) && ch.From.Name != "" || strings.HasPrefix(ch.To.Name, prefix) && ch.To.Name != "" {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// maxReplayFileBytes is a load's default per-file cap.
+const maxReplayFileBytes = 1 << 20
+
+// codexAt is the codex at commit c: its files below prefix that a load
+// keeps (paths relative to prefix), with their tokens as the codex block
+// renders them (counted once per blob, in counts), and how many it leaves
+// out.
+func codexAt(ctx context.Context, c *object.Commit, prefix string, counter codex.Counter, counts map[string]int) (map[string]codexFile, int, error) {
+	tree, err := c.Tree()
+	if err != nil {
+		return nil, 0, err
+	}
+	files := map[string]codexFile{}
+	skipped := 0
+	err = tree.Files().ForEach(func(f *object.File) error {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if !strings.HasPrefix(f.Name, prefix) || !f.Mode.IsFile() {
+			return nil
+		}
+		rel := strings.TrimPrefix(f.Name, prefix)
+		if _, secret := codex.SecretFile(rel); secret {
+			skipped++
+			return nil
+		}
+		hash := f.Hash.String()
+		if n, ok := counts[hash]; ok {
+			if n >= 0 {
+				files[rel] = codexFile{blob: hash, size: f.Size, tokens: n}
+			} else {
+				skipped++
+			}
+			return nil
+		}
+		n := -1
+		if f.Size <= maxReplayFileBytes {
+			r, err := f.Reader()
+			if err != nil {
+				return err
+			}
+			data, err := io.ReadAll(r)
+			r.Close()
+			if err != nil {
+				return err
+			}
+			if utf8.Valid(data) && !bytes.Contains(data, []byte{0}) {
+				text := codex.RenderPieces([]codex.Piece{{Path: rel, Content: string(data)}})
+				if n, err = counter.CountText(text); err != nil {
+					return err
+				}
+			}
+		}
+		counts[hash] = n
+		if n < 0 {
+			skipped++
+			return nil
+		}
+		files[rel] = codexFile{blob: hash, size: f.Size, tokens: n}
+		return nil
+	})
+	return files, skipped, err
+}
+
+func sortedPaths(files map[string]codexFile) []string {
+	out := make([]string, 0, len(files))
+	for p := range files {
+		out = append(out, p)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// firstDifference is the index of the first file of next not rendered as
+// in prev: moved, changed, or after a removal.
+func firstDifference(prev, next []string, changed map[string]bool) int {
+	for i, p := range next {
+		if i >= len(prev) || prev[i] != p || changed[p] {
+			return i
+		}
+	}
+	return len(next)
+}
+
+// tokensFrom is the tokens of order's files from index i to the end.
+func tokensFrom(order []string, i int, files map[string]codexFile) int {
+	n := 0
+	for _, p := range order[min(i, len(order)):] {
+		n += files[p].tokens
+	}
+	return n
+}
+
+// EditsSummary is a replay's medians and 90th percentiles.
+type EditsSummary struct {
+	Commits                      int
+	PathMedian, StableMedian     float64
+	PathP90, StableP90           float64
+	PathMean, StableMean         float64
+	CodexMedian                  float64
+	StableNotWorse, StableBetter int
+	FloorMedian                  float64
+	Cold                         int // commits that changed a cold file
+}
+
+// Summarize is run's summary.
+func (run EditsRun) Summarize() EditsSummary {
+	var path, stable, whole, floor []float64
+	s := EditsSummary{Commits: len(run.Commits)}
+	for _, c := range run.Commits {
+		path = append(path, float64(c.PathTokens))
+		stable = append(stable, float64(c.StableTokens))
+		whole = append(whole, float64(c.CodexTokens))
+		floor = append(floor, float64(c.Floor))
+		if c.Cold {
+			s.Cold++
+		}
+		if c.StableTokens <= c.PathTokens {
+			s.StableNotWorse++
+		}
+		if c.StableTokens < c.PathTokens {
+			s.StableBetter++
+		}
+	}
+	s.PathMedian, s.StableMedian = quantile(path, 0.5), quantile(stable, 0.5)
+	s.PathP90, s.StableP90 = quantile(path, 0.9), quantile(stable, 0.9)
+	s.PathMean, s.StableMean = mean(path), mean(stable)
+	s.CodexMedian = quantile(whole, 0.5)
+	s.FloorMedian = quantile(floor, 0.5)
+	return s
+}
+
+// quantile is the q-quantile of xs by the nearest rank.
+func quantile(xs []float64, q float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	i := int(q*float64(len(s))+0.999999) - 1
+	return s[max(0, min(i, len(s)-1))]
+}
+
+func mean(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	t := 0.0
+	for _, x := range xs {
+		t += x
+	}
+	return t / float64(len(xs))
+}
+
+// EditsTable is the replays as the docs show them.
+func EditsTable(runs []EditsRun) string {
+	var sb strings.Builder
+	sb.WriteString("| history | commits replayed | codex at the epoch | codex tokens (median) | re-evaluated, path order: median / p90 / mean | stability order: median / p90 / mean | median, stability ÷ path | the changed files alone (median) | commits that changed a cold file | commits where stability order cost less / the same or less |\n")
+	sb.WriteString("|---|---|---|---|---|---|---|---|---|---|\n")
+	for _, r := range runs {
+		s := r.Summarize()
+		ratio := "—"
+		if s.PathMedian > 0 {
+			ratio = fmt.Sprintf("%.2f", s.StableMedian/s.PathMedian)
+		}
+		fmt.Fprintf(&sb, "| %s | %d | %d files, %s tokens | %s | %s / %s / %s | %s / %s / %s | %s | %s | %d%% | %d / %d |\n",
+			r.Name, s.Commits, r.StartFiles, thousands(r.StartTokens), thousands(int(s.CodexMedian)),
+			thousands(int(s.PathMedian)), thousands(int(s.PathP90)), thousands(int(s.PathMean)),
+			thousands(int(s.StableMedian)), thousands(int(s.StableP90)), thousands(int(s.StableMean)),
+			ratio, thousands(int(s.FloorMedian)), 100*s.Cold/max(1, s.Commits), s.StableBetter, s.StableNotWorse)
+	}
+	return sb.String()
+}
