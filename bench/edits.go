@@ -13,6 +13,7 @@ import (
 	"unicode/utf8"
 
 	git "github.com/go-git/go-git/v5"
+	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/object"
 
 	"github.com/ctxd/ctxd/codex"
@@ -27,7 +28,8 @@ import (
 // the codex block renders it and counted with the model's tokenizer. A
 // backend reuses its cache up to the first token that changed, so a
 // commit costs the tokens from the first file not rendered as before to
-// the end of the block. Path order puts added files in their place and
+// the end of the block, less that file's tokens before its first change
+// when it is the same file, edited (costFrom). Path order puts added files in their place and
 // keeps changed ones there; stability order is ranked once, from the
 // history before the first commit replayed (the codex epoch), and then
 // settled at each commit as the daemon's reloads settle it (a step of the
@@ -47,11 +49,15 @@ type EditsConfig struct {
 // EditsCommit is one commit's cost.
 type EditsCommit struct {
 	Hash         string `json:"hash"`
-	Files        int    `json:"files_changed"` // codex files changed, added or removed
-	CodexTokens  int    `json:"codex_tokens"`  // the whole codex block after it
-	PathTokens   int    `json:"path_tokens"`   // re-evaluated in path order
-	StableTokens int    `json:"stable_tokens"` // re-evaluated in stability order
-	Floor        int    `json:"floor_tokens"`  // the changed and added files' own tokens: no order costs less
+	Files        int    `json:"files_changed"`  // codex files changed, added or removed
+	CodexTokens  int    `json:"codex_tokens"`   // the whole codex block after it
+	PathTokens   int    `json:"path_tokens"`    // re-evaluated in path order
+	StableTokens int    `json:"stable_tokens"`  // re-evaluated in stability order
+	Floor        int    `json:"changed_tokens"` // the changed and added files' own tokens
+	// Order is the stability order after the commit, and From the index
+	// of its first file re-evaluated.
+	Order []string `json:"-"`
+	From  int      `json:"-"`
 	// Cold says the commit changed a file that no commit of the last
 	// coldCommits changed (or none since the epoch): no order learned from
 	// the history can have put that file late.
@@ -183,8 +189,16 @@ func ReplayEdits(ctx context.Context, cfg EditsConfig) (EditsRun, error) {
 		// the order settled.
 		weights.Step(changed, 0)
 		order, stableFrom := stability.Settle(stable, nextPaths, changed, sizesOf(next), weights)
-		cost := EditsCommit{Hash: commit.Hash.String(), Files: len(changed) + removed,
-			PathTokens: tokensFrom(nextPaths, pathFrom, next), StableTokens: tokensFrom(order, stableFrom, next)}
+		pathCost, err := costFrom(repo, cfg.Counter, pathOrder, nextPaths, pathFrom, files, next)
+		if err != nil {
+			return run, err
+		}
+		stableCost, err := costFrom(repo, cfg.Counter, stable, order, stableFrom, files, next)
+		if err != nil {
+			return run, err
+		}
+		cost := EditsCommit{Hash: commit.Hash.String(), Files: len(changed) + removed, Order: order, From: stableFrom,
+			PathTokens: pathCost, StableTokens: stableCost}
 		for _, f := range next {
 			cost.CodexTokens += f.tokens
 		}
@@ -308,6 +322,57 @@ func firstDifference(prev, next []string, changed map[string]bool) int {
 		}
 	}
 	return len(next)
+}
+
+// costFrom is what a backend re-evaluates when the codex rendered in prev
+// order (prevFiles) is followed by next order (nextFiles), whose first
+// file not rendered as before is at index i: from the first changed token
+// on. When the file at i is the one that was there, edited, the tokens of
+// its rendering before the first changed byte are still cached (less one,
+// for a token that may merge across the cut).
+func costFrom(repo *git.Repository, counter codex.Counter, prev, next []string, i int, prevFiles, nextFiles map[string]codexFile) (int, error) {
+	n := tokensFrom(next, i, nextFiles)
+	if i >= len(next) || i >= len(prev) || prev[i] != next[i] {
+		return n, nil
+	}
+	p := next[i]
+	before, err := blobText(repo, prevFiles[p].blob)
+	if err != nil {
+		return 0, err
+	}
+	after, err := blobText(repo, nextFiles[p].blob)
+	if err != nil {
+		return 0, err
+	}
+	a := codex.RenderPieces([]codex.Piece{{Path: p, Content: before}})
+	b := codex.RenderPieces([]codex.Piece{{Path: p, Content: after}})
+	same := 0
+	for same < len(a) && same < len(b) && a[same] == b[same] {
+		same++
+	}
+	for same > 0 && !utf8.RuneStart(b[same]) {
+		same-- // cut on a character
+	}
+	kept, err := counter.CountText(b[:same])
+	if err != nil {
+		return 0, err
+	}
+	return n - max(0, kept-1), nil
+}
+
+// blobText is a blob's content.
+func blobText(repo *git.Repository, hash string) (string, error) {
+	b, err := repo.BlobObject(plumbing.NewHash(hash))
+	if err != nil {
+		return "", err
+	}
+	r, err := b.Reader()
+	if err != nil {
+		return "", err
+	}
+	defer r.Close()
+	data, err := io.ReadAll(r)
+	return string(data), err
 }
 
 // tokensFrom is the tokens of order's files from index i to the end.

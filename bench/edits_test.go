@@ -75,11 +75,13 @@ func TestReplayEdits(t *testing.T) {
 		if c.Files != 1 {
 			t.Errorf("commit %d: %d files changed, want 1", i, c.Files)
 		}
-		if c.PathTokens != c.CodexTokens {
-			t.Errorf("commit %d: path order re-evaluated %d of %d tokens, want all (a_hot.go comes first)", i, c.PathTokens, c.CodexTokens)
+		// From the first changed token: the edit is past a_hot.go's
+		// first line, so part of that file stays cached either way.
+		if c.PathTokens < c.CodexTokens-c.Floor || c.PathTokens >= c.CodexTokens {
+			t.Errorf("commit %d: path order re-evaluated %d of %d tokens, want all but part of a_hot.go's %d (it comes first)", i, c.PathTokens, c.CodexTokens, c.Floor)
 		}
-		if c.StableTokens != c.Floor || c.StableTokens >= c.CodexTokens/10 {
-			t.Errorf("commit %d: stability order re-evaluated %d tokens, want a_hot.go's own %d", i, c.StableTokens, c.Floor)
+		if c.StableTokens <= 0 || c.StableTokens >= c.Floor {
+			t.Errorf("commit %d: stability order re-evaluated %d tokens, want part of a_hot.go's own %d", i, c.StableTokens, c.Floor)
 		}
 	}
 	s := run.Summarize()

@@ -1,0 +1,176 @@
+package integration
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ctxd/ctxd"
+	"github.com/ctxd/ctxd/bench"
+	"github.com/ctxd/ctxd/internal/reporoot"
+	"github.com/ctxd/ctxd/llamatok"
+)
+
+// editsSub is the directory of this repository whose history the live
+// check replays: small enough for the test model's window, with several
+// commits.
+const editsSub = "tokencount"
+
+// TestEditsCostWhatTheReplayPredicts runs `ctxd-bench edits`' prediction
+// live: a clone of this repository checked out at the replay's epoch is
+// the codex (stability order) of a daemon on llama-server; each of the
+// commits replayed is checked out in turn, the watcher reloads, and the
+// next question's re-evaluated codex tokens (the codex block's tokens past
+// llama-server's cache_n) must be what the replay predicted for that
+// commit.
+func TestEditsCostWhatTheReplayPredicts(t *testing.T) {
+	needLlamaServer(t)
+	if _, err := exec.LookPath("git"); err != nil {
+		t.Skip("git clones this repository for the check: " + err.Error())
+	}
+	root, err := reporoot.Find()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("git", "-C", root, "rev-parse", "--is-shallow-repository").Output(); err != nil || strings.TrimSpace(string(out)) != "false" {
+		t.Skipf("this repository's history is needed (a clone with history; is-shallow: %q, %v)", out, err)
+	}
+	clone := filepath.Join(t.TempDir(), "repo")
+	gitRun(t, "", "clone", "-q", root, clone)
+
+	mc := testModel()
+	mc.ContextLength = 32768
+	model := modelPath(t, mc)
+	tok, err := llamatok.Open(model)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tok.Close()
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Minute)
+	defer cancel()
+	run, err := bench.ReplayEdits(ctx, bench.EditsConfig{Name: "ctxd", Repo: clone, Sub: editsSub, Commits: 3, Counter: tok})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(run.Commits) < 2 {
+		t.Skipf("%s has %d commits in this clone's history; the check needs 2", editsSub, len(run.Commits))
+	}
+	gitRun(t, clone, "checkout", "-q", "--detach", run.Epoch)
+	dir := filepath.Join(clone, editsSub)
+	cfg := llamaConfig(t, t.TempDir(), dir)
+	cfg.Backend.GGUF = model
+	cfg.Backend.NumCtx = 24576
+	cfg.Codex.Order = ctxd.OrderStability
+	cfg.Codex.Watch = true
+	d := start(t, cfg, true)
+
+	ask := func(q string) *ctxd.Summary {
+		t.Helper()
+		sum, err := d.client.Ask(ctx, ctxd.AskRequest{Session: "edits", Query: q}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return sum
+	}
+	ask("What does the counter count?")
+	for i, c := range run.Commits {
+		gitRun(t, clone, "checkout", "-q", "--detach", c.Hash)
+		waitForTree(t, d, dir)
+		sum := ask(fmt.Sprintf("What changed in commit %d?", i+1))
+		var lp ctxd.LastPrompt
+		if err := d.client.GetJSON(ctx, "/v1/sessions/edits/prompt", &lp); err != nil {
+			t.Fatal(err)
+		}
+		end := -1
+		for _, b := range lp.Blocks {
+			if b.Name == "codex" {
+				end = b.Offset + b.Bytes
+			}
+		}
+		if end < 0 || sum.BackendCachedTokens == nil {
+			t.Fatalf("commit %s: no codex block in the prompt (%+v) or no cache_n from llama-server (%+v)", c.Hash[:12], lp.Blocks, sum)
+		}
+		upToCodexEnd, err := tok.Count(lp.Prompt[:end])
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := upToCodexEnd - *sum.BackendCachedTokens
+		// The replay counts file by file; the prompt is tokenized whole,
+		// which may merge a token or two across a fence.
+		tolerance := 16 + c.StableTokens/50
+		t.Logf("commit %s (%d files changed): replay predicted %d codex tokens re-evaluated, llama-server re-evaluated %d (cache_n %d of %d; path order would re-evaluate %d)",
+			c.Hash[:12], c.Files, c.StableTokens, got, *sum.BackendCachedTokens, sum.PromptTokens, c.PathTokens)
+		if diff := got - c.StableTokens; diff > tolerance || diff < -tolerance {
+			var st ctxd.CodexStats
+			_ = d.client.GetJSON(ctx, "/v1/codex", &st)
+			t.Logf("the replay's order: %v from %d; the daemon's: %+v; prompt order: %v", c.Order, c.From, st.Order, fenced(lp.Prompt))
+			t.Errorf("commit %s: llama-server re-evaluated %d codex tokens, the replay predicted %d (tolerance %d)", c.Hash[:12], got, c.StableTokens, tolerance)
+		}
+	}
+}
+
+// gitRun runs git in dir ("" for the working directory).
+func gitRun(t *testing.T, dir string, args ...string) {
+	t.Helper()
+	if dir != "" {
+		args = append([]string{"-C", dir}, args...)
+	}
+	cmd := exec.Command("git", args...)
+	cmd.Env = append(os.Environ(), "GIT_CONFIG_GLOBAL=/dev/null", "GIT_CONFIG_NOSYSTEM=1")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("git %v: %v\n%s", args, err, out)
+	}
+}
+
+// waitForTree waits until the daemon's codex holds dir's files as they are
+// on disk (the watcher's reload after a checkout).
+func waitForTree(t *testing.T, d *running, dir string) {
+	t.Helper()
+	want := map[string]string{}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		if e.Type().IsRegular() {
+			data, err := os.ReadFile(filepath.Join(dir, e.Name()))
+			if err != nil {
+				t.Fatal(err)
+			}
+			sum := sha256.Sum256(data)
+			want[e.Name()] = hex.EncodeToString(sum[:])
+		}
+	}
+	waitFor(t, func() bool {
+		var files struct {
+			Files []ctxd.CodexFile `json:"files"`
+		}
+		if err := d.client.GetJSON(context.Background(), "/v1/codex/files", &files); err != nil || len(files.Files) != len(want) {
+			return false
+		}
+		for _, f := range files.Files {
+			if want[f.Path] != f.SHA256 {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// fenced is the paths of the files a prompt's codex block holds, in order.
+func fenced(prompt string) []string {
+	var out []string
+	for _, line := range strings.Split(prompt, "\n") {
+		if i := strings.Index(line, " file \""); i >= 0 && strings.HasPrefix(line, "~~~") {
+			out = append(out, strings.Trim(line[i+len(" file "):], "\""))
+		}
+	}
+	return out
+}
