@@ -40,7 +40,7 @@ RUN_MODEL   := $(REAL_MODEL)
 SERVE_FLAGS  =
 endif
 
-.PHONY: all build ollama models run readme-demo bench-quality swa-table run-llamacpp test systemd-analyze install bench bench-agents bench-edits reliability fuzz vet fmt clean FORCE
+.PHONY: all build ollama models run readme-demo bench-quality swa-table run-llamacpp test systemd-analyze install bench bench-agents bench-edits bench-rollback reliability fuzz vet fmt clean FORCE
 all: build
 
 build: $(CTXD)
@@ -164,6 +164,11 @@ bench-agents: $(NODE_CLIENTS)
 EDITS_REPOS ?=
 bench-edits: $(CTXD_BENCH) $(REAL_MODEL)
 	$(CTXD_BENCH) edits --gguf $(REAL_MODEL) --repo ctxd=. $(foreach r,$(EDITS_REPOS),--repo $(r)) --doc docs/benchmarks.md --json docs/bench/edits.json
+
+# A branch switched back: its codex renders as before and its saved slot
+# is restored (docs/benchmarks.md, "Edits"), on llama-server.
+bench-rollback:
+	$(GO) test -count=1 -v -timeout 20m -run '^TestBranchSwitchBackRestoresItsSlot$$' ./integration/ -args -rollback-write $(abspath docs/benchmarks.md)
 
 # Answer quality on the trained model (SmolLM2; docs/models.md): the
 # question sets of testdata/quality asked four ways — ctxd CAG, ctxd RAG,

@@ -57,6 +57,10 @@ type CodexOrder struct {
 	// it (the files before it render as they did, so a backend's cache
 	// holds them); -1 when the order was made anew.
 	From int `json:"from"`
+	// Revisited says the tree is a version seen before (a branch switched
+	// back, an edit undone): it renders in the order it had then, so a
+	// backend's slot saved for it serves again.
+	Revisited bool `json:"revisited,omitempty"`
 }
 
 // CountProgress is how far the background count of a codex's tokens is.

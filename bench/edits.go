@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"slices"
 	"sort"
 	"strings"
@@ -463,4 +464,24 @@ func EditsTable(runs []EditsRun) string {
 			ratio, thousands(int(s.FloorMedian)), 100*s.Cold/max(1, s.Commits), s.StableBetter, s.StableNotWorse)
 	}
 	return sb.String()
+}
+
+// WriteBetween rewrites what stands between the begin and end markers in
+// the file at path, through a temporary file renamed over it.
+func WriteBetween(path, begin, end, body string) error {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("bench: %w", err)
+	}
+	text := string(data)
+	i, j := strings.Index(text, begin), strings.Index(text, end)
+	if i < 0 || j < i {
+		return fmt.Errorf("bench: %s has no section between %s and %s", path, begin, end)
+	}
+	text = text[:i+len(begin)] + "\n" + strings.TrimSpace(body) + "\n" + text[j:]
+	tmp := path + ".tmp-section"
+	if err := os.WriteFile(tmp, []byte(text), 0o644); err != nil {
+		return fmt.Errorf("bench: %w", err)
+	}
+	return os.Rename(tmp, path)
 }

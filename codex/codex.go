@@ -96,8 +96,9 @@ type Codex struct {
 	// tree opens none.
 	Read int
 	// Order is the order Files are in, and how this load arrived at it.
-	Order   ctxd.CodexOrder
-	weights stability.Weights // how often each file changed, for the next load's order
+	Order    ctxd.CodexOrder
+	weights  stability.Weights // how often each file changed, for the next load's order
+	versions versions          // the orders of the tree's recent versions
 
 	redact     bool
 	hardLinks  bool      // files with more than one link may load

@@ -2,8 +2,10 @@ package codex
 
 import (
 	"context"
+	"crypto/sha256"
 	"maps"
 	"slices"
+	"strings"
 
 	"github.com/ctxd/ctxd"
 	"github.com/ctxd/ctxd/stability"
@@ -106,7 +108,18 @@ func (c *Codex) arrange(ctx context.Context, dir string, opts Options, kept []en
 		if len(changed) > 0 || len(prev) != len(paths) {
 			c.weights.Step(changed, 0)
 		}
-		order, from = stability.Settle(prev, paths, changed, sizes, c.weights)
+		// A version of the tree seen before (a branch switched back, an
+		// edit undone) renders in the order it had then: its stable prefix
+		// is the one a backend's saved slot holds.
+		if opts.Previous != nil {
+			c.versions = opts.Previous.versions
+		}
+		if seen, ok := c.versions.find(versionKey(c.Files)); ok {
+			order, from = seen, firstMoved(prev, seen, changed)
+			c.Order.Revisited = len(changed) > 0 || len(prev) != len(paths)
+		} else {
+			order, from = stability.Settle(prev, paths, changed, sizes, c.weights)
+		}
 	default:
 		rk, err := rank()
 		if err != nil {
@@ -124,7 +137,9 @@ func (c *Codex) arrange(ctx context.Context, dir string, opts Options, kept []en
 		files = append(files, byPath[p])
 	}
 	c.Files = files
-	c.Order = ctxd.CodexOrder{Kind: kind, Source: source, Kept: prev != nil, From: from}
+	revisited := c.Order.Revisited
+	c.Order = ctxd.CodexOrder{Kind: kind, Source: source, Kept: prev != nil, From: from, Revisited: revisited}
+	c.versions = c.versions.with(versionKey(c.Files), order)
 	if prev != nil {
 		for _, p := range order {
 			if changed[p] {
@@ -157,4 +172,54 @@ func firstMoved(prev, order []string, changed map[string]bool) int {
 // sameAs reports whether the stat index holds the order a is.
 func (a arranged) sameAs(x statIndex) bool {
 	return a.kind == x.OrderKind && a.source == x.OrderSource && slices.Equal(a.order, x.Order)
+}
+
+// versions remembers the orders of the tree's recent versions (each the
+// set of its files and their contents), newest last, so that a version
+// seen again renders as it did. Shared between loads: never modified, only
+// replaced.
+type versions []version
+
+type version struct {
+	key   [32]byte
+	order []string
+}
+
+// maxVersions bounds the versions remembered.
+const maxVersions = 32
+
+func (vs versions) find(key [32]byte) ([]string, bool) {
+	for i := len(vs) - 1; i >= 0; i-- {
+		if vs[i].key == key {
+			return vs[i].order, true
+		}
+	}
+	return nil, false
+}
+
+// with is vs with key's order recorded (moved to newest).
+func (vs versions) with(key [32]byte, order []string) versions {
+	out := make(versions, 0, min(len(vs)+1, maxVersions))
+	for _, v := range vs[max(0, len(vs)+1-maxVersions):] {
+		if v.key != key {
+			out = append(out, v)
+		}
+	}
+	return append(out, version{key: key, order: order})
+}
+
+// versionKey identifies a version of the tree: its files' paths and
+// contents, whatever their order.
+func versionKey(files []File) [32]byte {
+	sorted := slices.Clone(files)
+	slices.SortFunc(sorted, func(a, b File) int { return strings.Compare(a.Path, b.Path) })
+	h := sha256.New()
+	for _, f := range sorted {
+		h.Write([]byte(f.Path))
+		h.Write([]byte{0})
+		h.Write(f.sum[:])
+	}
+	var k [32]byte
+	copy(k[:], h.Sum(nil))
+	return k
 }

@@ -150,3 +150,51 @@ func TestStabilityOrderWithoutGit(t *testing.T) {
 		t.Errorf("order %s from %q; want old.go,mid.go,new.go from modification times", got, c.Order.Source)
 	}
 }
+
+// TestAVersionSeenBeforeKeepsItsOrder: switching to another version of the
+// tree and back (a branch switch, an edit undone) renders the first
+// version in the order it had, so its stable prefix, and a slot saved for
+// it, serve again.
+func TestAVersionSeenBeforeKeepsItsOrder(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	base := time.Unix(1_700_000_000, 0)
+	for i, f := range []string{"a.go", "b.go", "c.go", "d.go"} {
+		write(t, dir, f, "package p // "+f+"\n")
+		at := base.Add(time.Duration(i) * time.Hour)
+		if err := os.Chtimes(filepath.Join(dir, f), at, at); err != nil {
+			t.Fatal(err)
+		}
+	}
+	opts := DefaultOptions()
+	opts.Order = ctxd.OrderStability
+	v1, err := Load(t.Context(), dir, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The other branch: a.go and c.go differ.
+	write(t, dir, "a.go", "package p // other branch\n")
+	write(t, dir, "c.go", "package p // other branch too\n")
+	opts.Previous = v1
+	v2, err := Load(t.Context(), dir, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if paths(v2) == paths(v1) || v2.Order.Revisited {
+		t.Fatalf("the other branch: %s (%+v); want the changed files moved", paths(v2), v2.Order)
+	}
+	// Back to the first branch: its order, not a settled one.
+	write(t, dir, "a.go", "package p // a.go\n")
+	write(t, dir, "c.go", "package p // c.go\n")
+	opts.Previous = v2
+	v3, err := Load(t.Context(), dir, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if paths(v3) != paths(v1) || !v3.Order.Revisited {
+		t.Errorf("back on the first branch: %s (%+v); want %s, revisited", paths(v3), v3.Order, paths(v1))
+	}
+	if v1.Body() != v3.Body() {
+		t.Error("the first version renders differently when it comes back")
+	}
+}

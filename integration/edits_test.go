@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"flag"
 	"fmt"
 	"os"
 	"os/exec"
@@ -173,4 +174,101 @@ func fenced(prompt string) []string {
 		}
 	}
 	return out
+}
+
+var rollbackWrite = flag.String("rollback-write", "", "write the branch-switch-back measurement into this Markdown file (bench:rollback markers)")
+
+// TestBranchSwitchBackRestoresItsSlot: a codex in a git work tree, served
+// on llama-server (whose managed server saves each new stable prefix's
+// slot); switching to another branch and back renders the first branch's
+// codex in the order it had (codex.Order.Revisited), so its saved slot is
+// restored instead of the prefix evaluated: the next question evaluates
+// only its own tokens. Its time to first token against the cold first
+// question is logged (and written with -rollback-write).
+func TestBranchSwitchBackRestoresItsSlot(t *testing.T) {
+	needLlamaServer(t)
+	if _, err := exec.LookPath("git"); err != nil {
+		t.Skip("git makes the work tree of this test: " + err.Error())
+	}
+	repo := filepath.Join(t.TempDir(), "repo")
+	if err := os.MkdirAll(repo, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	gitRun(t, repo, "init", "-q", "-b", "main")
+	gitRun(t, repo, "config", "user.email", "t@t")
+	gitRun(t, repo, "config", "user.name", "t")
+	for i := range 8 {
+		var sb strings.Builder
+		for j := 0; sb.Len() < 3500; j++ {
+			fmt.Fprintf(&sb, "// Handler%d_%d serves request kind %d of package %d.\nfunc Handler%d_%d(n int) error {\n\treturn fmt.Errorf(\"kind %%d\", n+%d)\n}\n\n", i, j, j, i, i, j, j)
+		}
+		if err := os.WriteFile(filepath.Join(repo, fmt.Sprintf("pkg%d.go", i)), []byte(sb.String()), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	gitRun(t, repo, "add", "-A")
+	gitRun(t, repo, "commit", "-q", "-m", "main")
+	gitRun(t, repo, "checkout", "-q", "-b", "other")
+	for _, f := range []string{"pkg2.go", "pkg5.go"} {
+		if err := os.WriteFile(filepath.Join(repo, f), []byte("package p // rewritten on the other branch\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	gitRun(t, repo, "commit", "-q", "-am", "other")
+	gitRun(t, repo, "checkout", "-q", "main")
+
+	mc := testModel()
+	mc.ContextLength = 32768
+	cfg := llamaConfig(t, t.TempDir(), repo)
+	cfg.Backend.GGUF = modelPath(t, mc)
+	cfg.Backend.NumCtx = 16384
+	cfg.Codex.Order = ctxd.OrderStability
+	cfg.Codex.Watch = true
+	d := start(t, cfg, true)
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Minute)
+	defer cancel()
+	ask := func(session, q string) *ctxd.Summary {
+		t.Helper()
+		sum, err := d.client.Ask(ctx, ctxd.AskRequest{Session: session, Query: q}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return sum
+	}
+	cold := ask("first", "What does Handler3_4 return?")
+	if cold.EvaluatedTokens < cold.PromptTokens/2 {
+		t.Fatalf("the first question evaluated %d of %d tokens: not cold", cold.EvaluatedTokens, cold.PromptTokens)
+	}
+	gitRun(t, repo, "checkout", "-q", "other")
+	waitForTree(t, d, repo)
+	other := ask("second", "What does Handler3_4 return on this branch?")
+	gitRun(t, repo, "checkout", "-q", "main")
+	waitForTree(t, d, repo)
+	var st ctxd.CodexStats
+	if err := d.client.GetJSON(ctx, "/v1/codex", &st); err != nil {
+		t.Fatal(err)
+	}
+	if !st.Order.Revisited {
+		t.Errorf("back on main, the codex order is %+v: not the version seen before", st.Order)
+	}
+	back := ask("third", "What does Handler3_4 return?")
+	t.Logf("cold: %d of %d tokens evaluated, TTFT %.0f ms; the other branch: %d of %d, %.0f ms; back on main: %d of %d, %.0f ms (restore %.0f ms)",
+		cold.EvaluatedTokens, cold.PromptTokens, cold.TTFTMillis, other.EvaluatedTokens, other.PromptTokens, other.TTFTMillis,
+		back.EvaluatedTokens, back.PromptTokens, back.TTFTMillis, back.Timing.RestoreMs)
+	if back.Timing.RestoreMs <= 0 || back.EvaluatedTokens > back.PromptTokens/10 {
+		t.Errorf("back on main: %d of %d tokens evaluated, restore %.0f ms; want the saved slot restored and only the question evaluated",
+			back.EvaluatedTokens, back.PromptTokens, back.Timing.RestoreMs)
+	}
+	if *rollbackWrite != "" && !t.Failed() {
+		body := fmt.Sprintf("Measured %s by `integration/TestBranchSwitchBackRestoresItsSlot -rollback-write` (llama-server, the generated test model, 2 cores): a codex of %d files (%d bytes) in a git work tree; a question on `main` (cold), one after switching to a branch that rewrote 2 of its 8 files, and one after switching back to `main`.\n\n"+
+			"| question | prompt tokens | evaluated | time to first token |\n|---|---|---|---|\n"+
+			"| `main`, cold | %d | %d | %.0f ms |\n| the other branch | %d | %d | %.0f ms |\n| back on `main` (its saved slot restored in %.0f ms) | %d | %d | %.0f ms |\n\n"+
+			"Back on `main` the first token came %.1f× sooner than cold.\n",
+			time.Now().UTC().Format(time.RFC3339), st.Files, st.Bytes, cold.PromptTokens, cold.EvaluatedTokens, cold.TTFTMillis,
+			other.PromptTokens, other.EvaluatedTokens, other.TTFTMillis, back.Timing.RestoreMs, back.PromptTokens, back.EvaluatedTokens, back.TTFTMillis,
+			cold.TTFTMillis/max(1, back.TTFTMillis))
+		if err := bench.WriteBetween(*rollbackWrite, "<!-- bench:rollback:begin (written by `make bench-rollback`) -->", "<!-- bench:rollback:end -->", body); err != nil {
+			t.Fatal(err)
+		}
+	}
 }

@@ -92,7 +92,7 @@ func cmdEdits(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprint(stdout, body)
 		return nil
 	}
-	return replaceBetween(*doc, editsBegin, editsEnd, body)
+	return bench.WriteBetween(*doc, editsBegin, editsEnd, body)
 }
 
 // editsSection is the section's text.
@@ -107,23 +107,4 @@ func editsSection(runs []bench.EditsRun, model string, commits int) string {
 			r.Name, r.Epoch[:12], r.EpochSource, r.Skipped)
 	}
 	return sb.String()
-}
-
-// replaceBetween rewrites what stands between begin and end in path.
-func replaceBetween(path, begin, end, body string) error {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return fmt.Errorf("edits: %w", err)
-	}
-	text := string(data)
-	i, j := strings.Index(text, begin), strings.Index(text, end)
-	if i < 0 || j < i {
-		return fmt.Errorf("edits: %s has no section between %s and %s", path, begin, end)
-	}
-	text = text[:i+len(begin)] + "\n" + strings.TrimSpace(body) + "\n" + text[j:]
-	tmp := path + ".tmp-edits"
-	if err := os.WriteFile(tmp, []byte(text), 0o644); err != nil {
-		return fmt.Errorf("edits: %w", err)
-	}
-	return os.Rename(tmp, path)
 }
