@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -250,13 +251,16 @@ func (k *karmaBook) recordTrace(ctx context.Context, req ctxd.AskRequest, rc *ru
 }
 
 // codexFingerprint identifies a codex's content: its files' paths and
-// hashes, in order ("" for no codex).
+// hashes, in path order whatever order the prompt holds them in ("" for
+// no codex).
 func codexFingerprint(c runcontext.Codex) string {
 	if len(c.Files) == 0 {
 		return ""
 	}
+	files := slices.Clone(c.Files)
+	slices.SortFunc(files, func(a, b runcontext.CodexRef) int { return strings.Compare(a.Path, b.Path) })
 	var sb strings.Builder
-	for _, f := range c.Files {
+	for _, f := range files {
 		sb.WriteString(f.Path)
 		sb.WriteByte(0)
 		sb.WriteString(f.SHA256)

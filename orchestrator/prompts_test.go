@@ -29,3 +29,19 @@ func TestCodexChangeNamesTheFiles(t *testing.T) {
 		t.Errorf("moved: %q", got)
 	}
 }
+
+// TestCodexFingerprintIsTheContentNotTheOrder: the same files in another
+// order (codex.order) are the same codex for karma.
+func TestCodexFingerprintIsTheContentNotTheOrder(t *testing.T) {
+	a := runcontext.CodexRef{Path: "a.go", SHA256: strings.Repeat("a", 64)}
+	b := runcontext.CodexRef{Path: "b.go", SHA256: strings.Repeat("b", 64)}
+	one := codexFingerprint(runcontext.Codex{Files: []runcontext.CodexRef{a, b}})
+	two := codexFingerprint(runcontext.Codex{Files: []runcontext.CodexRef{b, a}})
+	if one == "" || one != two {
+		t.Errorf("fingerprints %q and %q: want the same, not empty", one, two)
+	}
+	b.SHA256 = strings.Repeat("c", 64)
+	if codexFingerprint(runcontext.Codex{Files: []runcontext.CodexRef{a, b}}) == one {
+		t.Error("a changed file kept the fingerprint")
+	}
+}
