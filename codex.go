@@ -1,5 +1,12 @@
 package ctxd
 
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"slices"
+	"strings"
+)
+
 // CodexStats describes the loaded codex (GET /v1/codex, ctxd codex stats).
 type CodexStats struct {
 	Name   string `json:"name"`
@@ -145,4 +152,23 @@ type CodexFile struct {
 type CodexFileContent struct {
 	CodexFile
 	Content string `json:"content"`
+}
+
+// CodexVersion identifies a codex's content: its files' paths and hashes,
+// in path order whatever order a prompt holds them in ("" for no files).
+func CodexVersion(files []CodexFile) string {
+	if len(files) == 0 {
+		return ""
+	}
+	sorted := slices.Clone(files)
+	slices.SortFunc(sorted, func(a, b CodexFile) int { return strings.Compare(a.Path, b.Path) })
+	var sb strings.Builder
+	for _, f := range sorted {
+		sb.WriteString(f.Path)
+		sb.WriteByte(0)
+		sb.WriteString(f.SHA256)
+		sb.WriteByte('\n')
+	}
+	h := sha256.Sum256([]byte(sb.String()))
+	return hex.EncodeToString(h[:16])
 }

@@ -270,6 +270,9 @@ type WorkingSet struct {
 	ExcerptsPresent  int `json:"excerpts_present"`
 	ExcerptsNew      int `json:"excerpts_new"`
 	ExcerptTokensNew int `json:"excerpt_tokens_new"`
+	// Held are the paths of the files it holds, whole or in part (for the
+	// trace's binding; not reported).
+	Held []string `json:"-"`
 }
 
 // Action is one thing the governor did to make a request fit.

@@ -33,8 +33,10 @@ type Trace struct {
 	Answer      string    `json:"answer"`
 	Model       string    `json:"model"`
 	Fingerprint string    `json:"prompt_fingerprint"` // SHA-256 (hex) of the prompt's stable blocks
-	Codex       string    `json:"codex,omitempty"`    // fingerprint of the codex it was answered from ("" for none)
+	Codex       string    `json:"codex,omitempty"`    // fingerprint of the codex it was answered from ("" for none; CodexVersion)
 	CreatedAt   time.Time `json:"created_at"`
+	// Binding is the code it was answered from, recorded with it.
+	Binding TraceBinding `json:"binding"`
 
 	// Derived from the trace's events (kept current by the store).
 	Status       string     `json:"status"` // TraceRecorded, TraceVerified or TraceRejected
@@ -44,6 +46,43 @@ type Trace struct {
 	ValidUntil   *time.Time `json:"valid_until,omitempty"` // when a correction superseded it
 	SupersededBy int64      `json:"superseded_by,omitempty"`
 	Supersedes   int64      `json:"supersedes,omitempty"`
+	// Rebound is the code the latest verification that named one was
+	// made against: it replaces Binding (Bound).
+	Rebound *TraceBinding `json:"rebound,omitempty"`
+
+	// Stale, where a codex is loaded, says why the trace no longer holds
+	// for it (a file it depends on changed); computed when it is read,
+	// never stored. A stale trace leaves the karma block at the next karma
+	// epoch; verifying it again against the current code restores it.
+	Stale string `json:"stale,omitempty"`
+}
+
+// Bound is the code t holds for: its latest verification's, or the one it
+// was answered from.
+func (t Trace) Bound() TraceBinding {
+	if t.Rebound != nil {
+		return *t.Rebound
+	}
+	return t.Binding
+}
+
+// TraceBinding is the code a trace holds for: the codex version it was
+// answered (or verified) against and the files it depends on, with the
+// content each had.
+type TraceBinding struct {
+	Codex string `json:"codex,omitempty"` // the codex's version (CodexVersion)
+	// Whole says the prompt held the whole codex (CAG): any change of the
+	// codex makes the trace stale. Otherwise (RAG) only Files count.
+	Whole bool        `json:"whole,omitempty"`
+	Files []TraceFile `json:"files,omitempty"`
+}
+
+// TraceFile is a codex file a trace depends on: one its prompt held (the
+// working set's, an excerpt's) or its answer names (Cited).
+type TraceFile struct {
+	Path   string `json:"path"`
+	SHA256 string `json:"sha256"`
+	Cited  bool   `json:"cited,omitempty"`
 }
 
 // ValidFrom is when the trace became part of the record.
@@ -59,6 +98,9 @@ type KarmaEvent struct {
 	Note   string    `json:"note,omitempty"`
 	Other  int64     `json:"other,omitempty"` // KarmaSupersede: the trace that replaces this one
 	At     time.Time `json:"at"`
+	// Binding (verify) is the code the trace was verified against: it
+	// becomes the trace's Rebound.
+	Binding *TraceBinding `json:"binding,omitempty"`
 }
 
 // TraceFilter selects traces to list. Zero fields do not filter.

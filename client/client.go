@@ -373,6 +373,9 @@ type KarmaFilter struct {
 	Text    string    // full-text match over query, answer and note
 	At      time.Time // the record as it stood then
 	Limit   int
+	// Stale: only the traces whose code changed since they were
+	// verified (against the codex loaded now): what needs verifying again.
+	Stale bool
 }
 
 // Karma is GET /v1/karma: this client's sigil's traces, newest first.
@@ -385,6 +388,9 @@ func (c *Client) Karma(ctx context.Context, f KarmaFilter) ([]ctxd.Trace, error)
 	}
 	if f.Pinned {
 		v.Set("pinned", "true")
+	}
+	if f.Stale {
+		v.Set("stale", "true")
 	}
 	if !f.At.IsZero() {
 		v.Set("at", f.At.UTC().Format(time.RFC3339Nano))

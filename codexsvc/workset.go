@@ -78,7 +78,8 @@ type wsChoice struct {
 	whole  map[string]bool // paths held whole
 	chunks map[string]bool // "path:lines" held
 	files  int
-	tokens int // the stable blocks with it
+	held   []string // the files' paths, sorted
+	tokens int      // the stable blocks with it
 }
 
 // wsView is the working set one question answers from: a choice, its
@@ -266,7 +267,7 @@ func (v wsView) answer(base runcontext.Codex, top []sqlite.Hit) (runcontext.Code
 	block := base
 	if v.cur != nil {
 		block = v.cur.block
-		report.Files, report.Tokens = v.cur.files, v.cur.tokens
+		report.Files, report.Tokens, report.Held = v.cur.files, v.cur.tokens, v.cur.held
 	}
 	var out []ctxd.Excerpt
 	for _, h := range top {
@@ -525,6 +526,10 @@ func (w *workingSet) render(pieces []codex.Piece) (*wsChoice, error) {
 		}
 	}
 	choice.files = len(files)
+	for p := range files {
+		choice.held = append(choice.held, p)
+	}
+	slices.Sort(choice.held)
 	// The map, the working set, then the codex's totals (which change
 	// with every edit: last, so an edit outside the working set costs
 	// only them). The base block is the map and the totals.

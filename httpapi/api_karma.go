@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"slices"
 	"strconv"
 	"time"
 
 	"github.com/ctxd/ctxd"
+	"github.com/ctxd/ctxd/karma"
 	"github.com/ctxd/ctxd/runcontext"
 	"github.com/ctxd/ctxd/sigils"
 )
@@ -98,7 +100,27 @@ func (srv karmaRoutes) handleKarmaList(w http.ResponseWriter, r *http.Request) {
 		}
 		f.Session = internal
 	}
-	list, err := srv.cfg.Karma.Traces(r.Context(), f)
+	var list []ctxd.Trace
+	var err error
+	version, files := srv.currentCode()
+	switch q.Get("stale") {
+	case "", "false":
+		list, err = srv.cfg.Karma.Traces(r.Context(), f)
+	case "true":
+		// What needs verifying again: the traces the karma block may hold
+		// whose code changed since they were verified.
+		if version == "" {
+			writeError(w, ctxd.Errorf(ctxd.KindConflict, "stale=true: no codex is loaded, so no trace can be stale against it"))
+			return
+		}
+		list, err = srv.cfg.Karma.Eligible(r.Context(), s.Name)
+		list = slices.DeleteFunc(list, func(t ctxd.Trace) bool {
+			return karma.Stale(t, version, files) == "" || f.Session != "" && t.Session != f.Session
+		})
+	default:
+		writeError(w, ctxd.Errorf(ctxd.KindInvalid, "stale %q must be true or false", q.Get("stale")))
+		return
+	}
 	if err != nil {
 		writeError(w, karmaError(err))
 		return
@@ -108,6 +130,7 @@ func (srv karmaRoutes) handleKarmaList(w http.ResponseWriter, r *http.Request) {
 	}
 	for i := range list {
 		list[i].Session = ctxd.ClientSessionID(list[i].Session) // the id its client named
+		list[i].Stale = karma.Stale(list[i], version, files)
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"sigil": s.Name, "traces": list})
 }
@@ -127,6 +150,8 @@ func (srv karmaRoutes) handleKarmaTrace(w http.ResponseWriter, r *http.Request) 
 		events = []ctxd.KarmaEvent{}
 	}
 	t.Session = ctxd.ClientSessionID(t.Session) // the id its client named
+	version, files := srv.currentCode()
+	t.Stale = karma.Stale(t, version, files)
 	writeJSON(w, http.StatusOK, ctxd.TraceHistory{Trace: t, Events: events})
 }
 
@@ -192,10 +217,17 @@ func (srv karmaRoutes) judge(ctx context.Context, s runcontext.Sigil, idText, ac
 	} else if j.By != 0 {
 		return t, ctxd.Errorf(ctxd.KindInvalid, `"by" belongs to supersede only, not %s`, action)
 	}
-	after, err := srv.cfg.Karma.KarmaEvent(ctx, ctxd.KarmaEvent{Trace: t.ID, Action: action, Sigil: s.Name, Note: j.Note, Other: j.By, At: time.Now()})
+	ev := ctxd.KarmaEvent{Trace: t.ID, Action: action, Sigil: s.Name, Note: j.Note, Other: j.By, At: time.Now()}
+	version, files := srv.currentCode()
+	if action == ctxd.KarmaVerify && version != "" {
+		// Verified against the code loaded now: the trace holds for it.
+		ev.Binding = rebind(t.Bound(), version, files)
+	}
+	after, err := srv.cfg.Karma.KarmaEvent(ctx, ev)
 	if err != nil {
 		return t, karmaError(err)
 	}
+	after.Stale = karma.Stale(after, version, files)
 	srv.log.Info("karma", "action", action, "trace", t.ID, "sigil", s.Name)
 	return after, nil
 }
@@ -228,4 +260,34 @@ func (srv karmaRoutes) handleSessionKarma(w http.ResponseWriter, r *http.Request
 		}
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"session": id, "snapshots": snaps})
+}
+
+// currentCode is the loaded codex's version and its files' hashes by path
+// ("" and nil when no codex is loaded or the request path is not up).
+func (srv karmaRoutes) currentCode() (string, map[string]string) {
+	e, err := srv.core.Engine()
+	if err != nil || e == nil {
+		return "", nil
+	}
+	files, ok := e.Codex.Files()
+	if !ok {
+		return "", nil
+	}
+	sums := make(map[string]string, len(files))
+	for _, f := range files {
+		sums[f.Path] = f.SHA256
+	}
+	return ctxd.CodexVersion(files), sums
+}
+
+// rebind is binding b moved to the codex version now loaded: its files
+// with the content they have now (those gone are dropped).
+func rebind(b ctxd.TraceBinding, version string, files map[string]string) *ctxd.TraceBinding {
+	nb := ctxd.TraceBinding{Codex: version, Whole: b.Whole}
+	for _, f := range b.Files {
+		if sum, ok := files[f.Path]; ok {
+			nb.Files = append(nb.Files, ctxd.TraceFile{Path: f.Path, SHA256: sum, Cited: f.Cited})
+		}
+	}
+	return &nb
 }

@@ -9,12 +9,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/ctxd/ctxd"
 	"github.com/ctxd/ctxd/bench"
+	"github.com/ctxd/ctxd/client"
 	"github.com/ctxd/ctxd/internal/reporoot"
 	"github.com/ctxd/ctxd/llamatok"
 )
@@ -270,5 +272,114 @@ func TestBranchSwitchBackRestoresItsSlot(t *testing.T) {
 		if err := bench.WriteBetween(*rollbackWrite, "<!-- bench:rollback:begin (written by `make bench-rollback`) -->", "<!-- bench:rollback:end -->", body); err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// TestKarmaGoesStaleWithItsCode: a verified trace records the code it
+// holds for (here, in RAG mode, the files of the working set and the
+// excerpts its question carried). An edit of another file leaves it
+// valid; an edit of one of its files makes it stale: listed by `stale`,
+// left out of the next karma epoch's block, kept in the record; verifying
+// it again against the current code restores it.
+func TestKarmaGoesStaleWithItsCode(t *testing.T) {
+	needLlamaServer(t)
+	dir := t.TempDir()
+	for i := range 8 {
+		var sb strings.Builder
+		for j := 0; sb.Len() < 6000; j++ {
+			fmt.Fprintf(&sb, "// Handler%d_%d serves request kind %d of package %d.\nfunc Handler%d_%d(n int) error {\n\treturn fmt.Errorf(\"kind %%d\", n+%d)\n}\n\n", i, j, j, i, i, j, j)
+		}
+		if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("pkg%d.go", i)), []byte(sb.String()), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg := llamaConfig(t, t.TempDir(), dir)
+	cfg.Codex.Watch = true
+	d := start(t, cfg, true)
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
+	defer cancel()
+	sum, _ := ask(t, d.client, "first", "What does Handler3_4 return?")
+	if sum.Mode != "rag" || sum.Trace == 0 {
+		t.Fatalf("the first answer: mode %s, trace %d; want a RAG answer recorded as a trace", sum.Mode, sum.Trace)
+	}
+	if _, err := d.client.Judge(ctx, sum.Trace, ctxd.KarmaVerify, ctxd.KarmaJudgement{Note: "checked"}); err != nil {
+		t.Fatal(err)
+	}
+	h, err := d.client.Trace(ctx, sum.Trace)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bound := h.Trace.Bound()
+	if len(bound.Files) == 0 || bound.Whole || h.Trace.Stale != "" {
+		t.Fatalf("the verified trace holds for %+v (stale %q): want the files its prompt held", bound, h.Trace.Stale)
+	}
+	depends := map[string]bool{}
+	for _, f := range bound.Files {
+		depends[f.Path] = true
+	}
+	var other, own string
+	for i := range 8 {
+		if p := fmt.Sprintf("pkg%d.go", i); depends[p] && own == "" {
+			own = p
+		} else if !depends[p] && other == "" {
+			other = p
+		}
+	}
+	if own == "" || other == "" {
+		t.Fatalf("the trace depends on %v: the test needs one file it depends on and one it does not", depends)
+	}
+	stale := func() []int64 {
+		t.Helper()
+		list, err := d.client.Karma(ctx, client.KarmaFilter{Stale: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ids []int64
+		for _, tr := range list {
+			ids = append(ids, tr.ID)
+		}
+		return ids
+	}
+	edit := func(name string) {
+		t.Helper()
+		f, err := os.OpenFile(filepath.Join(dir, name), os.O_APPEND|os.O_WRONLY, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprintf(f, "// edited at %s\n", time.Now().Format(time.RFC3339Nano))
+		f.Close()
+		waitForTree(t, d, dir)
+	}
+	inBlock := func(session string) bool {
+		t.Helper()
+		s, _ := ask(t, d.client, session, "What does Handler3_4 return?")
+		return s.Karma != nil && slices.Contains(s.Karma.Traces, sum.Trace)
+	}
+
+	edit(other)
+	if ids := stale(); len(ids) != 0 {
+		t.Errorf("after editing %s, which the trace does not depend on: stale %v", other, ids)
+	}
+	if !inBlock("second") {
+		t.Error("a valid verified trace is not in a new session's karma block")
+	}
+	edit(own)
+	if ids := stale(); !slices.Equal(ids, []int64{sum.Trace}) {
+		t.Errorf("after editing %s, which it depends on: stale %v, want [%d]", own, ids, sum.Trace)
+	}
+	if h, err := d.client.Trace(ctx, sum.Trace); err != nil || !strings.Contains(h.Trace.Stale, own) || h.Trace.Status != ctxd.TraceVerified {
+		t.Errorf("the stale trace: %+v, %v; want it kept, verified, stale naming %s", h, err, own)
+	}
+	if inBlock("third") {
+		t.Error("a stale trace is in a new karma epoch's block")
+	}
+	if _, err := d.client.Judge(ctx, sum.Trace, ctxd.KarmaVerify, ctxd.KarmaJudgement{Note: "still right"}); err != nil {
+		t.Fatal(err)
+	}
+	if ids := stale(); len(ids) != 0 {
+		t.Errorf("after verifying it again: stale %v", ids)
+	}
+	if !inBlock("fourth") {
+		t.Error("the trace verified again is not back in the karma block")
 	}
 }

@@ -9,6 +9,15 @@
 // deciding when a new karma epoch begins belong to the packages that use
 // this one.
 //
+// # Staleness
+//
+// Stale says whether a trace still holds for the codex loaded now: it
+// does not when a file its binding depends on changed or is gone, or,
+// for a trace answered from the whole codex, when the codex is another
+// version. The orchestrator leaves stale traces out of the block it
+// chooses at a karma epoch; a verification that names the current code
+// (the event's Binding) binds the trace to it again.
+//
 // # Score
 //
 // Each eligible trace is scored

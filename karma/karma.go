@@ -238,6 +238,10 @@ func Apply(t ctxd.Trace, ev ctxd.KarmaEvent) (ctxd.Trace, error) {
 		t.Note = ev.Note
 		at := ev.At
 		t.JudgedAt = &at
+		if ev.Binding != nil && ev.Action == ctxd.KarmaVerify {
+			b := *ev.Binding
+			t.Rebound = &b // verified against this code: it holds for it
+		}
 	case ctxd.KarmaPin:
 		t.Pinned = true
 	case ctxd.KarmaUnpin:
@@ -258,6 +262,51 @@ func Apply(t ctxd.Trace, ev ctxd.KarmaEvent) (ctxd.Trace, error) {
 		return t, ctxd.Errorf(ctxd.KindInvalid, "karma event on trace %d: unknown action %q", t.ID, ev.Action)
 	}
 	return t, nil
+}
+
+// Stale says why t no longer holds for the codex whose version is
+// version and whose files' hashes are files (by path), or "" if it holds:
+// a file it depends on (Bound) changed or is gone, or, for a trace
+// answered from the whole codex (Whole), the codex is another version.
+// A trace bound to no codex never goes stale; nor does any trace when no
+// codex is loaded (version "").
+func Stale(t ctxd.Trace, version string, files map[string]string) string {
+	b := t.Bound()
+	if version == "" || b.Codex == "" && len(b.Files) == 0 {
+		return ""
+	}
+	var changed, gone []string
+	for _, f := range b.Files {
+		switch sum, ok := files[f.Path]; {
+		case !ok:
+			gone = append(gone, f.Path)
+		case sum != f.SHA256:
+			changed = append(changed, f.Path)
+		}
+	}
+	var parts []string
+	if len(changed) > 0 {
+		parts = append(parts, "changed: "+list(changed))
+	}
+	if len(gone) > 0 {
+		parts = append(parts, "gone: "+list(gone))
+	}
+	if len(parts) > 0 {
+		return "files it depends on " + strings.Join(parts, "; ")
+	}
+	if b.Whole && b.Codex != "" && b.Codex != version {
+		return "it was answered from the whole codex, which has changed since"
+	}
+	return ""
+}
+
+// list is paths in a line, at most five named.
+func list(paths []string) string {
+	s := strings.Join(paths[:min(5, len(paths))], ", ")
+	if len(paths) > 5 {
+		s += fmt.Sprintf(" and %d more", len(paths)-5)
+	}
+	return s
 }
 
 // Judge checks a new event against the current state of its trace t and,
@@ -295,7 +344,7 @@ func Judge(t ctxd.Trace, other *ctxd.Trace, ev ctxd.KarmaEvent) (ctxd.Trace, ctx
 // traces are ignored.
 func Fold(t ctxd.Trace, events []ctxd.KarmaEvent, at time.Time) (ctxd.Trace, error) {
 	t.Status, t.Pinned, t.Note = ctxd.TraceRecorded, false, ""
-	t.JudgedAt, t.ValidUntil, t.SupersededBy, t.Supersedes = nil, nil, 0, 0
+	t.JudgedAt, t.ValidUntil, t.SupersededBy, t.Supersedes, t.Rebound = nil, nil, 0, 0, nil
 	for _, ev := range events {
 		if !at.IsZero() && ev.At.After(at) {
 			continue

@@ -269,7 +269,7 @@ func (a *answering) record(text string) error {
 		return a.behind.notRecorded(err)
 	}
 	var err error
-	if a.sum.Trace, err = o.karma.recordTrace(a.ctx, req, p.rc, p.rendered, answer, a.codex.fingerprint); err != nil {
+	if a.sum.Trace, err = o.karma.recordTrace(a.ctx, req, p.rc, p.rendered, answer, a.codex, p.workingSet); err != nil {
 		return err
 	}
 	if err := a.recordTurn(answer); err != nil {

@@ -122,7 +122,7 @@ func (o *Orchestrator) newPreparation(ctx context.Context, req ctxd.AskRequest, 
 // epoch of the session that the governor begins begins a karma epoch too,
 // so each such step chooses again.
 func (g *preparation) chooseKarma() error {
-	snap, chosen, err := g.o.karma.choose(g.ctx, g.req, g.sigil, g.p.sess.Epoch, g.p.sess.Count == 0, g.refresh, g.codex.fingerprint)
+	snap, chosen, err := g.o.karma.choose(g.ctx, g.req, g.sigil, g.p.sess.Epoch, g.p.sess.Count == 0, g.refresh, g.codex)
 	if err != nil {
 		return err
 	}

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"log/slog"
+	"path"
 	"slices"
 	"strconv"
 	"strings"
@@ -66,7 +67,7 @@ const (
 // gets a fresh choice, stored nowhere.
 //
 // A sigil without the karma:read scope is shown no karma.
-func (k *karmaBook) choose(ctx context.Context, req ctxd.AskRequest, sigil runcontext.Sigil, epoch int, fresh, refresh bool, codexFP string) (ctxd.KarmaSnapshot, bool, error) {
+func (k *karmaBook) choose(ctx context.Context, req ctxd.AskRequest, sigil runcontext.Sigil, epoch int, fresh, refresh bool, codex *codexState) (ctxd.KarmaSnapshot, bool, error) {
 	if !k.on() || !sigils.Allows(sigil, sigils.ScopeKarmaRead) {
 		return ctxd.KarmaSnapshot{Session: req.Session, Sigil: sigil.Name}, false, nil
 	}
@@ -96,6 +97,23 @@ func (k *karmaBook) choose(ctx context.Context, req ctxd.AskRequest, sigil runco
 	eligible, err := k.cfg.Store.Eligible(sctx, sigil.Name)
 	if err != nil {
 		return prev, false, k.deadline.err(sctx, req.Session, fmt.Sprintf("read the karma of sigil %q", sigil.Name), err)
+	}
+	codexFP := ""
+	if codex != nil {
+		codexFP = codex.fingerprint
+	}
+	// A trace whose code changed since it was verified is stale: it
+	// leaves the block (kept in the record, valid until that change).
+	if codexFP != "" {
+		fresh := eligible[:0:0]
+		for _, t := range eligible {
+			if why := karma.Stale(t, codexFP, codex.hashes()); why != "" {
+				k.log.InfoContext(ctx, "karma trace left out", "session", req.Session, "trace", t.ID, "reason", "stale: "+why)
+				continue
+			}
+			fresh = append(fresh, t)
+		}
+		eligible = fresh
 	}
 	opts := k.cfg.Options
 	opts.Now, opts.Codex = k.now(), codexFP
@@ -230,7 +248,13 @@ func (k *karmaBook) prune(snap *ctxd.KarmaSnapshot, pending, first bool, rc *run
 // store. The prompt's fingerprint covers its stable blocks (identity to
 // karma): what the model was shown besides the conversation. A trace that
 // is not recorded is an answer not recorded (KindNotRecorded).
-func (k *karmaBook) recordTrace(ctx context.Context, req ctxd.AskRequest, rc *runcontext.RunContext, rendered runcontext.Rendered, answer, codexFP string) (int64, error) {
+func (k *karmaBook) recordTrace(ctx context.Context, req ctxd.AskRequest, rc *runcontext.RunContext, rendered runcontext.Rendered, answer string, codex *codexState, ws *ctxd.WorkingSet) (int64, error) {
+	codexFP := ""
+	var binding ctxd.TraceBinding
+	if codex != nil {
+		codexFP = codex.fingerprint
+		binding = bindingOf(rc, answer, codex, ws)
+	}
 	if !k.on() {
 		return 0, nil
 	}
@@ -242,7 +266,7 @@ func (k *karmaBook) recordTrace(ctx context.Context, req ctxd.AskRequest, rc *ru
 	defer cancel()
 	id, err := k.cfg.Store.RecordTrace(sctx, ctxd.Trace{
 		Session: req.Session, Sigil: rc.Sigil.Name, Query: req.Query, Answer: answer, Model: k.cfg.Model,
-		Fingerprint: hex.EncodeToString(h.Sum(nil)), Codex: codexFP, CreatedAt: k.now(),
+		Fingerprint: hex.EncodeToString(h.Sum(nil)), Codex: codexFP, CreatedAt: k.now(), Binding: binding,
 	})
 	if err != nil {
 		return 0, k.deadline.notRecorded(sctx, req.Session, "record the answer as a trace", fmt.Errorf("record the answer as a trace: %w", err))
@@ -250,22 +274,97 @@ func (k *karmaBook) recordTrace(ctx context.Context, req ctxd.AskRequest, rc *ru
 	return id, nil
 }
 
-// codexFingerprint identifies a codex's content: its files' paths and
-// hashes, in path order whatever order the prompt holds them in ("" for
-// no codex).
-func codexFingerprint(c runcontext.Codex) string {
-	if len(c.Files) == 0 {
-		return ""
+// bindingOf is the code an answer holds for: the codex version, whole in
+// CAG; in RAG the files the working set held and the excerpts the query
+// carried; in both, the codex files the answer names (Cited), by path or,
+// where no other file has it, by base name.
+func bindingOf(rc *runcontext.RunContext, answer string, codex *codexState, ws *ctxd.WorkingSet) ctxd.TraceBinding {
+	b := ctxd.TraceBinding{Codex: codex.fingerprint, Whole: rc.Codex.Mode == runcontext.ModeCAG}
+	if codex.fingerprint == "" {
+		return b
 	}
-	files := slices.Clone(c.Files)
-	slices.SortFunc(files, func(a, b runcontext.CodexRef) int { return strings.Compare(a.Path, b.Path) })
-	var sb strings.Builder
+	shas := codex.hashes()
+	files := map[string]bool{} // path → cited
+	if !b.Whole {
+		if ws != nil {
+			for _, p := range ws.Held {
+				files[p] = false
+			}
+		}
+		for _, e := range rc.Query.Excerpts {
+			files[e.Path] = false
+		}
+	}
+	for _, p := range cited(answer, rc.Codex.Files) {
+		files[p] = true
+	}
+	for p, c := range files {
+		if sum, ok := shas[p]; ok {
+			b.Files = append(b.Files, ctxd.TraceFile{Path: p, SHA256: sum, Cited: c})
+		}
+	}
+	slices.SortFunc(b.Files, func(x, y ctxd.TraceFile) int { return strings.Compare(x.Path, y.Path) })
+	return b
+}
+
+// cited are the codex files answer names: by path, or by a base name no
+// other file of the codex has (with an extension, so that a word is not
+// taken for a file).
+func cited(answer string, files []runcontext.CodexRef) []string {
+	if answer == "" {
+		return nil
+	}
+	bases := map[string]int{}
 	for _, f := range files {
-		sb.WriteString(f.Path)
-		sb.WriteByte(0)
-		sb.WriteString(f.SHA256)
-		sb.WriteByte('\n')
+		bases[path.Base(f.Path)]++
 	}
-	h := sha256.Sum256([]byte(sb.String()))
-	return hex.EncodeToString(h[:16])
+	var out []string
+	for _, f := range files {
+		base := path.Base(f.Path)
+		switch {
+		case containsWord(answer, f.Path):
+		case bases[base] == 1 && strings.Contains(base, ".") && len(base) >= 4 && containsWord(answer, base):
+		default:
+			continue
+		}
+		out = append(out, f.Path)
+	}
+	return out
+}
+
+// containsWord reports whether s holds w not inside a longer name.
+func containsWord(s, w string) bool {
+	for i := 0; ; {
+		j := strings.Index(s[i:], w)
+		if j < 0 {
+			return false
+		}
+		at := i + j
+		before := at == 0 || !nameByte(s[at-1])
+		after := at+len(w) == len(s) || !nameByte(s[at+len(w)])
+		if before && after {
+			return true
+		}
+		i = at + 1
+	}
+}
+
+// nameByte is a byte that continues a file name.
+func nameByte(c byte) bool {
+	return c == '_' || c == '-' || c == '/' || c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z'
+}
+
+// codexFingerprint identifies a codex's content (ctxd.CodexVersion of its
+// files; "" for no codex).
+func codexFingerprint(c runcontext.Codex) string {
+	return ctxd.CodexVersion(codexFiles(c))
+}
+
+// codexFiles are a codex block's files as the domain names them.
+func codexFiles(c runcontext.Codex) []ctxd.CodexFile {
+	files := make([]ctxd.CodexFile, len(c.Files))
+	for i, f := range c.Files {
+		files[i] = ctxd.CodexFile{Path: f.Path, Bytes: f.Bytes, SHA256: f.SHA256}
+	}
+	return files
 }

@@ -126,6 +126,20 @@ type codexState struct {
 	plan        ctxd.CodexPlan
 	retriever   ctxd.Retriever // nil in CAG mode
 	fingerprint string         // of the codex's content, for karma's relevance ("" for none)
+
+	shasOnce sync.Once
+	shas     map[string]string // each file's SHA-256 by path, for karma's bindings; made on first use
+}
+
+// hashes is each of the codex's files' SHA-256 by path.
+func (c *codexState) hashes() map[string]string {
+	c.shasOnce.Do(func() {
+		c.shas = make(map[string]string, len(c.block.Files))
+		for _, f := range c.block.Files {
+			c.shas[f.Path] = f.SHA256
+		}
+	})
+	return c.shas
 }
 
 // New returns an orchestrator with no codex (SetCodex sets one).

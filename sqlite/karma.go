@@ -86,9 +86,23 @@ CREATE TRIGGER karma_snapshots_kept BEFORE DELETE ON karma_snapshots
 CREATE VIRTUAL TABLE trace_text USING fts5(query, answer, note, content='', tokenize='unicode61 remove_diacritics 0');
 `
 
+// karmaBindings is migration 6: the code each trace holds for. binding is
+// what it was answered from (JSON ctxd.TraceBinding; ” for traces
+// recorded before), fixed like the trace's text; rebound is derived (the
+// latest verification's binding, ” for none); an event's binding is the
+// code a verification was made against.
+const karmaBindings = `
+ALTER TABLE traces ADD COLUMN binding TEXT NOT NULL DEFAULT '';
+ALTER TABLE traces ADD COLUMN rebound TEXT NOT NULL DEFAULT '';
+ALTER TABLE karma_events ADD COLUMN binding TEXT NOT NULL DEFAULT '';
+DROP TRIGGER traces_text_fixed;
+CREATE TRIGGER traces_text_fixed BEFORE UPDATE OF id, session, sigil, query, answer, model, fingerprint, codex, created_unix_nano, binding ON traces
+	BEGIN SELECT RAISE(ABORT, 'a trace''s text never changes'); END;
+`
+
 // traceColumns are the columns scanTrace reads, in its order.
 const traceColumns = `id, session, sigil, query, answer, model, fingerprint, codex, created_unix_nano,
-	status, pinned, note, judged_unix_nano, valid_until_unix_nano, superseded_by, supersedes`
+	status, pinned, note, judged_unix_nano, valid_until_unix_nano, superseded_by, supersedes, binding, rebound`
 
 // defaultTraceLimit is how many traces Traces lists when the filter says 0.
 const defaultTraceLimit = 100
@@ -110,9 +124,9 @@ func (s *Store) RecordTrace(ctx context.Context, t ctxd.Trace) (int64, error) {
 	defer tx.Rollback()
 	var id int64
 	if err := tx.QueryRowContext(ctx, `
-		INSERT INTO traces (session, sigil, query, answer, model, fingerprint, codex, created_unix_nano)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?) RETURNING id`,
-		t.Session, t.Sigil, t.Query, t.Answer, t.Model, t.Fingerprint, t.Codex, t.CreatedAt.UnixNano()).Scan(&id); err != nil {
+		INSERT INTO traces (session, sigil, query, answer, model, fingerprint, codex, created_unix_nano, binding)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id`,
+		t.Session, t.Sigil, t.Query, t.Answer, t.Model, t.Fingerprint, t.Codex, t.CreatedAt.UnixNano(), bindingJSON(&t.Binding)).Scan(&id); err != nil {
 		return 0, fmt.Errorf("sqlite: record trace: %w", s.fault(err))
 	}
 	if _, err := tx.ExecContext(ctx,
@@ -158,9 +172,9 @@ func (s *Store) KarmaEvent(ctx context.Context, ev ctxd.KarmaEvent) (ctxd.Trace,
 	}
 	var eid int64
 	if err := tx.QueryRowContext(ctx, `
-		INSERT INTO karma_events (trace, action, sigil, note, other, at_unix_nano)
-		VALUES (?, ?, ?, ?, ?, ?) RETURNING id`,
-		ev.Trace, ev.Action, ev.Sigil, ev.Note, ev.Other, ev.At.UnixNano()).Scan(&eid); err != nil {
+		INSERT INTO karma_events (trace, action, sigil, note, other, at_unix_nano, binding)
+		VALUES (?, ?, ?, ?, ?, ?, ?) RETURNING id`,
+		ev.Trace, ev.Action, ev.Sigil, ev.Note, ev.Other, ev.At.UnixNano(), bindingJSON(ev.Binding)).Scan(&eid); err != nil {
 		return ctxd.Trace{}, fmt.Errorf("sqlite: karma event: %w", s.fault(err))
 	}
 	if err := writeDerived(ctx, tx, nt); err != nil {
@@ -192,8 +206,8 @@ func judges(action string) bool { return action == ctxd.KarmaVerify || action ==
 func writeDerived(ctx context.Context, tx *sql.Tx, t ctxd.Trace) error {
 	if _, err := tx.ExecContext(ctx, `
 		UPDATE traces SET status = ?, pinned = ?, note = ?, judged_unix_nano = ?, valid_until_unix_nano = ?,
-			superseded_by = ?, supersedes = ? WHERE id = ?`,
-		t.Status, t.Pinned, t.Note, nullNano(t.JudgedAt), nullNano(t.ValidUntil), t.SupersededBy, t.Supersedes, t.ID); err != nil {
+			superseded_by = ?, supersedes = ?, rebound = ? WHERE id = ?`,
+		t.Status, t.Pinned, t.Note, nullNano(t.JudgedAt), nullNano(t.ValidUntil), t.SupersededBy, t.Supersedes, bindingJSON(t.Rebound), t.ID); err != nil {
 		return fmt.Errorf("sqlite: trace %d: %w", t.ID, err)
 	}
 	return nil
@@ -504,7 +518,7 @@ func eventsTx(ctx context.Context, tx *sql.Tx, ids []int64, at time.Time) ([]sto
 		until = at.UnixNano()
 	}
 	rows, err := tx.QueryContext(ctx, `
-		SELECT id, trace, action, sigil, note, other, at_unix_nano FROM karma_events
+		SELECT id, trace, action, sigil, note, other, at_unix_nano, binding FROM karma_events
 		WHERE (trace IN (SELECT value FROM json_each(?1)) OR other IN (SELECT value FROM json_each(?1)) AND action = 'supersede')
 			AND at_unix_nano <= ?2
 		ORDER BY id`, string(list), until)
@@ -516,10 +530,14 @@ func eventsTx(ctx context.Context, tx *sql.Tx, ids []int64, at time.Time) ([]sto
 	for rows.Next() {
 		var e storedEvent
 		var at int64
-		if err := rows.Scan(&e.id, &e.Trace, &e.Action, &e.Sigil, &e.Note, &e.Other, &at); err != nil {
+		var binding string
+		if err := rows.Scan(&e.id, &e.Trace, &e.Action, &e.Sigil, &e.Note, &e.Other, &at, &binding); err != nil {
 			return nil, fmt.Errorf("sqlite: karma events: %w", err)
 		}
 		e.At = fromNano(at)
+		if e.Binding, err = parseBinding(binding); err != nil {
+			return nil, fmt.Errorf("sqlite: karma event %d: %w", e.id, err)
+		}
 		out = append(out, e)
 	}
 	return out, rows.Err()
@@ -563,12 +581,25 @@ func scanTrace(r interface{ Scan(...any) error }) (ctxd.Trace, error) {
 	var t ctxd.Trace
 	var created int64
 	var judged, until sql.NullInt64
+	var binding, rebound string
 	if err := r.Scan(&t.ID, &t.Session, &t.Sigil, &t.Query, &t.Answer, &t.Model, &t.Fingerprint, &t.Codex, &created,
-		&t.Status, &t.Pinned, &t.Note, &judged, &until, &t.SupersededBy, &t.Supersedes); err != nil {
+		&t.Status, &t.Pinned, &t.Note, &judged, &until, &t.SupersededBy, &t.Supersedes, &binding, &rebound); err != nil {
 		if errors.Is(err, sql.ErrNoRows) {
 			return t, err
 		}
 		return t, fmt.Errorf("sqlite: trace: %w", err)
+	}
+	b, err := parseBinding(binding)
+	if err != nil {
+		return t, fmt.Errorf("sqlite: trace %d: %w", t.ID, err)
+	}
+	if b != nil {
+		t.Binding = *b
+	} else {
+		t.Binding = ctxd.TraceBinding{Codex: t.Codex} // recorded before bindings: its codex alone
+	}
+	if t.Rebound, err = parseBinding(rebound); err != nil {
+		return t, fmt.Errorf("sqlite: trace %d: %w", t.ID, err)
 	}
 	t.CreatedAt = fromNano(created)
 	if judged.Valid {
@@ -580,6 +611,27 @@ func scanTrace(r interface{ Scan(...any) error }) (ctxd.Trace, error) {
 		t.ValidUntil = &at
 	}
 	return t, nil
+}
+
+// bindingJSON is a binding as stored (” for none).
+func bindingJSON(b *ctxd.TraceBinding) string {
+	if b == nil {
+		return ""
+	}
+	data, _ := json.Marshal(b) // strings and bools: cannot fail
+	return string(data)
+}
+
+// parseBinding reads a stored binding (nil for ”).
+func parseBinding(s string) (*ctxd.TraceBinding, error) {
+	if s == "" {
+		return nil, nil
+	}
+	var b ctxd.TraceBinding
+	if err := json.Unmarshal([]byte(s), &b); err != nil {
+		return nil, fmt.Errorf("binding: %w", err)
+	}
+	return &b, nil
 }
 
 // fromNano is the time of a stored Unix nanosecond count, in UTC.

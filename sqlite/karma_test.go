@@ -98,6 +98,69 @@ var karmaContract = []struct {
 	name string
 	run  func(t *testing.T, s ctxd.KarmaStore)
 }{
+	{"bindings and staleness", func(t *testing.T, s ctxd.KarmaStore) {
+		// Two traces answered from a retrieved codex: one depends on
+		// a.go (its answer names it), the other on b.go. a.go changes:
+		// the first is stale, the second is not; verifying the first
+		// again against the current code restores it, and the binding
+		// survives a reread.
+		ctx := t.Context()
+		sum := func(c string) string { return strings.Repeat(c, 64) }
+		onA := ctxd.TraceBinding{Codex: "v1", Files: []ctxd.TraceFile{{Path: "a.go", SHA256: sum("a"), Cited: true}, {Path: "c.go", SHA256: sum("c")}}}
+		onB := ctxd.TraceBinding{Codex: "v1", Files: []ctxd.TraceFile{{Path: "b.go", SHA256: sum("b")}}}
+		idA, err := s.RecordTrace(ctx, ctxd.Trace{Session: "s", Sigil: "dev", Query: "a?", Answer: "see a.go", Codex: "v1", CreatedAt: t0, Binding: onA})
+		if err != nil {
+			t.Fatal(err)
+		}
+		idB, err := s.RecordTrace(ctx, ctxd.Trace{Session: "s", Sigil: "dev", Query: "b?", Answer: "b", Codex: "v1", CreatedAt: t0, Binding: onB})
+		if err != nil {
+			t.Fatal(err)
+		}
+		event(t, s, ctxd.KarmaEvent{Trace: idA, Action: ctxd.KarmaVerify, At: t0.Add(time.Minute)})
+		event(t, s, ctxd.KarmaEvent{Trace: idB, Action: ctxd.KarmaVerify, At: t0.Add(time.Minute)})
+		now := map[string]string{"a.go": sum("d"), "b.go": sum("b"), "c.go": sum("c")} // a.go changed: version v2
+		a, _, err := s.Trace(ctx, idA)
+		if err != nil || !reflect.DeepEqual(a.Binding, onA) || a.Rebound != nil {
+			t.Fatalf("trace A = %+v, %v; want its binding kept", a, err)
+		}
+		if why := karma.Stale(a, "v2", now); !strings.Contains(why, "changed: a.go") {
+			t.Errorf("trace A after a.go changed: stale %q; want it stale, naming a.go", why)
+		}
+		b, _, _ := s.Trace(ctx, idB)
+		if why := karma.Stale(b, "v2", now); why != "" {
+			t.Errorf("trace B, whose file did not change: stale %q", why)
+		}
+		// Verified again against the current code.
+		rebound := ctxd.TraceBinding{Codex: "v2", Files: []ctxd.TraceFile{{Path: "a.go", SHA256: sum("d"), Cited: true}, {Path: "c.go", SHA256: sum("c")}}}
+		v := event(t, s, ctxd.KarmaEvent{Trace: idA, Action: ctxd.KarmaVerify, Note: "still right", At: t0.Add(time.Hour), Binding: &rebound})
+		if v.Rebound == nil || !reflect.DeepEqual(*v.Rebound, rebound) || karma.Stale(v, "v2", now) != "" {
+			t.Errorf("after verifying again: %+v; want it bound to v2 and not stale", v)
+		}
+		a, evs, err := s.Trace(ctx, idA)
+		if err != nil || a.Rebound == nil || !reflect.DeepEqual(*a.Rebound, rebound) || len(evs) != 2 || evs[1].Binding == nil {
+			t.Errorf("reread: %+v, events %+v, %v", a, evs, err)
+		}
+		// The history still says what it was verified against first.
+		then, err := s.Traces(ctx, ctxd.TraceFilter{Sigil: "dev", At: t0.Add(30 * time.Minute)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, tr := range then {
+			if tr.ID == idA && (tr.Rebound != nil || karma.Stale(tr, "v2", now) == "") {
+				t.Errorf("trace A as it stood before the second verification: %+v; want it unbound and stale", tr)
+			}
+		}
+		// A trace answered from the whole codex goes stale with any change.
+		whole := ctxd.TraceBinding{Codex: "v1", Whole: true}
+		idW, err := s.RecordTrace(ctx, ctxd.Trace{Session: "s", Sigil: "dev", Query: "w?", Answer: "w", Codex: "v1", CreatedAt: t0, Binding: whole})
+		if err != nil {
+			t.Fatal(err)
+		}
+		w, _, _ := s.Trace(ctx, idW)
+		if karma.Stale(w, "v1", now) != "" || karma.Stale(w, "v2", now) == "" {
+			t.Errorf("whole-codex trace: stale on v1 %q, on v2 %q; want only on v2", karma.Stale(w, "v1", now), karma.Stale(w, "v2", now))
+		}
+	}},
 	{"round trip", func(t *testing.T, s ctxd.KarmaStore) {
 		ctx := t.Context()
 		created := t0.Add(123456789) // nanoseconds are kept
@@ -650,4 +713,31 @@ func crashChild(t *testing.T, path string) {
 	fmt.Println("acked")
 	time.Sleep(time.Minute) // killed long before
 	t.Fatal("not killed")
+}
+
+// TestTraceBindings: a trace recorded before bindings (an empty binding
+// column, as migration 6 leaves it) holds for its codex alone and never
+// goes stale; a trace's binding is fixed like its text.
+func TestTraceBindings(t *testing.T) {
+	ctx := t.Context()
+	s := openTemp(t)
+	if _, err := s.db.ExecContext(ctx, `INSERT INTO traces (session, sigil, query, answer, model, fingerprint, codex, created_unix_nano)
+		VALUES ('s', 'dev', 'q', 'a', 'm', 'fp', 'v1', 1)`); err != nil {
+		t.Fatal(err)
+	}
+	legacy, _, err := s.Trace(ctx, 1)
+	if err != nil || legacy.Binding.Codex != "v1" || legacy.Binding.Whole || len(legacy.Binding.Files) != 0 {
+		t.Fatalf("legacy trace %+v, %v", legacy, err)
+	}
+	if why := karma.Stale(legacy, "v2", map[string]string{}); why != "" {
+		t.Errorf("a legacy trace went stale: %q", why)
+	}
+	id, err := s.RecordTrace(ctx, ctxd.Trace{Session: "s", Sigil: "dev", Query: "q", Answer: "a", CreatedAt: t0,
+		Binding: ctxd.TraceBinding{Codex: "v1", Files: []ctxd.TraceFile{{Path: "a.go", SHA256: strings.Repeat("a", 64)}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.db.ExecContext(ctx, "UPDATE traces SET binding = '' WHERE id = ?", id); err == nil || !strings.Contains(err.Error(), "never changes") {
+		t.Errorf("rewriting a trace's binding: %v; want it refused", err)
+	}
 }

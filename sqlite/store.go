@@ -16,7 +16,7 @@ import (
 )
 
 // schemaVersion is the user_version the migrations below bring a database to.
-const schemaVersion = 5
+const schemaVersion = 6
 
 var migrations = []string{
 	`CREATE TABLE sessions (
@@ -45,6 +45,8 @@ var migrations = []string{
 	// 5: a session belongs to the sigil that began it ('' for sessions
 	// recorded before: the daemon's default sigil claims them).
 	`ALTER TABLE sessions ADD COLUMN sigil TEXT NOT NULL DEFAULT '';`,
+	// 6: the code a trace holds for (karma tied to code versions).
+	karmaBindings,
 }
 
 // Store is the session store and the karma store. It is safe for

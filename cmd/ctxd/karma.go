@@ -18,7 +18,7 @@ import (
 )
 
 const karmaUsage = `usage:
-  ctxd karma list [--session S] [--status recorded|verified|rejected] [--pinned] [--q TEXT] [--at TIME] [--json]
+  ctxd karma list [--session S] [--status recorded|verified|rejected] [--pinned] [--stale] [--q TEXT] [--at TIME] [--json]
   ctxd karma show ID
   ctxd karma verify ID [--note TEXT]
   ctxd karma reject ID [--note TEXT]
@@ -82,6 +82,7 @@ func (k *karmaArgs) defineFlags(fs *flag.FlagSet) error {
 		fs.StringVar(&k.filter.Session, "session", "", "only this session's traces")
 		fs.StringVar(&k.filter.Status, "status", "", "only traces in this status: recorded, verified, rejected")
 		fs.BoolVar(&k.filter.Pinned, "pinned", false, "only pinned traces")
+		fs.BoolVar(&k.filter.Stale, "stale", false, "only the traces the karma block may hold whose code changed since they were verified: what to verify again")
 		fs.StringVar(&k.filter.Text, "q", "", "full-text match over query, answer and note")
 		fs.StringVar(&k.at, "at", "", "the record as it stood at this RFC 3339 time")
 	case ctxd.KarmaVerify, ctxd.KarmaReject, ctxd.KarmaSupersede:
@@ -183,6 +184,9 @@ func writeTraceTable(w io.Writer, list []ctxd.Trace) error {
 		state := t.Status
 		if t.SupersededBy != 0 {
 			state += fmt.Sprintf(" (superseded by %d)", t.SupersededBy)
+		}
+		if t.Stale != "" {
+			state += ", stale"
 		}
 		pin := ""
 		if t.Pinned {

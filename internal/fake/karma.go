@@ -59,6 +59,7 @@ func (k *Karma) RecordTrace(_ context.Context, t ctxd.Trace) (int64, error) {
 	}
 	t.ID = int64(len(k.traces)) + 1
 	t.CreatedAt = utc(t.CreatedAt)
+	t.Binding = cloneBinding(t.Binding)
 	t, _ = karma.Fold(t, nil, time.Time{}) // recorded, unpinned
 	k.traces = append(k.traces, t)
 	return t.ID, nil
@@ -69,6 +70,10 @@ func (k *Karma) KarmaEvent(_ context.Context, ev ctxd.KarmaEvent) (ctxd.Trace, e
 		return ctxd.Trace{}, ctxd.Errorf(ctxd.KindInvalid, "karma event on trace %d: no time", ev.Trace)
 	}
 	ev.At = utc(ev.At)
+	if ev.Binding != nil {
+		b := cloneBinding(*ev.Binding)
+		ev.Binding = &b
+	}
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	t, ok := k.traceLocked(ev.Trace)
@@ -264,5 +269,15 @@ func clone(t ctxd.Trace) ctxd.Trace {
 		at := *t.ValidUntil
 		t.ValidUntil = &at
 	}
+	t.Binding = cloneBinding(t.Binding)
+	if t.Rebound != nil {
+		b := cloneBinding(*t.Rebound)
+		t.Rebound = &b
+	}
 	return t
+}
+
+func cloneBinding(b ctxd.TraceBinding) ctxd.TraceBinding {
+	b.Files = slices.Clone(b.Files)
+	return b
 }
