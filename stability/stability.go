@@ -65,6 +65,7 @@ type Options struct {
 	Read func(rel string) ([]byte, error)
 }
 
+// The defaults of Options' bounds.
 const (
 	DefaultMaxCommits = 2000
 	DefaultHalfLife   = 10
@@ -257,9 +258,7 @@ func fromGit(ctx context.Context, root string, files []File, opts Options) (Rank
 	if err != nil {
 		return Ranking{}, fmt.Errorf("git: HEAD's tree: %w", err)
 	}
-	if err := markVolatile(repo, headTree, prefix, root, files, opts, r.Facts); err != nil {
-		return Ranking{}, err
-	}
+	markVolatile(repo, headTree, prefix, root, files, opts, r.Facts)
 	return r, nil
 }
 
@@ -290,7 +289,7 @@ func relPrefix(top, root string) (string, error) {
 // markVolatile marks the files not in HEAD or differing from it in the
 // work tree, as git status would: a file whose size and modification time
 // match git's index entry has the entry's hash; another is hashed.
-func markVolatile(repo *git.Repository, head *object.Tree, prefix, root string, files []File, opts Options, facts map[string]Fact) error {
+func markVolatile(repo *git.Repository, head *object.Tree, prefix, root string, files []File, opts Options, facts map[string]Fact) {
 	idx, err := repo.Storer.Index()
 	entries := map[string]int{}
 	if err == nil {
@@ -335,7 +334,6 @@ func markVolatile(repo *git.Repository, head *object.Tree, prefix, root string, 
 			facts[f.Path] = fact
 		}
 	}
-	return nil
 }
 
 // blobHash is git's object id of a blob with data.
