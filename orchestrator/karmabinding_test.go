@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/ctxd/ctxd"
+	"github.com/ctxd/ctxd/governor"
 	"github.com/ctxd/ctxd/internal/fake"
 	"github.com/ctxd/ctxd/runcontext"
 	"github.com/ctxd/ctxd/sigils"
@@ -90,5 +91,46 @@ func TestStaleTraceLeavesTheKarmaBlock(t *testing.T) {
 	}
 	if got := traces(v2); !slices.Equal(got, []int64{1, 2}) {
 		t.Errorf("after verifying trace 1 again: %v, want both", got)
+	}
+}
+
+// TestARequestInFlightKeepsItsCodex: a codex reload while an answer is
+// being generated changes nothing of that request (its trace holds for the
+// codex it was answered from); the next request takes the new codex.
+func TestARequestInFlightKeepsItsCodex(t *testing.T) {
+	t.Parallel()
+	k := fake.NewKarma()
+	h := newKarmaTest(t, governor.Limits{NumCtx: 100000, AnswerReserve: 64}, k)
+	lim := h.o.Limits()
+	v1 := runcontext.Codex{Name: "c", Mode: runcontext.ModeCAG, Files: []runcontext.CodexRef{{Path: "a.go", SHA256: strings.Repeat("a", 64)}},
+		Body: "~~~ file \"a.go\"\npackage a // version one\n~~~\n"}
+	v2 := v1
+	v2.Files = []runcontext.CodexRef{{Path: "a.go", SHA256: strings.Repeat("b", 64)}}
+	v2.Body = "~~~ file \"a.go\"\npackage a // version two\n~~~\n"
+	h.o.SetCodex(v1, ctxd.CodexPlan{Mode: runcontext.ModeCAG}, nil, lim)
+	h.backend.Hold()
+	done := make(chan *ctxd.Summary, 1)
+	go func() {
+		sum, err := h.o.Ask(t.Context(), ctxd.AskRequest{Session: "s", Query: "what is a?"}, noop)
+		if err != nil {
+			t.Error(err)
+		}
+		done <- sum
+	}()
+	req := h.started(t, "what is a?")
+	h.o.SetCodex(v2, ctxd.CodexPlan{Mode: runcontext.ModeCAG}, nil, lim) // the watcher's reload, mid-answer
+	h.backend.Release()
+	sum := <-done
+	if !strings.Contains(req.Prompt, "version one") || strings.Contains(req.Prompt, "version two") {
+		t.Fatalf("the request in flight was sent with the wrong codex:\n%s", req.Prompt)
+	}
+	tr, _, err := k.Trace(t.Context(), sum.Trace)
+	if err != nil || tr.Codex != codexFingerprint(v1) || tr.Binding.Codex != codexFingerprint(v1) || !tr.Binding.Whole {
+		t.Errorf("its trace %+v (%v): want it bound to the codex it was answered from", tr, err)
+	}
+	next := h.ask(t, "s", "and now?")
+	if p := h.backend.Prompts(); !strings.Contains(p[len(p)-1], "version two") || next.PrefixBreak == nil || next.PrefixBreak.Block != "codex" ||
+		!strings.Contains(next.PrefixBreak.Reason, "1 changed (a.go)") {
+		t.Errorf("the next request: break %+v; want the new codex, the break naming a.go", next.PrefixBreak)
 	}
 }
