@@ -95,17 +95,21 @@ func (c *Codex) arrange(ctx context.Context, dir string, opts Options, kept []en
 		}
 	case prev != nil:
 		// The weights go on from the codex before; across a restart they
-		// are read again (the files edited since HEAD count as changed).
-		if opts.Previous != nil && opts.Previous.weights != nil {
+		// are read again (the files edited since HEAD count as changed),
+		// but only once a change needs them: a restart over an unchanged
+		// tree reads no history.
+		moved := len(changed) > 0 || len(prev) != len(paths)
+		switch {
+		case opts.Previous != nil && opts.Previous.weights != nil:
 			c.weights = maps.Clone(opts.Previous.weights)
-		} else {
+		case moved:
 			rk, err := rank()
 			if err != nil {
 				return arranged{}, err
 			}
 			c.weights = rk.Weights()
 		}
-		if len(changed) > 0 || len(prev) != len(paths) {
+		if moved {
 			c.weights.Step(changed, 0)
 		}
 		// A version of the tree seen before (a branch switched back, an
@@ -116,7 +120,7 @@ func (c *Codex) arrange(ctx context.Context, dir string, opts Options, kept []en
 		}
 		if seen, ok := c.versions.find(versionKey(c.Files)); ok {
 			order, from = seen, firstMoved(prev, seen, changed)
-			c.Order.Revisited = len(changed) > 0 || len(prev) != len(paths)
+			c.Order.Revisited = moved
 		} else {
 			order, from = stability.Settle(prev, paths, changed, sizes, c.weights)
 		}
