@@ -114,7 +114,7 @@ TEST_ENV   = CTXD_REQUIRE_OLLAMA=1 CTXD_REQUIRE_NODE=1 CTXD_REQUIRE_SYSTEMD=1 CT
 test: ollama $(BIN)/ollama-$(COMPAT_VERSION) $(NODE_CLIENTS) systemd-analyze
 	scripts/fetch-models || echo "make test: a trained model could not be fetched (see above): the tests that need it skip, and fail in CI"
 	$(TEST_ENV) $(GO) test -race -count=1 -timeout 30m $(RACE_PKGS)
-	$(TEST_ENV) $(GO) test -count=1 -timeout 30m $(E2E_PKGS)
+	$(TEST_ENV) $(GO) test -count=1 -timeout 45m $(E2E_PKGS)
 	CTXD_REQUIRE_OLLAMA=1 CTXD_LLAMA_SERVER=off CTXD_OLLAMA_BIN=$(abspath $(BIN)/ollama-$(COMPAT_VERSION)) $(GO) test -count=1 -timeout 30m ./ollama/ ./integration/
 
 
