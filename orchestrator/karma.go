@@ -105,15 +105,15 @@ func (k *karmaBook) choose(ctx context.Context, req ctxd.AskRequest, sigil runco
 	// A trace whose code changed since it was verified is stale: it
 	// leaves the block (kept in the record, valid until that change).
 	if codexFP != "" {
-		fresh := eligible[:0:0]
+		holding := eligible[:0:0]
 		for _, t := range eligible {
 			if why := karma.Stale(t, codexFP, codex.hashes()); why != "" {
 				k.log.InfoContext(ctx, "karma trace left out", "session", req.Session, "trace", t.ID, "reason", "stale: "+why)
 				continue
 			}
-			fresh = append(fresh, t)
+			holding = append(holding, t)
 		}
-		eligible = fresh
+		eligible = holding
 	}
 	opts := k.cfg.Options
 	opts.Now, opts.Codex = k.now(), codexFP
@@ -249,14 +249,14 @@ func (k *karmaBook) prune(snap *ctxd.KarmaSnapshot, pending, first bool, rc *run
 // karma): what the model was shown besides the conversation. A trace that
 // is not recorded is an answer not recorded (KindNotRecorded).
 func (k *karmaBook) recordTrace(ctx context.Context, req ctxd.AskRequest, rc *runcontext.RunContext, rendered runcontext.Rendered, answer string, codex *codexState, ws *ctxd.WorkingSet) (int64, error) {
+	if !k.on() {
+		return 0, nil
+	}
 	codexFP := ""
 	var binding ctxd.TraceBinding
 	if codex != nil {
 		codexFP = codex.fingerprint
 		binding = bindingOf(rc, answer, codex, ws)
-	}
-	if !k.on() {
-		return 0, nil
 	}
 	h := sha256.New()
 	for _, b := range rendered.Blocks[:runcontext.BlockState] {
