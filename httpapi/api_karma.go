@@ -109,6 +109,10 @@ func (srv karmaRoutes) handleKarmaList(w http.ResponseWriter, r *http.Request) {
 	case "true":
 		// What needs verifying again: the traces the karma block may hold
 		// whose code changed since they were verified.
+		if f.Status != "" || f.Pinned || f.Text != "" || !f.At.IsZero() || f.Limit != 0 {
+			writeError(w, ctxd.Errorf(ctxd.KindInvalid, "stale=true lists the traces the karma block may hold now that are stale; it combines with session only, not status, pinned, q, at or limit"))
+			return
+		}
 		if version == "" {
 			writeError(w, ctxd.Errorf(ctxd.KindConflict, "stale=true: no codex is loaded, so no trace can be stale against it"))
 			return
