@@ -185,7 +185,7 @@ func ReplayEdits(ctx context.Context, cfg EditsConfig) (EditsRun, error) {
 			}
 		}
 		nextPaths := sortedPaths(next)
-		pathFrom := firstDifference(pathOrder, nextPaths, changed)
+		pathFrom := stability.From(pathOrder, nextPaths, changed)
 		// As a reload does (codex.Load): one step of the weights, then
 		// the order settled.
 		weights.Step(changed, 0)
@@ -314,17 +314,6 @@ func sortedPaths(files map[string]codexFile) []string {
 	return out
 }
 
-// firstDifference is the index of the first file of next not rendered as
-// in prev: moved, changed, or after a removal.
-func firstDifference(prev, next []string, changed map[string]bool) int {
-	for i, p := range next {
-		if i >= len(prev) || prev[i] != p || changed[p] {
-			return i
-		}
-	}
-	return len(next)
-}
-
 // costFrom is what a backend re-evaluates when the codex rendered in prev
 // order (prevFiles) is followed by next order (nextFiles), whose first
 // file not rendered as before is at index i: from the first changed token
@@ -416,23 +405,12 @@ func (run EditsRun) Summarize() EditsSummary {
 			s.StableBetter++
 		}
 	}
-	s.PathMedian, s.StableMedian = quantile(path, 0.5), quantile(stable, 0.5)
-	s.PathP90, s.StableP90 = quantile(path, 0.9), quantile(stable, 0.9)
+	s.PathMedian, s.StableMedian = percentile(path, 0.5), percentile(stable, 0.5)
+	s.PathP90, s.StableP90 = percentile(path, 0.9), percentile(stable, 0.9)
 	s.PathMean, s.StableMean = mean(path), mean(stable)
-	s.CodexMedian = quantile(whole, 0.5)
-	s.FloorMedian = quantile(floor, 0.5)
+	s.CodexMedian = percentile(whole, 0.5)
+	s.FloorMedian = percentile(floor, 0.5)
 	return s
-}
-
-// quantile is the q-quantile of xs by the nearest rank.
-func quantile(xs []float64, q float64) float64 {
-	if len(xs) == 0 {
-		return 0
-	}
-	s := slices.Clone(xs)
-	slices.Sort(s)
-	i := int(q*float64(len(s))+0.999999) - 1
-	return s[max(0, min(i, len(s)-1))]
 }
 
 func mean(xs []float64) float64 {

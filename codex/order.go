@@ -70,6 +70,7 @@ func (c *Codex) arrange(ctx context.Context, dir string, opts Options, kept []en
 	}
 	var order []string
 	from := -1
+	key := versionKey(c.Files) // the files' contents, whatever their order
 	sizes := make(map[string]int64, len(c.Files))
 	for _, f := range c.Files {
 		sizes[f.Path] = f.Size
@@ -91,7 +92,7 @@ func (c *Codex) arrange(ctx context.Context, dir string, opts Options, kept []en
 	case kind == ctxd.OrderPath:
 		order, source = paths, "path order"
 		if prev != nil {
-			from = firstMoved(prev, order, changed)
+			from = stability.From(prev, order, changed)
 		}
 	case prev != nil:
 		// The weights go on from the codex before; across a restart they
@@ -118,8 +119,8 @@ func (c *Codex) arrange(ctx context.Context, dir string, opts Options, kept []en
 		if opts.Previous != nil {
 			c.versions = opts.Previous.versions
 		}
-		if seen, ok := c.versions.find(versionKey(c.Files)); ok {
-			order, from = seen, firstMoved(prev, seen, changed)
+		if seen, ok := c.versions.find(key); ok {
+			order, from = seen, stability.From(prev, seen, changed)
 			c.Order.Revisited = moved
 		} else {
 			order, from = stability.Settle(prev, paths, changed, sizes, c.weights)
@@ -143,7 +144,7 @@ func (c *Codex) arrange(ctx context.Context, dir string, opts Options, kept []en
 	c.Files = files
 	revisited := c.Order.Revisited
 	c.Order = ctxd.CodexOrder{Kind: kind, Source: source, Kept: prev != nil, From: from, Revisited: revisited}
-	c.versions = c.versions.with(versionKey(c.Files), order)
+	c.versions = c.versions.with(key, order)
 	if prev != nil {
 		for _, p := range order {
 			if changed[p] {
@@ -157,20 +158,6 @@ func (c *Codex) arrange(ctx context.Context, dir string, opts Options, kept []en
 		}
 	}
 	return arranged{kind: kind, source: source, order: order}, nil
-}
-
-// firstMoved is the index of the first file of order that is not where
-// prev had it, or changed (len(order) if none).
-func firstMoved(prev, order []string, changed map[string]bool) int {
-	for i, p := range order {
-		if i >= len(prev) || prev[i] != p || changed[p] {
-			return i
-		}
-	}
-	if len(prev) > len(order) {
-		return len(order) // files removed from the end
-	}
-	return len(order)
 }
 
 // sameAs reports whether the stat index holds the order a is.

@@ -309,9 +309,17 @@ func bindingOf(rc *runcontext.RunContext, answer string, codex *codexState, ws *
 
 // cited are the codex files answer names: by path, or by a base name no
 // other file of the codex has (with an extension, so that a word is not
-// taken for a file).
+// taken for a file). The answer is read once, as a set of its names (runs
+// of letters, digits and _-/. , trailing dots left off), whatever the
+// codex's size.
 func cited(answer string, files []runcontext.CodexRef) []string {
-	if answer == "" {
+	names := map[string]bool{}
+	for _, w := range strings.FieldsFunc(answer, func(r rune) bool { return r > 127 || !nameByte(byte(r)) && r != '.' }) {
+		if w = strings.TrimRight(w, "."); w != "" {
+			names[w] = true
+		}
+	}
+	if len(names) == 0 {
 		return nil
 	}
 	bases := map[string]int{}
@@ -321,32 +329,11 @@ func cited(answer string, files []runcontext.CodexRef) []string {
 	var out []string
 	for _, f := range files {
 		base := path.Base(f.Path)
-		switch {
-		case containsWord(answer, f.Path):
-		case bases[base] == 1 && strings.Contains(base, ".") && len(base) >= 4 && containsWord(answer, base):
-		default:
-			continue
+		if names[f.Path] || bases[base] == 1 && strings.Contains(base, ".") && len(base) >= 4 && names[base] {
+			out = append(out, f.Path)
 		}
-		out = append(out, f.Path)
 	}
 	return out
-}
-
-// containsWord reports whether s holds w not inside a longer name.
-func containsWord(s, w string) bool {
-	for i := 0; ; {
-		j := strings.Index(s[i:], w)
-		if j < 0 {
-			return false
-		}
-		at := i + j
-		before := at == 0 || !nameByte(s[at-1])
-		after := at+len(w) == len(s) || !nameByte(s[at+len(w)])
-		if before && after {
-			return true
-		}
-		i = at + 1
-	}
 }
 
 // nameByte is a byte that continues a file name.

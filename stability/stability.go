@@ -389,6 +389,18 @@ func Settle(prev, paths []string, changed map[string]bool, sizes map[string]int6
 	return order, from
 }
 
+// From is the index of the first file of order that is not rendered as in
+// prev (moved, or changed: changed[p]), len(order) if none: where a
+// backend's cached prefix of prev ends for order.
+func From(prev, order []string, changed map[string]bool) int {
+	for i, p := range order {
+		if i >= len(prev) || prev[i] != p || changed[p] {
+			return i
+		}
+	}
+	return len(order)
+}
+
 // History reads the facts of paths (relative to the codex root, which is
 // prefix below the repository's top) from the first-parent line of
 // commits ending at from, newest first, within opts' bounds. The files'
