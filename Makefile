@@ -40,7 +40,7 @@ RUN_MODEL   := $(REAL_MODEL)
 SERVE_FLAGS  =
 endif
 
-.PHONY: all build ollama models run readme-demo bench-quality swa-table run-llamacpp test systemd-analyze install bench bench-agents bench-edits bench-rollback reliability fuzz vet fmt clean FORCE
+.PHONY: all build ollama models run readme-demo bench-quality swa-table run-llamacpp test systemd-analyze install bench bench-agents bench-edits bench-drift bench-rollback reliability fuzz vet fmt clean FORCE
 all: build
 
 build: $(CTXD)
@@ -164,6 +164,18 @@ bench-agents: $(NODE_CLIENTS)
 EDITS_REPOS ?=
 bench-edits: $(CTXD_BENCH) $(REAL_MODEL)
 	$(CTXD_BENCH) edits --gguf $(REAL_MODEL) --repo ctxd=. $(foreach r,$(EDITS_REPOS),--repo $(r)) --doc docs/benchmarks.md --json docs/bench/edits.json
+
+# RAG sessions on the demo model over Go's encoding/ (79× the window):
+# the focused one (one package) and the drifting ones (the parts of
+# encoding/json, the packages of encoding/ in turn); rewrites their
+# sections of docs/benchmarks.md (about a quarter of an hour on two cores).
+# DRIFT_BASELINE=REV first runs the drifting sessions on REV's daemon
+# (scripts/bench-drift-baseline) and shows them beside these.
+DRIFT_BASELINE ?=
+bench-drift: build $(CTXD_BENCH) ollama
+	$(if $(DRIFT_BASELINE),OLLAMA=$(OLLAMA) OLLAMA_VERSION=$(OLLAMA_VERSION) scripts/bench-drift-baseline $(DRIFT_BASELINE) var/bench/drift-baseline.json)
+	$(CTXD_BENCH) --phases rag,drift --ollama $(OLLAMA) --ollama-version $(OLLAMA_VERSION) --llama-server "$(LLAMA_SERVER)" \
+		--out docs/bench --doc docs/benchmarks.md $(if $(DRIFT_BASELINE),--drift-baseline $(DRIFT_BASELINE)=var/bench/drift-baseline.json) $(BENCH_FLAGS)
 
 # A branch switched back: its codex renders as before and its saved slot
 # is restored (docs/benchmarks.md, "Edits"), on llama-server.

@@ -262,6 +262,11 @@ type WorkingSet struct {
 	Files      int    `json:"files"`           // files it holds, whole or in part
 	Tokens     int    `json:"tokens"`          // of the codex block with it
 	Moved      string `json:"moved,omitempty"` // it moved on this turn (a new codex block), and why
+	// Added and Dropped are the pieces (files whole, or chunks) the move
+	// added at the working set's end, and dropped from its end first to
+	// make room: the block is the same bytes before them.
+	Added   int `json:"added,omitempty"`
+	Dropped int `json:"dropped,omitempty"`
 	// Of this question's top-k excerpts: how many the working set held
 	// (nothing added), how many were in the prompt already (an earlier
 	// turn's, not repeated), and how many joined the query, with their

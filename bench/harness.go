@@ -61,6 +61,8 @@ type Config struct {
 	RAGTree    string
 	RAGPackage string
 	RAGTopK    int
+	// The drifting sessions (over RAGTree too): their answers' length.
+	DriftAnswerToks int
 
 	// The answer-quality phase: the question sets under QualityDir
 	// (LoadQualitySets) asked of each of QualityModels four ways, on
@@ -89,12 +91,13 @@ const (
 	PhaseAgents    = "agents"
 	PhaseLlama     = "llamacpp"
 	PhaseRAG       = "rag"
+	PhaseDrift     = "drift"
 	PhaseQuality   = "quality"
 	PhaseReal      = "real-models"
 )
 
 // AllPhases are the phases in the order they run.
-var AllPhases = []string{PhaseMultiTurn, PhaseOverhead, PhaseCompose, PhaseScaling, PhaseAgents, PhaseLlama, PhaseRAG, PhaseQuality, PhaseReal}
+var AllPhases = []string{PhaseMultiTurn, PhaseOverhead, PhaseCompose, PhaseScaling, PhaseAgents, PhaseLlama, PhaseRAG, PhaseDrift, PhaseQuality, PhaseReal}
 
 // DefaultConfig is the harness as `make bench` runs it: a 28M-parameter
 // model whose cold prompt evaluation takes visible time on a 2-core CPU.
@@ -109,7 +112,7 @@ func DefaultConfig() Config {
 		ScalingPcts: []int{10, 30, 50, 69, 85},
 		Agents:      8, AgentTurns: 25, AgentSlots: []int{1, 2}, AgentModel: modelgen.DemoConfig(),
 		LlamaNumCtx: 16384, LlamaSizes: []int{2000, 8000, 14000}, LlamaInterleaveTurns: 20, LlamaRestartTokens: 8000, LlamaPairs: 30,
-		RAGTree: filepath.Join(runtime.GOROOT(), "src", "encoding"), RAGPackage: "csv", RAGTopK: 3,
+		RAGTree: filepath.Join(runtime.GOROOT(), "src", "encoding"), RAGPackage: "csv", RAGTopK: 3, DriftAnswerToks: 48,
 		QualityDir: filepath.Join("testdata", "quality"), QualityAnswerToks: 48,
 		QualityModels: []QualityModel{{Name: "smollm2", Path: filepath.Join("var", "models", "smollm2-135m-instruct-q4_1.gguf"), NumCtx: 8192, RAGNumCtx: 2048}},
 		RealModels: []RealModel{
@@ -324,6 +327,14 @@ func Run(ctx context.Context, cfg Config, prev *Report) (*Report, error) {
 		}
 		r.RAG = &run
 		r.Ran[PhaseRAG] = now
+	}
+	if want(PhaseDrift) {
+		runs, err := driftPhase(ctx, cfg)
+		if err != nil {
+			return nil, fmt.Errorf("bench: drift: %w", err)
+		}
+		r.Drift, r.DriftBaseline = runs, nil // a baseline is of the run it was measured beside
+		r.Ran[PhaseDrift] = now
 	}
 	if want(PhaseQuality) {
 		runs, err := qualityPhase(ctx, cfg)

@@ -6,7 +6,6 @@ import (
 	"net/url"
 	"path/filepath"
 	"strings"
-	"time"
 
 	"github.com/ctxd/ctxd"
 	"github.com/ctxd/ctxd/config"
@@ -105,25 +104,11 @@ func ragPhase(ctx context.Context, cfg Config) (RAGRun, error) {
 		return run, err
 	}
 	defer st.stop()
-	stats, err := st.ctxd.LoadCodex(ctx, cfg.RAGTree, nil)
+	stats, tokens, err := loadRAGTree(ctx, st, cfg.RAGTree)
 	if err != nil {
 		return run, err
 	}
-	if stats.Plan.Mode != "rag" {
-		return run, fmt.Errorf("the tree %s loads in %s mode, not rag", cfg.RAGTree, stats.Plan.Mode)
-	}
-	run.Files, run.Bytes = stats.Files, stats.Bytes
-	for deadline := time.Now().Add(2 * time.Minute); ; {
-		var cur ctxd.CodexStats
-		if err := st.ctxd.GetJSON(ctx, "/v1/codex", &cur); err != nil {
-			return run, err
-		}
-		if cur.TokensExact || time.Now().After(deadline) {
-			run.Tokens = cur.Tokens
-			break
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+	run.Files, run.Bytes, run.Tokens = stats.Files, stats.Bytes, tokens
 	cfg.Log("rag: %s, %d files, %d tokens (%.0f× the window); %d questions about %s", cfg.RAGTree, run.Files, run.Tokens, float64(run.Tokens)/float64(numCtx), len(ragQuestions), cfg.RAGPackage)
 	var evals, warm []float64
 	total, fromPkg := 0, 0

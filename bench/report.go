@@ -39,8 +39,12 @@ type Report struct {
 	Agents           []AgentRun        `json:"agents,omitempty"`
 	Llama            *LlamaRun         `json:"llamacpp,omitempty"`
 	RAG              *RAGRun           `json:"rag,omitempty"`
-	Quality          []QualityRun      `json:"quality,omitempty"`
-	Real             []RealRun         `json:"real_models,omitempty"`
+	Drift            []DriftRun        `json:"drift,omitempty"`
+	// DriftBaseline is the same drifting sessions measured, in the same
+	// run, on an earlier daemon (ctxd-bench --drift-baseline).
+	DriftBaseline *DriftBaseline `json:"drift_baseline,omitempty"`
+	Quality       []QualityRun   `json:"quality,omitempty"`
+	Real          []RealRun      `json:"real_models,omitempty"`
 }
 
 // PreviousOverhead is an earlier run's overhead and when it ran.
@@ -265,6 +269,7 @@ func (r *Report) Markdown(dir string) string {
 	r.llamaMarkdown(&b)
 	r.realMarkdown(&b)
 	r.ragMarkdown(&b)
+	r.driftMarkdown(&b)
 	r.qualityMarkdown(&b)
 	return b.String()
 }
@@ -275,7 +280,7 @@ func (r *Report) ragMarkdown(b *strings.Builder) {
 	if g == nil {
 		return
 	}
-	fmt.Fprintf(b, "### RAG turns that stay warm (issue 13)\n\nMeasured %s. Tree: `%s` (%d files, %d bytes, %s tokens: %.0f× the %d-token window), on Ollama with %s; %d follow-up questions about its `%s` package in one session, top-%d excerpts each, %d-token answers. The working set (the files most relevant to recent questions, whole or in part, after the tree's map in the codex block) is chosen at the first question and moves only when three questions in a row find under half of their top-%d excerpts in it. Per turn: time to first token, tokens evaluated of the prompt, the working set's hits among the top-%d, excerpts added to the query (their tokens), and where the top-%d came from.\n\n",
+	fmt.Fprintf(b, "### RAG turns that stay warm (issue 13)\n\nMeasured %s. Tree: `%s` (%d files, %d bytes, %s tokens: %.0f× the %d-token window), on Ollama with %s; %d follow-up questions about its `%s` package in one session, top-%d excerpts each, %d-token answers. The working set (the files most relevant to recent questions, whole or in part, after the tree's map in the codex block) is chosen at the first question, filling half of its room, and grows at its end for a question that finds under half of its top-%d excerpts in it (see the drifting sessions below). Per turn: time to first token, tokens evaluated of the prompt, the working set's hits among the top-%d, excerpts added to the query (their tokens), and where the top-%d came from.\n\n",
 		r.ranAt(PhaseRAG), g.Tree, g.Files, g.Bytes, thousands(int(g.Tokens)), float64(g.Tokens)/float64(g.NumCtx), g.NumCtx, g.Model, len(g.Turns), g.Package, g.TopK, g.AnswerTokens, g.TopK, g.TopK, g.TopK)
 	b.WriteString("| turn | TTFT ms | evaluated / prompt | working-set hits | new excerpts (tokens) | top-k from the package | note |\n|---|---|---|---|---|---|---|\n")
 	for i, t := range g.Turns {

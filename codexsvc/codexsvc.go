@@ -395,12 +395,16 @@ func (s *Service) retrieval(ctx context.Context, c *codex.Codex, block runcontex
 	c.DropContent() // read again on demand: a large tree is not kept in memory
 	s.index.Publish()
 	var recent []string
+	var carried []codex.Piece
 	if prev != nil {
 		if ws, ok := prev.retriever.(*workingSet); ok {
-			recent = ws.recentQueries() // the next question chooses from them too
+			// The next question reads the same pieces again, so the block
+			// changes only from the first edited one on; or chooses from
+			// the same questions, if there were none.
+			recent, carried = ws.recentQueries(), ws.piecesToCarry()
 		}
 	}
-	return newWorkingSet(s, c, s.index, block, plan.Threshold, recent), reindexed, nil
+	return newWorkingSet(s, c, s.index, block, plan.Threshold, recent, carried), reindexed, nil
 }
 
 // publish makes l, planned under limits, the current codex (one swap of

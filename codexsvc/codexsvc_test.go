@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -364,9 +365,13 @@ func packages(t *testing.T, dirs, files, size int) string {
 }
 
 // TestWorkingSetKeepsFollowUpsInThePrefix: the first question chooses a
-// working set of its package's files; follow-ups about the same package
-// find their excerpts in it (the codex block is the same bytes, nothing
-// joins the query); questions elsewhere move it only once they drift.
+// working set of its package's files, filling half of its room;
+// follow-ups about the same package find their excerpts in it (the codex
+// block is the same bytes, nothing joins the query); a question elsewhere
+// leaves it as it is, its excerpts outside it. At an epoch the working set
+// absorbs excerpts at its end, so the block before the new pieces is the
+// same bytes; once the room is full, it drops pieces from the end first,
+// never from before them, and the stable blocks stay under the threshold.
 func TestWorkingSetKeepsFollowUpsInThePrefix(t *testing.T) {
 	t.Parallel()
 	s, snk := newService(t, 6000, false)
@@ -378,19 +383,26 @@ func TestWorkingSetKeepsFollowUpsInThePrefix(t *testing.T) {
 	if plan.Mode != runcontext.ModeRAG || !ok {
 		t.Fatalf("plan %s, retriever %T", plan.Mode, r)
 	}
+	check := func(b runcontext.Codex, rep ctxd.WorkingSet) {
+		t.Helper()
+		if !b.Prerendered() {
+			t.Fatal("the working set's block is not prerendered")
+		}
+		if rep.Tokens > plan.Threshold {
+			t.Fatalf("the working set's stable blocks are %d tokens, over the threshold %d", rep.Tokens, plan.Threshold)
+		}
+	}
 	ask := func(q string) (runcontext.Codex, []ctxd.Excerpt, ctxd.WorkingSet) {
 		t.Helper()
 		b, ex, rep, err := ws.Retrieve(t.Context(), q, 3)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !b.Prerendered() {
-			t.Fatal("the working set's block is not prerendered")
-		}
+		check(b, rep)
 		return b, ex, rep
 	}
 	first, _, rep := ask("what do pkgc frobs turn into")
-	if rep.Moved == "" || rep.Generation != 1 || rep.Files == 0 || rep.Tokens > plan.Threshold {
+	if rep.Moved == "" || rep.Generation != 1 || rep.Files == 0 || rep.Added == 0 {
 		t.Fatalf("first question: %+v (threshold %d)", rep, plan.Threshold)
 	}
 	if !strings.Contains(first.Body, `file "pkgc/`) || strings.Contains(first.Body, `file "pkgf/`) {
@@ -400,16 +412,68 @@ func TestWorkingSetKeepsFollowUpsInThePrefix(t *testing.T) {
 	if rep.Moved != "" || second.Body != first.Body || rep.Hits != 3 || len(ex) != 0 {
 		t.Errorf("follow-up: %+v, %d excerpts outside, block unchanged %t", rep, len(ex), second.Body == first.Body)
 	}
-	for range driftQuestions - 1 {
-		_, ex, rep = ask("pkgf gizmos widget")
-		if rep.Moved != "" || len(ex) == 0 {
-			t.Errorf("a question elsewhere moved it early or found nothing outside: %+v, %d excerpts", rep, len(ex))
+	prev, prevRep := first, rep
+	grew, dropped := 0, 0
+	for i, pkg := range []string{"pkgf", "pkgb", "pkgh", "pkgd", "pkge", "pkga", "pkgg"} {
+		b, ex, rep, err := ws.Retrieve(t.Context(), fmt.Sprintf("what do %s frobs turn into", pkg), 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rep.Moved != "" || b.Body != prev.Body || len(ex) < 2 {
+			t.Fatalf("a question about %s moved the working set, or found it held its excerpts: %+v, %d outside", pkg, rep, len(ex))
+		}
+		b, holds, rep, err := ws.Absorb(t.Context(), ex, 1000)
+		if err != nil {
+			t.Fatal(err)
+		}
+		check(b, rep)
+		if rep.Moved == "" {
+			t.Errorf("question %d (%s): its excerpts were not absorbed: %+v", i, pkg, rep)
+			continue
+		}
+		grew++
+		if rep.Added == 0 || rep.Generation != prevRep.Generation+1 || !strings.Contains(rep.Moved, "grew at its end") ||
+			!strings.Contains(b.Body, `file "`+pkg+`/`) || !holds(ex[0]) {
+			t.Errorf("question %d (%s) absorbed: %+v, holds its best excerpt %t", i, pkg, rep, holds(ex[0]))
+		}
+		before, after := pieceFences(prev.Body), pieceFences(b.Body)
+		kept := len(before) - rep.Dropped
+		if kept < 0 || len(after) != kept+rep.Added || !slices.Equal(after[:kept], before[:kept]) {
+			t.Errorf("question %d (%s): %d pieces before, %d after, %d dropped, %d added; the kept ones are not the first ones", i, pkg, len(before), len(after), rep.Dropped, rep.Added)
+		}
+		cut := strings.LastIndex(prev.Body, "\n~") + 1 // the last piece's closing fence
+		if kept < len(before) {
+			cut = strings.Index(prev.Body, before[kept])
+		}
+		if !strings.HasPrefix(b.Body, prev.Body[:cut]) {
+			t.Errorf("question %d (%s): the block before the new pieces changed", i, pkg)
+		}
+		if rep.Dropped > 0 {
+			dropped++
+			if !strings.Contains(rep.Moved, "dropped its last") {
+				t.Errorf("question %d: a drop the report does not name: %q", i, rep.Moved)
+			}
+		}
+		// Absorbed again: nothing to add, nothing changes.
+		if again, _, rep2, err := ws.Absorb(t.Context(), ex[:1], 400); err != nil || rep2.Moved != "" || again.Body != b.Body {
+			t.Errorf("question %d: absorbing what it holds changed it: %+v, %v", i, rep2, err)
+		}
+		prev, prevRep = b, rep
+	}
+	if grew < 5 || dropped == 0 {
+		t.Errorf("seven absorptions grew the working set %d times and dropped from it %d times; want most of them to grow it, and the room to fill", grew, dropped)
+	}
+}
+
+// pieceFences are a codex block's pieces' opening lines, in order.
+func pieceFences(body string) []string {
+	var out []string
+	for _, l := range strings.Split(body, "\n") {
+		if strings.HasPrefix(l, "~") && strings.Contains(l, " file \"") {
+			out = append(out, l)
 		}
 	}
-	moved, _, rep := ask("what do pkgf frobs turn into")
-	if !strings.Contains(rep.Moved, "drifted") || rep.Generation != 2 || !strings.Contains(moved.Body, `file "pkgf/`) {
-		t.Errorf("second question elsewhere: %+v", rep)
-	}
+	return out
 }
 
 // TestOldWorkingSetAfterAReload: a request that took the working set of
@@ -463,14 +527,15 @@ func TestPeekNeitherLearnsNorMoves(t *testing.T) {
 	if err != nil || rep.Generation != 1 {
 		t.Fatalf("the conversation's first question: %+v %v", rep, err)
 	}
-	for range 2 * driftQuestions {
+	for range 6 {
 		b, ex, rep, err := ws.Peek(t.Context(), "pkgf gizmos widget", 3)
 		if err != nil || rep.Moved != "" || rep.Generation != 1 || b.Body != first.Body || len(ex) == 0 {
 			t.Fatalf("a peek far from the working set: %+v, %d excerpts, block unchanged %t, %v", rep, len(ex), b.Body == first.Body, err)
 		}
 	}
-	// The peeks counted for nothing: one question elsewhere does not move it.
-	b, _, rep, err = ws.Retrieve(t.Context(), "pkgf gizmos widget", 3)
+	// The peeks counted for nothing: the conversation's next question
+	// finds the working set as its first left it.
+	b, _, rep, err = ws.Retrieve(t.Context(), "pkgc gizmos widget", 3)
 	if err != nil || rep.Moved != "" || b.Body != first.Body {
 		t.Errorf("the conversation's next question: %+v, block unchanged %t, %v", rep, b.Body == first.Body, err)
 	}
@@ -531,5 +596,87 @@ func TestEditsSettle(t *testing.T) {
 	}
 	if !reloadedWhileBusy {
 		t.Error("a tree edited every 300 ms for 4 s was not reloaded while the edits went on (bound 2 s)")
+	}
+}
+
+// TestReloadKeepsTheWorkingSet: after a reload (an edit), the first
+// question finds the same pieces in the same order, read again from the
+// new codex: the block is the same bytes up to the edited file's piece,
+// which holds the edit; a file deleted since is left out.
+func TestReloadKeepsTheWorkingSet(t *testing.T) {
+	t.Parallel()
+	s, snk := newService(t, 6000, false)
+	dir := packages(t, 8, 4, 1500)
+	if _, err := s.Load(t.Context(), dir, nil); err != nil {
+		t.Fatal(err)
+	}
+	_, _, r, _ := snk.published()
+	ws := r.(*workingSet)
+	if _, _, _, err := ws.Retrieve(t.Context(), "what do pkgc frobs turn into", 3); err != nil {
+		t.Fatal(err)
+	}
+	_, ex, _, err := ws.Retrieve(t.Context(), "pkgf frobs widget0", 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, _, err := ws.Absorb(t.Context(), ex, 1000); err != nil {
+		t.Fatal(err)
+	}
+	before, _, rep, err := ws.Retrieve(t.Context(), "pkgc gizmos widget", 3)
+	if err != nil || rep.Generation != 2 || !strings.Contains(before.Body, `file "pkgf/`) {
+		t.Fatalf("the working set before the edit: %+v, %v", rep, err)
+	}
+	// The first line of the first pkgf piece, edited.
+	var piece string // its fence line from " file" on
+	for _, f := range pieceFences(before.Body) {
+		if strings.Contains(f, `file "pkgf/`) && strings.Contains(f, " lines ") {
+			piece = f[strings.Index(f, " file"):]
+			break
+		}
+	}
+	path, lines, _ := strings.Cut(strings.TrimPrefix(piece, " file "), " lines ")
+	edited := filepath.Join(dir, filepath.FromSlash(strings.Trim(path, `"`)))
+	data, err := os.ReadFile(edited)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ls := strings.SplitAfter(string(data), "\n")
+	first := lineStart(lines) - 1
+	ls[first] = strings.TrimSuffix(ls[first], "\n") + " // pkgf edited here\n"
+	if err := os.WriteFile(edited, []byte(strings.Join(ls, "")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// A file of the working set's first choice, deleted.
+	gone := pieceFences(before.Body)[0]
+	gonePath := strings.Trim(gone[strings.Index(gone, `"`):strings.LastIndex(gone, `"`)+1], `"`)
+	if err := os.Remove(filepath.Join(dir, gonePath)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Load(t.Context(), dir, nil); err != nil {
+		t.Fatal(err)
+	}
+	_, _, r, _ = snk.published()
+	after, _, rep, err := r.(*workingSet).Retrieve(t.Context(), "pkgc gizmos widget", 3)
+	if err != nil || !strings.Contains(rep.Moved, "kept from the codex before") || rep.Generation != 1 {
+		t.Fatalf("the first question after the reload: %+v, %v", rep, err)
+	}
+	want := slices.DeleteFunc(pieceFences(before.Body), func(f string) bool { return f == gone })
+	if got := pieceFences(after.Body); !slices.Equal(got, want) {
+		t.Errorf("the pieces after the reload:\n%q\nwant those before without the deleted file:\n%q", got, want)
+	}
+	if !strings.Contains(after.Body, "pkgf edited here") {
+		t.Error("the edited file's piece was not read again")
+	}
+	// From the working set's start to the edited piece the block is the
+	// one before, without the deleted file's piece (the map before it
+	// lists the files: it lost one).
+	cut := func(body string) string {
+		return body[strings.Index(body, "\nWorking set:"):strings.Index(body, piece)]
+	}
+	fence := "\n" + gone[:strings.Index(gone, " ")] + "\n"
+	start := strings.Index(before.Body, gone)
+	end := start + strings.Index(before.Body[start:], fence) + len(fence)
+	if cut(after.Body) != cut(before.Body[:start]+before.Body[end:]) {
+		t.Errorf("the block before the edited piece changed beyond the deleted file's piece")
 	}
 }

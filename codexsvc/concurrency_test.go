@@ -184,19 +184,24 @@ func TestWorkingSetMoveHoldsUpNoRetrieval(t *testing.T) {
 func TestWorkingSetMoveCommitsOnlyOntoItsGeneration(t *testing.T) {
 	t.Parallel()
 	first, late, next := &wsChoice{files: 1}, &wsChoice{files: 2}, &wsChoice{files: 3}
-	w := &workingSet{cur: first, gen: 1, misses: 2, moving: true}
-	v, err := w.commit(&wsMove{reason: "late", gen: 0}, late, 500, nil)
+	w := &workingSet{cur: first, gen: 1, moving: true}
+	v, err := w.commit(&wsMove{reason: "late", gen: 0}, wsResult{choice: late, baseTokens: 500}, nil)
 	if err != nil || v.cur != first || v.gen != 1 || v.moved != "" || w.cur != first || w.gen != 1 || w.moving || w.baseTokens != 500 {
 		t.Fatalf("a move onto an old generation: view %+v, working set %+v gen %d moving %t base %d, %v", v, w.cur, w.gen, w.moving, w.baseTokens, err)
 	}
 	w.moving = true
-	if _, err := w.commit(&wsMove{reason: "failed", gen: 1}, nil, 0, errors.New("no")); err == nil || w.cur != first || w.gen != 1 || w.moving || w.baseTokens != 500 {
+	if _, err := w.commit(&wsMove{reason: "failed", gen: 1}, wsResult{}, errors.New("no")); err == nil || w.cur != first || w.gen != 1 || w.moving || w.baseTokens != 500 {
 		t.Fatalf("a failed move: %v, working set %+v gen %d moving %t", err, w.cur, w.gen, w.moving)
 	}
 	w.moving = true
-	v, err = w.commit(&wsMove{reason: "drifted", gen: 1}, next, 0, nil)
-	if err != nil || v.cur != next || v.gen != 2 || v.moved != "drifted" || w.cur != next || w.misses != 0 || w.moving {
-		t.Fatalf("a move onto its generation: view %+v, working set %+v misses %d moving %t, %v", v, w.cur, w.misses, w.moving, err)
+	if v, err := w.commit(&wsMove{kind: moveGrow, reason: "nothing to add", gen: 1, cur: first}, wsResult{choice: first}, nil); err != nil || v.cur != first || v.gen != 1 || v.moved != "" || w.moving {
+		t.Fatalf("a growth that added nothing: view %+v, moving %t, %v", v, w.moving, err)
+	}
+	w.moving = true
+	v, err = w.commit(&wsMove{kind: moveGrow, reason: "elsewhere", gen: 1, cur: first}, wsResult{choice: next, added: 2, dropped: 1}, nil)
+	if err != nil || v.cur != next || v.gen != 2 || v.added != 2 || v.dropd != 1 || !strings.Contains(v.moved, "grew at its end by 2 pieces, elsewhere") ||
+		!strings.Contains(v.moved, "dropped its last 1") || w.cur != next || w.moving {
+		t.Fatalf("a move onto its generation: view %+v, working set %+v moving %t, %v", v, w.cur, w.moving, err)
 	}
 }
 

@@ -16,28 +16,36 @@ import (
 
 // The working set of a codex too large to load whole (RAG): the codex
 // block holds the tree's map and, after it, the files most relevant to the
-// recent questions, whole where they fit and their most relevant chunks
-// where not, filling the CAG budget. It is chosen at the first question
-// and kept while the questions stay near it, so follow-up questions find
-// their excerpts in the cached prefix; only excerpts from outside it join
-// the query.
+// questions, whole where they fit and their most relevant chunks where
+// not. It is chosen at the first question, filling half of its room (the
+// CAG budget less the map), so follow-up questions find their excerpts in
+// the cached prefix; a question's excerpts from outside it join the query
+// (and the conversation's history). It changes only at the conversation's
+// epochs: when the governor drops the history's excerpts to make a
+// request fit, everything after the codex block is evaluated again
+// anyway, and the working set keeps the most relevant of those excerpts
+// at its end (Absorb), where the block before them stays the same bytes.
+// When its room is full, it first drops pieces from its end, as few as
+// make room: the drop that keeps the longest prefix. A reload (an edit)
+// renders it from the same pieces read again, so the block changes from
+// the first edited piece on.
 //
 // One working set serves every session: the codex block is the common
 // prefix of all of them, and a backend slot serves many sessions, so a
 // working set per session would break every other session's prefix at the
-// codex block each time sessions alternate. When it moves, every session's
-// next prompt re-evaluates from the codex block on (the moving turn reports
-// why; the others see a prefix break at the codex block).
+// codex block each time sessions alternate. When it grows, every session's
+// next prompt re-evaluates from the new pieces on (the growing turn
+// reports why; the others see a prefix break at the codex block).
 const (
 	// candidates is how many chunks a question retrieves to rank files by.
 	candidates = 24
 	// recentQuestions is how many of the latest questions choose the
-	// working set (the newest weighs most: 1, ½, ¼).
+	// first working set (the newest weighs most: 1, ½, ¼).
 	recentQuestions = 3
-	// driftQuestions: the working set moves when this many questions in a
-	// row found under half of their top-k excerpts in it. Moving costs a
-	// re-evaluation of the whole block; staying, a few excerpts a question.
-	driftQuestions = 3
+	// startShare is the share of the room the first choice fills; the
+	// rest is for the working set to grow into at the conversation's
+	// epochs.
+	startShare = 0.5
 	// linkShare is the share of a directory's best file score its other
 	// files get: files beside a relevant one (a package) come next.
 	linkShare = 0.25
@@ -49,9 +57,10 @@ const (
 // Its lock is held only to read or write the fields it guards, never
 // across a search, a disk read or a token count: a question takes what it
 // needs under the lock (observe), and a move's working set is chosen
-// without it (choose) and committed under it (commit), if no other move
-// came first. So one session moving the working set never holds up
-// another's retrieval: that one answers from the working set as it was.
+// without it (choose, grow, carry) and committed under it (commit), if no
+// other move came first. So one session moving the working set never
+// holds up another's retrieval: that one answers from the working set as
+// it was.
 type workingSet struct {
 	svc       *Service
 	codex     *codex.Codex
@@ -61,20 +70,21 @@ type workingSet struct {
 	bound     codex.Bound      // the vocabulary's, if known
 	posOnce   sync.Once
 	pos       map[string]int // each file's place in the codex
+	carried   []codex.Piece  // the working set of the codex before the reload, to read again at the first question; nil if none
 
 	mu         sync.Mutex // guards the fields below; held only to read or write them
 	baseTokens int        // the stable blocks with the map alone; 0 until counted
 	cur        *wsChoice  // nil until the first question; never modified once made
 	gen        int        // counts the moves: a move commits only onto the generation it was decided on
-	misses     int
-	moving     bool     // a move is being chosen: no other starts until it commits or fails
-	recent     []string // the latest questions, newest last
+	moving     bool       // a move is being chosen: no other starts until it commits or fails
+	recent     []string   // the latest questions, newest last
 }
 
 // wsChoice is one working set. It is not modified once made, so it is
 // read without the lock.
 type wsChoice struct {
 	block  runcontext.Codex
+	pieces []codex.Piece   // in the block's order
 	whole  map[string]bool // paths held whole
 	chunks map[string]bool // "path:lines" held
 	files  int
@@ -88,21 +98,37 @@ type wsView struct {
 	cur   *wsChoice
 	gen   int
 	moved string
+	added int // pieces the move added at the end
+	dropd int // pieces it dropped from the end first
 }
+
+// Kinds of move.
+const (
+	moveChoose = iota // the first working set, from the recent questions
+	moveGrow          // pieces added at the end for a question elsewhere
+	moveCarry         // the working set of the codex before a reload, read again
+)
 
 // wsMove is a move decided under the lock, to be chosen without it: what
 // it was decided on.
 type wsMove struct {
+	kind       int
 	reason     string
-	gen        int      // the generation it moves from
-	recent     []string // the questions that choose it, a copy
-	baseTokens int      // as known when it was decided; 0: not yet counted
+	gen        int           // the generation it moves from
+	cur        *wsChoice     // the working set it grows
+	want       []codex.Piece // the pieces it grows by, the most wanted first
+	budget     int           // their tokens at most
+	recent     []string      // the questions that choose it, a copy
+	baseTokens int           // as known when it was decided; 0: not yet counted
 }
 
 var _ ctxd.Retriever = (*workingSet)(nil)
 
-func newWorkingSet(s *Service, c *codex.Codex, x *sqlite.Index, base runcontext.Codex, threshold int, recent []string) *workingSet {
-	w := &workingSet{svc: s, codex: c, index: x, base: base, threshold: threshold, recent: recent}
+// newWorkingSet is c's working set; carried is the working set of the
+// codex before (its pieces, read again from c at the first question), and
+// recent its questions.
+func newWorkingSet(s *Service, c *codex.Codex, x *sqlite.Index, base runcontext.Codex, threshold int, recent []string, carried []codex.Piece) *workingSet {
+	w := &workingSet{svc: s, codex: c, index: x, base: base, threshold: threshold, recent: recent, carried: carried}
 	w.bound = s.bound()
 	return w
 }
@@ -139,7 +165,7 @@ func (c *wsChoice) holds(h sqlite.Hit) bool {
 }
 
 // Retrieve returns the codex block to render for query (the map and the
-// working set, which may move on this question), the query's top-k
+// working set, which may grow on this question), the query's top-k
 // excerpts from outside the working set, and what the working set did.
 func (w *workingSet) Retrieve(ctx context.Context, query string, k int) (runcontext.Codex, []ctxd.Excerpt, ctxd.WorkingSet, error) {
 	return w.retrieve(ctx, query, k, true)
@@ -172,7 +198,7 @@ func (w *workingSet) retrieve(ctx context.Context, query string, k int, learn bo
 	return block, out, report, nil
 }
 
-// observe learns the question (if learn), counts whether its top hits
+// observe learns the question (if learn), sees whether its top hits
 // drifted from the working set, and returns the working set as it is and,
 // if the question moves it and no other move is being chosen, the move.
 // It holds the lock only for that.
@@ -184,40 +210,38 @@ func (w *workingSet) observe(query string, top []sqlite.Hit, learn bool) (wsView
 		w.recent = w.recent[max(0, len(w.recent)-recentQuestions):]
 	}
 	view := wsView{cur: w.cur, gen: w.gen}
-	reason := w.drift(top, learn)
+	kind, reason := w.drift(top, learn)
 	if reason == "" || w.moving {
 		// While another question's move is chosen, this one answers
 		// from the working set as it is; that move's commit follows.
 		return view, nil
 	}
 	w.moving = true
-	return view, &wsMove{reason: reason, gen: w.gen, recent: slices.Clone(w.recent), baseTokens: w.baseTokens}
+	return view, &wsMove{kind: kind, reason: reason, gen: w.gen, recent: slices.Clone(w.recent), baseTokens: w.baseTokens}
 }
 
-// drift says why the working set moves on a question with these top
-// hits, or "" if it stays. The caller holds w.mu.
-func (w *workingSet) drift(top []sqlite.Hit, learn bool) string {
+// drift says how and why the working set moves on a question with these
+// top hits, or "" if it stays: it is chosen (or carried over from the
+// codex before) at the first question, and otherwise stays: a question
+// elsewhere finds its excerpts in the query, and the working set grows
+// only at the conversation's epochs (Absorb). The caller holds w.mu.
+func (w *workingSet) drift(top []sqlite.Hit, learn bool) (int, string) {
 	switch {
-	case !learn, len(top) == 0:
-		return ""
-	case w.cur == nil:
-		return "chosen for the first question"
+	case !learn, len(top) == 0, w.cur != nil:
+		return 0, ""
+	case len(w.carried) > 0:
+		return moveCarry, "kept from the codex before the reload, its pieces read again"
 	}
-	in := 0
-	for _, h := range top {
-		if w.cur.holds(h) {
-			in++
-		}
-	}
-	if 2*in < len(top) {
-		w.misses++
-	} else {
-		w.misses = 0
-	}
-	if w.misses >= driftQuestions {
-		return fmt.Sprintf("the questions drifted: %d in a row found under half of their top-%d excerpts in it", w.misses, len(top))
-	}
-	return ""
+	return moveChoose, "chosen for the first question"
+}
+
+// wsResult is what a move chose: the working set (nil if it failed; the
+// one it started from if it changed nothing), the base count it made, and
+// the pieces it added at the end and dropped from the end first.
+type wsResult struct {
+	choice         *wsChoice
+	baseTokens     int
+	added, dropped int
 }
 
 // move chooses the working set m was decided on, without the lock, and
@@ -226,44 +250,96 @@ func (w *workingSet) drift(top []sqlite.Hit, learn bool) string {
 func (w *workingSet) move(ctx context.Context, m *wsMove) (wsView, error) {
 	defer func() {
 		if r := recover(); r != nil {
-			_, _ = w.commit(m, nil, 0, fmt.Errorf("codex working set: %v", r))
+			_, _ = w.commit(m, wsResult{}, fmt.Errorf("codex working set: %v", r))
 			panic(r)
 		}
 	}()
-	choice, baseTokens, err := w.choose(ctx, m.recent, m.baseTokens)
-	view, err := w.commit(m, choice, baseTokens, err)
+	res, err := w.choose(ctx, m)
+	view, err := w.commit(m, res, err)
 	if err == nil && view.moved != "" {
-		w.svc.log.Info("codex working set chosen", "generation", view.gen, "files", choice.files, "tokens", choice.tokens, "reason", view.moved)
+		w.svc.log.Info("codex working set moved", "generation", view.gen, "files", res.choice.files, "tokens", res.choice.tokens,
+			"added", res.added, "dropped", res.dropped, "reason", view.moved)
 	}
 	return view, err
 }
 
+// choose makes move m's working set. It reads, counts and searches
+// without the lock, from what m holds.
+func (w *workingSet) choose(ctx context.Context, m *wsMove) (wsResult, error) {
+	res := wsResult{baseTokens: m.baseTokens}
+	if res.baseTokens == 0 {
+		n, err := w.stableTokens(w.base)
+		if err != nil {
+			return res, err
+		}
+		res.baseTokens = n
+	}
+	room := w.threshold - res.baseTokens
+	var err error
+	switch m.kind {
+	case moveGrow:
+		res.choice, res.added, res.dropped, err = w.grow(ctx, m.cur, m.want, m.budget)
+		return res, err
+	case moveCarry:
+		if res.choice, err = w.carry(ctx); err != nil {
+			return res, err
+		}
+		if res.choice != nil {
+			res.added = len(res.choice.pieces)
+			return res, nil
+		}
+		m.reason = "chosen for the first question" // nothing of the codex before is left
+	}
+	perQuestion, err := w.candidates(ctx, m.recent)
+	if err != nil {
+		return res, err
+	}
+	pieces, err := w.pick(ctx, w.rank(perQuestion, true), int(startShare*float64(room)), nil)
+	if err != nil {
+		return res, err
+	}
+	w.sortByCodex(pieces)
+	res.choice, err = w.fit(pieces, 0)
+	if res.choice != nil {
+		res.added = len(res.choice.pieces)
+	}
+	return res, err
+}
+
 // commit ends move m: its choice becomes the working set if no other move
-// came since m was decided (the generation is still m's); otherwise the
-// working set that came first stays, whole, and this question answers
-// from it. A move that failed changes nothing but the base count it made.
-func (w *workingSet) commit(m *wsMove, choice *wsChoice, baseTokens int, err error) (wsView, error) {
+// came since m was decided (the generation is still m's) and it changed
+// anything; otherwise the working set there is stays, whole, and this
+// question answers from it. A move that failed changes nothing but the
+// base count it made.
+func (w *workingSet) commit(m *wsMove, res wsResult, err error) (wsView, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.moving = false
 	if w.baseTokens == 0 {
-		w.baseTokens = baseTokens
+		w.baseTokens = res.baseTokens
 	}
 	if err != nil {
 		return wsView{}, err
 	}
-	if w.gen != m.gen {
+	if w.gen != m.gen || res.choice == nil || res.choice == w.cur {
 		return wsView{cur: w.cur, gen: w.gen}, nil
 	}
-	w.cur, w.misses = choice, 0
+	w.cur = res.choice
 	w.gen++
-	return wsView{cur: choice, gen: w.gen, moved: m.reason}, nil
+	reason := m.reason
+	if m.kind == moveGrow {
+		reason = fmt.Sprintf("grew at its end by %d pieces, %s", res.added, m.reason)
+		if res.dropped > 0 {
+			reason += fmt.Sprintf("; its room was full, so it first dropped its last %d pieces (the drop that keeps the longest prefix)", res.dropped)
+		}
+	}
+	return wsView{cur: res.choice, gen: w.gen, moved: reason, added: res.added, dropd: res.dropped}, nil
 }
 
 // answer is the codex block to render from this view of the working set,
 // the top hits it does not hold, as excerpts, and its report.
 func (v wsView) answer(base runcontext.Codex, top []sqlite.Hit) (runcontext.Codex, []ctxd.Excerpt, ctxd.WorkingSet) {
-	report := ctxd.WorkingSet{Moved: v.moved, Generation: v.gen}
+	report := ctxd.WorkingSet{Moved: v.moved, Generation: v.gen, Added: v.added, Dropped: v.dropd}
 	block := base
 	if v.cur != nil {
 		block = v.cur.block
@@ -280,40 +356,210 @@ func (v wsView) answer(base runcontext.Codex, top []sqlite.Hit) (runcontext.Code
 	return block, out, report
 }
 
-// scoredChunk is a chunk a recent question found, with its weighted score.
-type scoredChunk struct {
-	chunk codex.Chunk
-	score float64
-}
-
-// ranking is the codex's files in the order a working set takes them, with
-// the chunks the recent questions found in each, best first, one per
-// start line.
-type ranking struct {
-	files  []int
-	chunks map[int][]scoredChunk
-}
-
-// choose picks the working set for the recent questions: files ranked by
-// their chunks' scores and by their directory's best file, whole where they
-// fit and their best chunks where not, until the stable blocks reach the
-// CAG threshold. It reads, counts and searches without the lock, from what
-// it is given: the questions, and the stable blocks' tokens with the map
-// alone (0: it counts them, and returns them for the next move).
-func (w *workingSet) choose(ctx context.Context, recent []string, baseTokens int) (*wsChoice, int, error) {
-	if baseTokens == 0 {
-		n, err := w.stableTokens(w.base)
-		if err != nil {
-			return nil, 0, err
+// grow adds want at the end of cur, in their order, leaving out what cur
+// holds, while they fit in budget tokens. When less than that is left
+// under the threshold, it first drops pieces from the end, as few as make
+// room (the drop that keeps the longest prefix), and then takes back, in
+// their order, those the growth left room for. It returns cur itself when
+// it adds nothing.
+func (w *workingSet) grow(ctx context.Context, cur *wsChoice, want []codex.Piece, budget int) (*wsChoice, int, int, error) {
+	sizeOf := func(p codex.Piece) (int, error) {
+		n, err := w.svc.cfg.Tokenizer.CountText(p.Content)
+		return n + pieceOverhead, err
+	}
+	// What the growth needs: the wanted pieces cur lacks, within budget.
+	held := holdingsOf(cur.pieces)
+	need := 0
+	for _, p := range want {
+		if held.whole[p.Path] || held.chunks[p.Path+":"+p.Lines] {
+			continue
 		}
-		baseTokens = n
+		n, err := sizeOf(p)
+		if err != nil {
+			return nil, 0, 0, err
+		}
+		if need+n <= budget {
+			need += n
+		}
 	}
-	perQuestion, err := w.candidates(ctx, recent)
+	if need == 0 {
+		return cur, 0, 0, nil
+	}
+	sizes := make([]int, len(cur.pieces)) // counted as needed, from the end
+	size := func(i int) (int, error) {
+		if sizes[i] == 0 {
+			n, err := sizeOf(cur.pieces[i])
+			if err != nil {
+				return 0, err
+			}
+			sizes[i] = n
+		}
+		return sizes[i], nil
+	}
+	keep, free := len(cur.pieces), w.threshold-cur.tokens
+	for keep > 0 && free < need {
+		n, err := size(keep - 1)
+		if err != nil {
+			return nil, 0, 0, err
+		}
+		free += n
+		keep--
+	}
+	held = holdingsOf(cur.pieces[:keep])
+	var add []codex.Piece
+	used := 0
+	for _, p := range want {
+		if err := ctx.Err(); err != nil {
+			return nil, 0, 0, err
+		}
+		if held.whole[p.Path] || held.chunks[p.Path+":"+p.Lines] || (p.Lines == "" && held.files[p.Path]) {
+			continue
+		}
+		n, err := sizeOf(p)
+		if err != nil {
+			return nil, 0, 0, err
+		}
+		if used+n <= min(budget, free) {
+			add = append(add, p)
+			used += n
+			held.files[p.Path] = true
+			if p.Lines == "" {
+				held.whole[p.Path] = true
+			} else {
+				held.chunks[p.Path+":"+p.Lines] = true
+			}
+		}
+	}
+	if len(add) == 0 {
+		return cur, 0, 0, nil
+	}
+	// Take back the dropped pieces, in order, while the growth leaves room:
+	// one it adds again stays where it was.
+	free -= used
+	for keep < len(cur.pieces) {
+		p := cur.pieces[keep]
+		if j := slices.IndexFunc(add, func(a codex.Piece) bool { return a.Path == p.Path && a.Lines == p.Lines }); j >= 0 {
+			add = slices.Delete(add, j, j+1)
+			keep++
+			continue
+		}
+		n, err := size(keep)
+		if err != nil {
+			return nil, 0, 0, err
+		}
+		if n > free || slices.ContainsFunc(add, func(a codex.Piece) bool { return a.Path == p.Path && (a.Lines == "" || p.Lines == "") }) {
+			break
+		}
+		free -= n
+		keep++
+	}
+	choice, err := w.fit(append(slices.Clone(cur.pieces[:keep]), add...), keep)
 	if err != nil {
-		return nil, baseTokens, err
+		return nil, 0, 0, err
 	}
-	choice, err := w.fit(ctx, w.rank(perQuestion), w.threshold-baseTokens)
-	return choice, baseTokens, err
+	added := len(choice.pieces) - keep
+	if added <= 0 && keep == len(cur.pieces) {
+		return cur, 0, 0, nil
+	}
+	return choice, max(0, added), len(cur.pieces) - keep, nil
+}
+
+// Absorb grows the working set at its end by excerpts (the most wanted
+// first) that it does not hold, at most budget tokens of them. It is the
+// governor's way to keep a conversation's excerpts when it drops them from
+// the history, at an epoch: the conversation after the codex block is
+// evaluated again then anyway, so the excerpts cost only themselves
+// there, and every later question finds them in the prefix. It returns
+// the codex block to render now, which excerpts the working set holds,
+// and what it did; it changes nothing while another move is being chosen,
+// before the first question, or when nothing fits.
+func (w *workingSet) Absorb(ctx context.Context, excerpts []ctxd.Excerpt, budget int) (runcontext.Codex, func(ctxd.Excerpt) bool, ctxd.WorkingSet, error) {
+	want := make([]codex.Piece, 0, len(excerpts))
+	for _, e := range excerpts {
+		want = append(want, codex.Piece{Path: e.Path, Lines: e.Lines, Content: e.Text})
+	}
+	w.mu.Lock()
+	view := wsView{cur: w.cur, gen: w.gen}
+	var m *wsMove
+	if w.cur != nil && !w.moving && budget > 0 && len(want) > 0 {
+		w.moving = true
+		m = &wsMove{kind: moveGrow, gen: w.gen, cur: w.cur, want: want, budget: budget, baseTokens: w.baseTokens,
+			reason: fmt.Sprintf("of %d excerpts the conversation held, as its history dropped them (an epoch: what follows the codex block is evaluated again anyway)", len(excerpts))}
+	}
+	w.mu.Unlock()
+	if m != nil {
+		var err error
+		if view, err = w.move(ctx, m); err != nil {
+			return runcontext.Codex{}, nil, ctxd.WorkingSet{}, err
+		}
+	}
+	block, _, report := view.answer(w.base, nil)
+	cur := view.cur
+	holds := func(e ctxd.Excerpt) bool {
+		return cur != nil && (cur.whole[e.Path] || cur.chunks[e.Path+":"+e.Lines])
+	}
+	return block, holds, report, nil
+}
+
+// carry is the working set of the codex before the reload read again
+// from this one: the same pieces in the same order (a whole file whole, a
+// chunk by its lines), without those whose file is gone or shorter now; so
+// its block changes from the first edited piece on. nil if nothing is
+// left of it.
+func (w *workingSet) carry(ctx context.Context) (*wsChoice, error) {
+	pos := w.positions()
+	var pieces []codex.Piece
+	for _, p := range w.carried {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		i, ok := pos[p.Path]
+		if !ok {
+			continue
+		}
+		content, err := w.codex.Content(i)
+		if err != nil {
+			continue // changed since the load: the watcher's reload follows
+		}
+		if p.Lines != "" {
+			if content, ok = linesOf(content, p.Lines); !ok {
+				continue
+			}
+		}
+		pieces = append(pieces, codex.Piece{Path: p.Path, Lines: p.Lines, Content: content})
+	}
+	if len(pieces) == 0 {
+		return nil, nil
+	}
+	return w.fit(pieces, 0)
+}
+
+// linesOf is lines "a-b" (1-based, inclusive) of content, as the chunker
+// cuts them; false if content has fewer lines now.
+func linesOf(content, lines string) (string, bool) {
+	from, to, ok := strings.Cut(lines, "-")
+	a, b := lineStart(from), lineStart(to)
+	ls := strings.SplitAfter(content, "\n")
+	if ls[len(ls)-1] == "" {
+		ls = ls[:len(ls)-1]
+	}
+	if !ok || a < 1 || b < a || b > len(ls) {
+		return "", false
+	}
+	return strings.Join(ls[a-1:b], ""), true
+}
+
+// carriedOf is a working set's pieces without their content, for the
+// next codex to read again.
+func carriedOf(c *wsChoice) []codex.Piece {
+	if c == nil {
+		return nil
+	}
+	out := make([]codex.Piece, len(c.pieces))
+	for i, p := range c.pieces {
+		out[i] = codex.Piece{Path: p.Path, Lines: p.Lines}
+	}
+	return out
 }
 
 // candidates are each recent question's best chunks, newest question
@@ -330,10 +576,25 @@ func (w *workingSet) candidates(ctx context.Context, recent []string) ([][]sqlit
 	return perQuestion, nil
 }
 
+// scoredChunk is a chunk a recent question found, with its weighted score.
+type scoredChunk struct {
+	chunk codex.Chunk
+	score float64
+}
+
+// ranking is the codex's files in the order a working set takes them, with
+// the chunks the recent questions found in each, best first, one per
+// start line.
+type ranking struct {
+	files  []int
+	chunks map[int][]scoredChunk
+}
+
 // rank orders the files the questions found: by their chunks' scores, the
-// newer question weighing more (1, ½, ¼), then the other files of their
-// directories at a share of its best file's score; ties in path order.
-func (w *workingSet) rank(perQuestion [][]sqlite.Hit) ranking {
+// newer question weighing more (1, ½, ¼), then (if link) the other files
+// of their directories at a share of its best file's score; ties in path
+// order.
+func (w *workingSet) rank(perQuestion [][]sqlite.Hit, link bool) ranking {
 	scores := map[int]float64{}
 	chunks := map[int][]scoredChunk{}
 	weight := 1.0
@@ -344,7 +605,9 @@ func (w *workingSet) rank(perQuestion [][]sqlite.Hit) ranking {
 		}
 		weight /= 2
 	}
-	w.linkDirectories(scores)
+	if link {
+		w.linkDirectories(scores)
+	}
 	r := ranking{files: make([]int, 0, len(scores)), chunks: chunks}
 	for i := range scores {
 		r.files = append(r.files, i)
@@ -404,45 +667,50 @@ func bestChunks(cs []scoredChunk) []scoredChunk {
 	return out
 }
 
-// fit picks the ranked files into budget and renders them, checked
-// exactly. When the exact count overshoots the estimate, the budget
-// shrinks by the overshoot and the files are picked again, so chunks can
-// take the place of a whole file that did not fit after all; after three
-// tries the lowest-ranked pieces are dropped while over the threshold.
-func (w *workingSet) fit(ctx context.Context, r ranking, budget int) (*wsChoice, error) {
-	pieces, err := w.pick(ctx, r, budget)
-	if err != nil {
-		return nil, err
-	}
-	for range 3 {
-		choice, err := w.render(pieces)
-		if err != nil {
-			return nil, err
-		}
-		if choice.tokens <= w.threshold || len(pieces) == 0 {
-			return choice, nil
-		}
-		budget -= choice.tokens - w.threshold
-		if pieces, err = w.pick(ctx, r, budget); err != nil {
-			return nil, err
+// holding is what a working set holds: files whole, chunks by
+// "path:lines", and every file it holds any of.
+type holding struct {
+	whole, chunks, files map[string]bool
+}
+
+// holdingsOf is what pieces hold.
+func holdingsOf(pieces []codex.Piece) *holding {
+	h := &holding{whole: map[string]bool{}, chunks: map[string]bool{}, files: map[string]bool{}}
+	for _, p := range pieces {
+		h.files[p.Path] = true
+		if p.Lines == "" {
+			h.whole[p.Path] = true
+		} else {
+			h.chunks[p.Path+":"+p.Lines] = true
 		}
 	}
+	return h
+}
+
+// fit renders pieces, in their order, counted exactly; while the stable
+// blocks with them are over the threshold (the pieces' sizes are
+// estimates), the last piece is dropped, but none of the first keep.
+func (w *workingSet) fit(pieces []codex.Piece, keep int) (*wsChoice, error) {
 	for {
 		choice, err := w.render(pieces)
 		if err != nil {
 			return nil, err
 		}
-		if choice.tokens <= w.threshold || len(pieces) == 0 {
+		if choice.tokens <= w.threshold || len(pieces) <= keep {
 			return choice, nil
 		}
 		pieces = pieces[:len(pieces)-1]
 	}
 }
 
-// pick fills budget with the ranked files, in rank order: whole where they
-// fit, their best chunks where not. Piece sizes are estimates
-// (pieceOverhead).
-func (w *workingSet) pick(ctx context.Context, r ranking, budget int) ([]codex.Piece, error) {
+// pick fills budget with the ranked files, in rank order, leaving out
+// what held holds already (nil: nothing): whole where they fit and no
+// part of them is held, their best chunks where not. Piece sizes are
+// estimates (pieceOverhead).
+func (w *workingSet) pick(ctx context.Context, r ranking, budget int, held *holding) ([]codex.Piece, error) {
+	if held == nil {
+		held = holdingsOf(nil)
+	}
 	var pieces []codex.Piece
 	used := 0
 	for _, i := range r.files {
@@ -452,24 +720,34 @@ func (w *workingSet) pick(ctx context.Context, r ranking, budget int) ([]codex.P
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		p, n, changed, err := w.wholeFile(i, budget-used)
-		switch {
-		case err != nil:
-			return nil, err
-		case changed:
-			continue // the watcher's reload follows
-		case n > 0:
-			pieces = append(pieces, p)
-			used += n
+		f := w.codex.Files[i].Path
+		if held.whole[f] {
 			continue
 		}
+		if !held.files[f] {
+			p, n, changed, err := w.wholeFile(i, budget-used)
+			switch {
+			case err != nil:
+				return nil, err
+			case changed:
+				continue // the watcher's reload follows
+			case n > 0:
+				pieces = append(pieces, p)
+				used += n
+				continue
+			}
+		}
 		for _, c := range r.chunks[i] {
+			lines := fmt.Sprintf("%d-%d", c.chunk.Start, c.chunk.End)
+			if held.chunks[f+":"+lines] {
+				continue
+			}
 			m, err := w.svc.cfg.Tokenizer.CountText(c.chunk.Text)
 			if err != nil {
 				return nil, err
 			}
 			if used+m+pieceOverhead <= budget {
-				pieces = append(pieces, codex.Piece{Path: w.codex.Files[i].Path, Lines: fmt.Sprintf("%d-%d", c.chunk.Start, c.chunk.End), Content: c.chunk.Text})
+				pieces = append(pieces, codex.Piece{Path: f, Lines: lines, Content: c.chunk.Text})
 				used += m + pieceOverhead
 			}
 		}
@@ -502,42 +780,37 @@ func (w *workingSet) wholeFile(i, room int) (p codex.Piece, tokens int, changed 
 // the whole block is counted exactly after.
 const pieceOverhead = 24
 
-// render builds the codex block of the map and pieces, and counts the
-// stable blocks with it. The pieces are in the codex's order (the most
-// stable files first, with codex.order = "stability"), a file's pieces by
-// their lines.
-func (w *workingSet) render(pieces []codex.Piece) (*wsChoice, error) {
-	sorted := slices.Clone(pieces)
+// sortByCodex puts pieces in the codex's order (the most stable files
+// first, with codex.order = "stability"), a file's pieces by their lines:
+// the first working set's order.
+func (w *workingSet) sortByCodex(pieces []codex.Piece) {
 	pos := w.positions()
-	slices.SortStableFunc(sorted, func(a, b codex.Piece) int {
+	slices.SortStableFunc(pieces, func(a, b codex.Piece) int {
 		if a.Path != b.Path {
 			return pos[a.Path] - pos[b.Path]
 		}
 		return lineStart(a.Lines) - lineStart(b.Lines)
 	})
-	choice := &wsChoice{whole: map[string]bool{}, chunks: map[string]bool{}}
-	files := map[string]bool{}
-	for _, p := range sorted {
-		files[p.Path] = true
-		if p.Lines == "" {
-			choice.whole[p.Path] = true
-		} else {
-			choice.chunks[p.Path+":"+p.Lines] = true
-		}
-	}
-	choice.files = len(files)
-	for p := range files {
+}
+
+// render builds the codex block of the map and pieces, in their order,
+// and counts the stable blocks with it.
+func (w *workingSet) render(pieces []codex.Piece) (*wsChoice, error) {
+	h := holdingsOf(pieces)
+	choice := &wsChoice{pieces: pieces, whole: h.whole, chunks: h.chunks, files: len(h.files)}
+	for p := range h.files {
 		choice.held = append(choice.held, p)
 	}
 	slices.Sort(choice.held)
 	// The map, the working set, then the codex's totals (which change
 	// with every edit: last, so an edit outside the working set costs
-	// only them). The base block is the map and the totals.
+	// only them). The base block is the map and the totals. Nothing
+	// before the pieces counts them, so a growth leaves it the same.
 	totals := w.codex.Totals()
 	mapBody := strings.TrimSuffix(w.base.Body, "\n"+totals)
 	block := runcontext.Codex{Name: w.base.Name, Mode: runcontext.ModeRAG, Files: w.base.Files,
-		Body: mapBody + fmt.Sprintf("\nWorking set: %d files relevant to recent questions, whole or in part (lines), kept while the questions stay near them:\n", len(files)) +
-			codex.RenderPieces(sorted) + "\n" + totals}
+		Body: mapBody + "\nWorking set: files relevant to the questions, whole or in part (lines); it grows at its end as the questions move:\n" +
+			codex.RenderPieces(pieces) + "\n" + totals}
 	block.Prerender(w.svc.cfg.Specials)
 	n, err := w.stableTokens(block)
 	if err != nil {
@@ -588,4 +861,15 @@ func (w *workingSet) recentQueries() []string {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return slices.Clone(w.recent)
+}
+
+// piecesToCarry is the working set's pieces without their content, for the next
+// codex to read again (nil before the first question).
+func (w *workingSet) piecesToCarry() []codex.Piece {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.cur == nil {
+		return w.carried // never chosen here: the one before goes on
+	}
+	return carriedOf(w.cur)
 }

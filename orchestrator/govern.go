@@ -319,6 +319,10 @@ func (g *preparation) dropStale() error {
 	if err != nil {
 		return ctxd.Errorf(ctxd.KindInternal, "orchestrator: %w", err)
 	}
+	kept, err := g.absorb(before)
+	if err != nil {
+		return err
+	}
 	if err := g.o.sessions.dropExcerpts(g.ctx, id, sess); err != nil {
 		return err
 	}
@@ -329,6 +333,9 @@ func (g *preparation) dropStale() error {
 	}
 	act := ctxd.Action{Kind: ctxd.ActionStale, Epoch: sess.Epoch, TokensDropped: max(0, before-after),
 		Reason: fmt.Sprintf("the request did not fit; the history's %d codex excerpts of earlier questions were left out of it (a new epoch) before any of this question's", n)}
+	if kept > 0 {
+		act.Reason += fmt.Sprintf("; the codex working set keeps %d of them and of this question's at its end", kept)
+	}
 	g.o.log.InfoContext(g.ctx, "stale excerpts left out", "session", id, "epoch", sess.Epoch, "excerpts", n, "tokens", act.TokensDropped)
 	g.p.actions = append(g.p.actions, act)
 	g.excerptsBack()
@@ -336,6 +343,87 @@ func (g *preparation) dropStale() error {
 		return err
 	}
 	return g.adjust()
+}
+
+// absorb has the codex working set keep, at its end, the excerpts a new
+// epoch drops from the history (state is the history's tokens with them):
+// the question's own first, then the history's, the newest turn first, at
+// most half of what the history frees, so the prompt still shrinks. The
+// conversation after the codex block is evaluated again anyway at the
+// epoch, so they cost only themselves there, and later questions find
+// them in the prefix. It returns how many excerpts the working set holds
+// now that it did not, and takes the question's it holds out of the query.
+func (g *preparation) absorb(state int) (int, error) {
+	a, ok := g.codex.retriever.(Absorber)
+	if !ok || g.req.Ephemeral || g.p.workingSet == nil {
+		return 0, nil
+	}
+	turns := g.p.sess.Turns
+	bare := make([]ctxd.Turn, len(turns))
+	for i, t := range turns {
+		t.Excerpts = nil
+		bare[i] = t
+	}
+	rest, err := g.o.count.Text(runcontext.RenderState(runcontext.State{Epoch: g.p.sess.Epoch, Summary: g.p.sess.Summary, Turns: bare}))
+	if err != nil {
+		return 0, ctxd.Errorf(ctxd.KindInternal, "orchestrator: %w", err)
+	}
+	var want []ctxd.Excerpt
+	seen := map[ctxd.Excerpt]bool{}
+	for _, es := range append([][]ctxd.Excerpt{g.retrieved}, historyExcerpts(turns)...) {
+		for _, e := range es {
+			if !seen[e] {
+				seen[e] = true
+				want = append(want, e)
+			}
+		}
+	}
+	block, holds, report, err := a.Absorb(g.ctx, want, (state-rest)/2)
+	if err != nil {
+		return 0, ctxd.Errorf(ctxd.KindInternal, "orchestrator: the codex working set: %w", err)
+	}
+	if report.Moved == "" {
+		return 0, nil
+	}
+	ws := g.p.workingSet
+	ws.Generation, ws.Files, ws.Tokens, ws.Held, ws.Added, ws.Dropped = report.Generation, report.Files, report.Tokens, report.Held, report.Added, report.Dropped
+	if ws.Moved != "" {
+		ws.Moved += "; then "
+	}
+	ws.Moved += report.Moved
+	g.p.rc.Codex = block
+	kept := 0
+	for _, e := range want {
+		if holds(e) {
+			kept++
+		}
+	}
+	out := g.retrieved[:0]
+	for _, e := range g.retrieved {
+		if holds(e) {
+			ws.Hits++
+			continue
+		}
+		out = append(out, e)
+	}
+	g.retrieved = out
+	return kept, nil
+}
+
+// historyExcerpts are the excerpts of turns, the newest turn's first.
+func historyExcerpts(turns []ctxd.Turn) [][]ctxd.Excerpt {
+	out := make([][]ctxd.Excerpt, 0, len(turns))
+	for i := len(turns) - 1; i >= 0; i-- {
+		out = append(out, turns[i].Excerpts)
+	}
+	return out
+}
+
+// Absorber is a working set that keeps excerpts at its end at a
+// conversation's epoch (package codexsvc): it returns the codex block to
+// render now, which excerpts it holds, and what it did.
+type Absorber interface {
+	Absorb(ctx context.Context, excerpts []ctxd.Excerpt, budget int) (runcontext.Codex, func(ctxd.Excerpt) bool, ctxd.WorkingSet, error)
 }
 
 // dropExcerpts leaves out the question's excerpts, the lowest-ranked

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -733,5 +734,90 @@ func TestAnswerCap(t *testing.T) {
 	}
 	if _, err := h.o.Ask(t.Context(), ctxd.AskRequest{Session: "s", Query: "q", MaxTokens: -1}, noop); ctxd.KindOf(err) != ctxd.KindInvalid {
 		t.Errorf("a negative cap: %v", err)
+	}
+}
+
+// absorbingSet is a working set (over freshRetriever) that keeps, at an
+// epoch, the first excerpt it is handed: its block names what it keeps.
+type absorbingSet struct {
+	freshRetriever
+	mu     sync.Mutex
+	kept   []ctxd.Excerpt
+	calls  [][]ctxd.Excerpt
+	budget []int
+}
+
+func (a *absorbingSet) block() runcontext.Codex {
+	body := "map of files\n"
+	for _, e := range a.kept {
+		body += "kept " + e.Path + " " + e.Lines + "\n"
+	}
+	return runcontext.Codex{Name: "big", Mode: runcontext.ModeRAG, Body: body}
+}
+
+func (a *absorbingSet) holds(e ctxd.Excerpt) bool { return slices.Contains(a.kept, e) }
+
+func (a *absorbingSet) Retrieve(ctx context.Context, q string, k int) (runcontext.Codex, []ctxd.Excerpt, ctxd.WorkingSet, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	ex, _ := a.Search(ctx, q, k)
+	out := slices.DeleteFunc(ex, a.holds)
+	return a.block(), out, ctxd.WorkingSet{Generation: 1, Hits: k - len(out)}, nil
+}
+
+func (a *absorbingSet) Peek(ctx context.Context, q string, k int) (runcontext.Codex, []ctxd.Excerpt, ctxd.WorkingSet, error) {
+	return a.Retrieve(ctx, q, k)
+}
+
+func (a *absorbingSet) Absorb(_ context.Context, ex []ctxd.Excerpt, budget int) (runcontext.Codex, func(ctxd.Excerpt) bool, ctxd.WorkingSet, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.calls, a.budget = append(a.calls, ex), append(a.budget, budget)
+	a.kept = append(a.kept, ex[0])
+	kept := slices.Clone(a.kept)
+	return a.block(), func(e ctxd.Excerpt) bool { return slices.Contains(kept, e) }, ctxd.WorkingSet{Generation: len(a.calls) + 1, Moved: "grew", Added: 1}, nil
+}
+
+// TestTheWorkingSetAbsorbsAtTheEpoch: when the history's excerpts are left
+// out (an epoch), the working set is handed this question's excerpts
+// first, then the history's, newest turn first, with at most half of what
+// the history frees; what it keeps leaves the query, and the turn says so.
+func TestTheWorkingSetAbsorbsAtTheEpoch(t *testing.T) {
+	t.Parallel()
+	h := newTest(t, governor.Limits{NumCtx: 3200, AnswerReserve: 64, MaxDepth: 100, CompactTo: 50}, 1)
+	set := &absorbingSet{}
+	h.o.SetCodex(set.block(), ctxd.CodexPlan{Mode: runcontext.ModeRAG, Reason: "too big"}, set, h.o.Limits())
+	var epoch *ctxd.Summary
+	for i := range 8 {
+		sum := h.ask(t, "s", fmt.Sprintf("q%d what is here?", i))
+		for _, a := range sum.Governor {
+			if a.Kind == ctxd.ActionStale && epoch == nil {
+				epoch = sum
+				if !strings.Contains(a.Reason, "the codex working set keeps 1 of them") {
+					t.Errorf("the epoch's action does not say what the working set kept: %q", a.Reason)
+				}
+			}
+		}
+		if epoch != nil {
+			break
+		}
+	}
+	if epoch == nil {
+		t.Fatal("the history's excerpts were never left out: the window never filled, the test proves nothing")
+	}
+	if len(set.calls) != 1 {
+		t.Fatalf("absorb was called %d times", len(set.calls))
+	}
+	got, q := set.calls[0], epoch.Turn-1
+	if got[0].Path != fmt.Sprintf("q%d/f0.go", q) || got[3].Path != fmt.Sprintf("q%d/f0.go", q-1) || got[len(got)-1].Path != "q0/f2.go" {
+		t.Errorf("absorb was handed %d excerpts, %s first, %s fourth, %s last; want the question's, then the history's newest first", len(got), got[0].Path, got[3].Path, got[len(got)-1].Path)
+	}
+	if set.budget[0] <= 0 {
+		t.Errorf("absorb's budget %d", set.budget[0])
+	}
+	p := h.lastPrompt()
+	if !strings.Contains(p, fmt.Sprintf("kept q%d/f0.go", q)) || epoch.Excerpts != 2 || epoch.WorkingSet == nil || epoch.WorkingSet.Added != 1 ||
+		!strings.Contains(epoch.WorkingSet.Moved, "grew") {
+		t.Errorf("the epoch's prompt and summary: %d excerpts in the query, working set %+v", epoch.Excerpts, epoch.WorkingSet)
 	}
 }

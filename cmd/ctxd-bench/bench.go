@@ -41,6 +41,7 @@ func cmdBench(args []string, stdout, stderr io.Writer) error {
 	qualityModel := fs.String("quality-model", "", "the quality phase's model instead of SmolLM2: NAME=GGUF:NUM_CTX:RAG_NUM_CTX")
 	from := fs.String("from", "", "rewrite the outputs from an earlier results.json instead of running")
 	replot := fs.Bool("replot", false, "only redraw the plots in DIR from DIR/results.json (or --from), without running")
+	driftBase := fs.String("drift-baseline", "", "LABEL=FILE: show the drift phase beside the one in FILE (a results.json an earlier daemon's ctxd-bench wrote just before, with the same settings)")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the run (the in-process daemons included) to FILE, for `go tool pprof`")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), usage)
@@ -113,13 +114,39 @@ func cmdBench(args []string, stdout, stderr io.Writer) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	baseline, err := driftBaseline(*driftBase)
+	if err != nil {
+		return err
+	}
 	r, err := bench.Run(ctx, cfg, prev)
 	if err != nil {
 		return err
+	}
+	if baseline != nil {
+		r.DriftBaseline = baseline
 	}
 	if err := r.Write(*out, *doc, *readme); err != nil {
 		return err
 	}
 	fmt.Fprint(stdout, r.Markdown(*out))
 	return nil
+}
+
+// driftBaseline reads --drift-baseline LABEL=FILE (nil if not given).
+func driftBaseline(flag string) (*bench.DriftBaseline, error) {
+	if flag == "" {
+		return nil, nil
+	}
+	label, file, ok := strings.Cut(flag, "=")
+	if !ok || label == "" || file == "" {
+		return nil, fmt.Errorf("--drift-baseline %q: want LABEL=FILE", flag)
+	}
+	base, err := bench.ReadReport(file)
+	if err != nil {
+		return nil, fmt.Errorf("--drift-baseline: %w", err)
+	}
+	if len(base.Drift) == 0 {
+		return nil, fmt.Errorf("--drift-baseline: %s holds no drift phase", file)
+	}
+	return &bench.DriftBaseline{Label: label, Runs: base.Drift}, nil
 }
