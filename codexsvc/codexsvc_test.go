@@ -365,7 +365,7 @@ func packages(t *testing.T, dirs, files, size int) string {
 }
 
 // TestWorkingSetKeepsFollowUpsInThePrefix: the first question chooses a
-// working set of its package's files, filling half of its room;
+// working set of its package's files, filling its room;
 // follow-ups about the same package find their excerpts in it (the codex
 // block is the same bytes, nothing joins the query); a question elsewhere
 // leaves it as it is, its excerpts outside it. At an epoch the working set

@@ -17,8 +17,8 @@ import (
 // The working set of a codex too large to load whole (RAG): the codex
 // block holds the tree's map and, after it, the files most relevant to the
 // questions, whole where they fit and their most relevant chunks where
-// not. It is chosen at the first question, filling half of its room (the
-// CAG budget less the map), so follow-up questions find their excerpts in
+// not. It is chosen at the first question, filling its room (the CAG
+// budget less the map), so follow-up questions find their excerpts in
 // the cached prefix; a question's excerpts from outside it join the query
 // (and the conversation's history). It changes only at the conversation's
 // epochs: when the governor drops the history's excerpts to make a
@@ -42,10 +42,6 @@ const (
 	// recentQuestions is how many of the latest questions choose the
 	// first working set (the newest weighs most: 1, ½, ¼).
 	recentQuestions = 3
-	// startShare is the share of the room the first choice fills; the
-	// rest is for the working set to grow into at the conversation's
-	// epochs.
-	startShare = 0.5
 	// linkShare is the share of a directory's best file score its other
 	// files get: files beside a relevant one (a package) come next.
 	linkShare = 0.25
@@ -294,7 +290,7 @@ func (w *workingSet) choose(ctx context.Context, m *wsMove) (wsResult, error) {
 	if err != nil {
 		return res, err
 	}
-	pieces, err := w.pick(ctx, w.rank(perQuestion, true), int(startShare*float64(room)), nil)
+	pieces, err := w.pick(ctx, w.rank(perQuestion, true), room, nil)
 	if err != nil {
 		return res, err
 	}

@@ -225,3 +225,51 @@ func TestCodexReloadsWhenFilesChange(t *testing.T) {
 		})
 	})
 }
+
+// TestWorkingSetGrowsAtAnEpoch: on the real Ollama, a RAG session whose
+// questions wander over a tree fills the window with its excerpts; at the
+// epoch the governor leaves the history's excerpts out, and the working
+// set keeps the question's own at its end. That turn is counted exactly
+// and breaks the prefix at the codex block, not before; the next question
+// about the same handler finds it in the working set and reuses the
+// epoch's whole prompt.
+func TestWorkingSetGrowsAtAnEpoch(t *testing.T) {
+	needOllama(t)
+	dir := codexDir(t, 40000)
+	cfg := baseConfig(t, t.TempDir(), dir)
+	cfg.Codex.TopK = 6
+	d := start(t, cfg, true)
+	var epoch *ctxd.Summary
+	var q string
+	for turn := 0; turn < 24 && epoch == nil; turn++ {
+		q = fmt.Sprintf("What does Handler%d return?", 7+turn*53%280)
+		sum, _ := ask(t, d.client, "wander", q)
+		if sum.Mode != "rag" || sum.WorkingSet == nil {
+			t.Fatalf("turn %d: mode %s, working set %+v", turn+1, sum.Mode, sum.WorkingSet)
+		}
+		if turn > 0 && sum.WorkingSet.Moved != "" && !slices.ContainsFunc(sum.Governor, func(a ctxd.Action) bool { return a.Kind == ctxd.ActionStale }) {
+			t.Errorf("turn %d: the working set moved without an epoch: %q", turn+1, sum.WorkingSet.Moved)
+		}
+		if slices.ContainsFunc(sum.Governor, func(a ctxd.Action) bool { return a.Kind == ctxd.ActionStale }) {
+			epoch = sum
+		}
+	}
+	if epoch == nil {
+		t.Fatal("24 wandering questions never filled the window: the test proves nothing")
+	}
+	ws := epoch.WorkingSet
+	if ws.Added == 0 || !strings.Contains(ws.Moved, "grew at its end") || ws.Hits == 0 {
+		t.Errorf("the epoch's working set: %+v", ws)
+	}
+	if epoch.BackendPromptN != epoch.PromptTokens {
+		t.Errorf("the epoch's prompt: ctxd counted %d, Ollama %d", epoch.PromptTokens, epoch.BackendPromptN)
+	}
+	if b := epoch.PrefixBreak; b == nil || b.Block != "codex" {
+		t.Errorf("the epoch's prefix break: %+v (want the codex block: the blocks before it are the same)", b)
+	}
+	next, _ := ask(t, d.client, "wander", "And "+q)
+	if next.WorkingSet == nil || next.WorkingSet.Hits == 0 || next.PrefixBreak != nil || next.CachedTokens < epoch.PromptTokens || next.BackendPromptN != next.PromptTokens {
+		t.Errorf("the next question on the same handler: working set %+v, break %+v, %d cached of the epoch's %d, counted %d vs %d",
+			next.WorkingSet, next.PrefixBreak, next.CachedTokens, epoch.PromptTokens, next.PromptTokens, next.BackendPromptN)
+	}
+}
