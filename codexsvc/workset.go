@@ -101,7 +101,7 @@ type wsView struct {
 // Kinds of move.
 const (
 	moveChoose = iota // the first working set, from the recent questions
-	moveGrow          // pieces added at the end for a question elsewhere
+	moveGrow          // pieces added at the end at an epoch (Absorb)
 	moveCarry         // the working set of the codex before a reload, read again
 )
 
@@ -161,7 +161,7 @@ func (c *wsChoice) holds(h sqlite.Hit) bool {
 }
 
 // Retrieve returns the codex block to render for query (the map and the
-// working set, which may grow on this question), the query's top-k
+// working set, chosen or carried over at the first question), the query's top-k
 // excerpts from outside the working set, and what the working set did.
 func (w *workingSet) Retrieve(ctx context.Context, query string, k int) (runcontext.Codex, []ctxd.Excerpt, ctxd.WorkingSet, error) {
 	return w.retrieve(ctx, query, k, true)
@@ -290,12 +290,7 @@ func (w *workingSet) choose(ctx context.Context, m *wsMove) (wsResult, error) {
 	if err != nil {
 		return res, err
 	}
-	pieces, err := w.pick(ctx, w.rank(perQuestion, true), room, nil)
-	if err != nil {
-		return res, err
-	}
-	w.sortByCodex(pieces)
-	res.choice, err = w.fit(pieces, 0)
+	res.choice, err = w.first(ctx, w.rank(perQuestion, true), room)
 	if res.choice != nil {
 		res.added = len(res.choice.pieces)
 	}
@@ -454,10 +449,10 @@ func (w *workingSet) grow(ctx context.Context, cur *wsChoice, want []codex.Piece
 		return nil, 0, 0, err
 	}
 	added := len(choice.pieces) - keep
-	if added <= 0 && keep == len(cur.pieces) {
+	if added <= 0 { // the exact count left none of them: nothing is dropped for nothing
 		return cur, 0, 0, nil
 	}
-	return choice, max(0, added), len(cur.pieces) - keep, nil
+	return choice, added, len(cur.pieces) - keep, nil
 }
 
 // Absorb grows the working set at its end by excerpts (the most wanted
@@ -681,6 +676,38 @@ func holdingsOf(pieces []codex.Piece) *holding {
 		}
 	}
 	return h
+}
+
+// first picks the ranked files into budget and renders them in the
+// codex's order, checked exactly. When the exact count overshoots the
+// estimate, the budget shrinks by the overshoot and the files are picked
+// again, so chunks can take the place of a whole file that did not fit
+// after all; after three tries the lowest-ranked pieces are dropped while
+// over the threshold.
+func (w *workingSet) first(ctx context.Context, r ranking, budget int) (*wsChoice, error) {
+	pieces, err := w.pick(ctx, r, budget, nil)
+	if err != nil {
+		return nil, err
+	}
+	for try := 0; ; try++ {
+		sorted := slices.Clone(pieces)
+		w.sortByCodex(sorted)
+		choice, err := w.render(sorted)
+		if err != nil {
+			return nil, err
+		}
+		if choice.tokens <= w.threshold || len(pieces) == 0 {
+			return choice, nil
+		}
+		if try >= 3 {
+			pieces = pieces[:len(pieces)-1]
+			continue
+		}
+		budget -= choice.tokens - w.threshold
+		if pieces, err = w.pick(ctx, r, budget, nil); err != nil {
+			return nil, err
+		}
+	}
 }
 
 // fit renders pieces, in their order, counted exactly; while the stable
