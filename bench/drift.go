@@ -142,18 +142,11 @@ func driftPhase(ctx context.Context, cfg Config) ([]DriftRun, error) {
 func driftSession(ctx context.Context, cfg Config, name, about string, questions []driftQuestion) (DriftRun, error) {
 	numCtx := cfg.AgentModel.ContextLength
 	run := DriftRun{Set: name, About: about, Tree: cfg.RAGTree, NumCtx: numCtx, TopK: cfg.RAGTopK, AnswerTokens: cfg.DriftAnswerToks, Model: cfg.AgentModel.Name}
-	st, err := startStackWith(ctx, cfg, cfg.AgentModel, cfg.AgentModelPath, numCtx, 1, func(dc *config.Config) {
-		dc.Codex.TopK = cfg.RAGTopK
-		dc.Limits.AnswerReserve = cfg.DriftAnswerToks
-	})
+	st, stats, tokens, err := ragStack(ctx, cfg, cfg.DriftAnswerToks)
 	if err != nil {
 		return run, err
 	}
 	defer st.stop()
-	stats, tokens, err := loadRAGTree(ctx, st, cfg.RAGTree)
-	if err != nil {
-		return run, err
-	}
 	run.Files, run.Tokens = stats.Files, tokens
 	cfg.Log("drift %s: %s, %d files, %d tokens; %d questions about %s", name, cfg.RAGTree, run.Files, run.Tokens, len(questions), about)
 	var evals, warm, news, rest []float64
@@ -221,6 +214,25 @@ func (r *DriftRun) tally(t DriftTurn) {
 			r.Forced++
 		}
 	}
+}
+
+// ragStack starts a daemon on the agents' model with its own window,
+// top-k RAGTopK and answers of answerToks, and loads RAGTree (loadRAGTree).
+// The caller stops it.
+func ragStack(ctx context.Context, cfg Config, answerToks int) (*stack, *ctxd.CodexStats, int64, error) {
+	st, err := startStackWith(ctx, cfg, cfg.AgentModel, cfg.AgentModelPath, cfg.AgentModel.ContextLength, 1, func(dc *config.Config) {
+		dc.Codex.TopK = cfg.RAGTopK
+		dc.Limits.AnswerReserve = answerToks
+	})
+	if err != nil {
+		return nil, nil, 0, err
+	}
+	stats, tokens, err := loadRAGTree(ctx, st, cfg.RAGTree)
+	if err != nil {
+		st.stop()
+		return nil, nil, 0, err
+	}
+	return st, stats, tokens, nil
 }
 
 // loadRAGTree loads tree as the codex, which must be too large to load

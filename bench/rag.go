@@ -8,7 +8,6 @@ import (
 	"strings"
 
 	"github.com/ctxd/ctxd"
-	"github.com/ctxd/ctxd/config"
 )
 
 // RAGRun is the RAG working-set phase: follow-up questions about one
@@ -96,18 +95,11 @@ var ragQuestions = []string{
 func ragPhase(ctx context.Context, cfg Config) (RAGRun, error) {
 	numCtx := cfg.AgentModel.ContextLength
 	run := RAGRun{Tree: cfg.RAGTree, Package: cfg.RAGPackage, NumCtx: numCtx, TopK: cfg.RAGTopK, AnswerTokens: cfg.AnswerToks, Model: cfg.AgentModel.Name}
-	st, err := startStackWith(ctx, cfg, cfg.AgentModel, cfg.AgentModelPath, numCtx, 1, func(dc *config.Config) {
-		dc.Codex.TopK = cfg.RAGTopK
-		dc.Limits.AnswerReserve = cfg.AnswerToks
-	})
+	st, stats, tokens, err := ragStack(ctx, cfg, cfg.AnswerToks)
 	if err != nil {
 		return run, err
 	}
 	defer st.stop()
-	stats, tokens, err := loadRAGTree(ctx, st, cfg.RAGTree)
-	if err != nil {
-		return run, err
-	}
 	run.Files, run.Bytes, run.Tokens = stats.Files, stats.Bytes, tokens
 	cfg.Log("rag: %s, %d files, %d tokens (%.0f× the window); %d questions about %s", cfg.RAGTree, run.Files, run.Tokens, float64(run.Tokens)/float64(numCtx), len(ragQuestions), cfg.RAGPackage)
 	var evals, warm []float64
