@@ -350,9 +350,10 @@ func (g *preparation) dropStale() error {
 // the question's own first, then the history's, the newest turn first, at
 // most half of what the history frees, so the prompt still shrinks. The
 // conversation after the codex block is evaluated again anyway at the
-// epoch, so they cost only themselves there, and later questions find
-// them in the prefix. It returns how many excerpts the working set holds
-// now that it did not, and takes the question's it holds out of the query.
+// epoch, so they cost only themselves and the few blocks between (see
+// below), and later questions find them in the prefix. It returns how
+// many excerpts the working set holds now that it did not, and takes the
+// question's it holds out of the query.
 func (g *preparation) absorb(state int) (int, error) {
 	a, ok := g.codex.retriever.(Absorber)
 	if !ok || g.req.Ephemeral || g.p.workingSet == nil {
@@ -368,6 +369,16 @@ func (g *preparation) absorb(state int) (int, error) {
 	if err != nil {
 		return 0, ctxd.Errorf(ctxd.KindInternal, "orchestrator: %w", err)
 	}
+	// Growing the codex block makes the backend evaluate again the blocks
+	// between it and the conversation (the environment, the client's tools
+	// and system text, karma), which the epoch alone leaves cached: worth
+	// it only when they are smaller than what the working set would keep.
+	// An agent's tools (tens of thousands of tokens) never are.
+	budget := (state - rest) / 2
+	bt := g.tally.exact.BlockTokens
+	if between := bt[runcontext.BlockEnvironment] + bt[runcontext.BlockSigil] + bt[runcontext.BlockKarma]; between > budget {
+		return 0, nil
+	}
 	var want []ctxd.Excerpt
 	seen := map[ctxd.Excerpt]bool{}
 	for _, es := range append([][]ctxd.Excerpt{g.retrieved}, historyExcerpts(turns)...) {
@@ -378,7 +389,7 @@ func (g *preparation) absorb(state int) (int, error) {
 			}
 		}
 	}
-	block, holds, report, err := a.Absorb(g.ctx, want, (state-rest)/2)
+	block, holds, report, err := a.Absorb(g.ctx, want, budget)
 	if err != nil {
 		return 0, ctxd.Errorf(ctxd.KindInternal, "orchestrator: the codex working set: %w", err)
 	}

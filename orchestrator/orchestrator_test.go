@@ -821,3 +821,36 @@ func TestTheWorkingSetAbsorbsAtTheEpoch(t *testing.T) {
 		t.Errorf("the epoch's prompt and summary: %d excerpts in the query, working set %+v", epoch.Excerpts, epoch.WorkingSet)
 	}
 }
+
+// TestNoAbsorbBeforeLargeClientBlocks: a client whose own system text
+// (or tools) between the codex and the conversation outweighs what the
+// working set would keep gets the epoch alone: growing the codex block
+// would have the backend evaluate that text again too.
+func TestNoAbsorbBeforeLargeClientBlocks(t *testing.T) {
+	t.Parallel()
+	h := newTest(t, governor.Limits{NumCtx: 3200, AnswerReserve: 64, MaxDepth: 100, CompactTo: 50}, 1)
+	set := &absorbingSet{}
+	h.o.SetCodex(set.block(), ctxd.CodexPlan{Mode: runcontext.ModeRAG, Reason: "too big"}, set, h.o.Limits())
+	system := strings.Repeat("Follow the house rules. ", 40)
+	epochs := 0
+	for i := range 10 {
+		sum, err := h.o.Ask(t.Context(), ctxd.AskRequest{Session: "s", Query: fmt.Sprintf("q%d what is here?", i), System: system}, noop)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, a := range sum.Governor {
+			if a.Kind == ctxd.ActionStale {
+				epochs++
+				if strings.Contains(a.Reason, "working set keeps") {
+					t.Errorf("turn %d: the working set kept excerpts before the client's large system text: %q", i+1, a.Reason)
+				}
+			}
+		}
+	}
+	if epochs == 0 {
+		t.Fatal("the history's excerpts were never left out: the window never filled, the test proves nothing")
+	}
+	if len(set.calls) != 0 {
+		t.Errorf("absorb was called %d times", len(set.calls))
+	}
+}
