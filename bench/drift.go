@@ -45,10 +45,6 @@ type DriftRun struct {
 	// forced it (the governor's action).
 	OverQuarter int `json:"over_quarter"`
 	Forced      int `json:"over_quarter_forced"`
-	// ExactTurns are the turns whose prompt tokens (ctxd's count) equal
-	// the backend's prompt_eval_count, of CountedTurns it reported.
-	ExactTurns   int `json:"exact_count_turns"`
-	CountedTurns int `json:"counted_turns"`
 }
 
 // DriftTurn is one question of a drifting session.
@@ -156,12 +152,6 @@ func driftSession(ctx context.Context, cfg Config, name, about string, questions
 			return run, fmt.Errorf("turn %d: %w", i+1, err)
 		}
 		turn := DriftTurn{Area: dq.area, Query: dq.q, Prompt: sum.PromptTokens, Evaluated: sum.EvaluatedTokens, TTFTMs: ms(t)}
-		if sum.BackendPromptN > 0 {
-			run.CountedTurns++
-			if sum.BackendPromptN == sum.PromptTokens {
-				run.ExactTurns++
-			}
-		}
 		if ws := sum.WorkingSet; ws != nil {
 			turn.Block, turn.Hits, turn.New, turn.NewTokens = ws.Tokens, ws.Hits, ws.ExcerptsNew, ws.ExcerptTokensNew
 			turn.Added, turn.Dropped, turn.Moved = ws.Added, ws.Dropped, ws.Moved

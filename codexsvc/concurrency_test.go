@@ -183,7 +183,7 @@ func TestWorkingSetMoveHoldsUpNoRetrieval(t *testing.T) {
 // way the move is over, so the next may start.
 func TestWorkingSetMoveCommitsOnlyOntoItsGeneration(t *testing.T) {
 	t.Parallel()
-	first, late, next := &wsChoice{files: 1}, &wsChoice{files: 2}, &wsChoice{files: 3}
+	first, late, next := &wsChoice{tokens: 1}, &wsChoice{tokens: 2}, &wsChoice{tokens: 3}
 	w := &workingSet{cur: first, gen: 1, moving: true}
 	v, err := w.commit(&wsMove{reason: "late", gen: 0}, wsResult{choice: late, baseTokens: 500}, nil)
 	if err != nil || v.cur != first || v.gen != 1 || v.moved != "" || w.cur != first || w.gen != 1 || w.moving || w.baseTokens != 500 {

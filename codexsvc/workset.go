@@ -79,13 +79,11 @@ type workingSet struct {
 // wsChoice is one working set. It is not modified once made, so it is
 // read without the lock.
 type wsChoice struct {
-	block  runcontext.Codex
-	pieces []codex.Piece   // in the block's order
-	whole  map[string]bool // paths held whole
-	chunks map[string]bool // "path:lines" held
-	files  int
-	held   []string // the files' paths, sorted
-	tokens int      // the stable blocks with it
+	block    runcontext.Codex
+	pieces   []codex.Piece // in the block's order
+	*holding               // what the pieces hold
+	held     []string      // the files' paths, sorted
+	tokens   int           // the stable blocks with it
 }
 
 // wsView is the working set one question answers from: a choice, its
@@ -157,7 +155,7 @@ func (c *wsChoice) holds(h sqlite.Hit) bool {
 	if c == nil {
 		return false
 	}
-	return c.whole[h.Path] || c.chunks[h.Path+":"+h.Excerpt().Lines]
+	return c.has(h.Path, h.Excerpt().Lines)
 }
 
 // Retrieve returns the codex block to render for query (the map and the
@@ -253,7 +251,7 @@ func (w *workingSet) move(ctx context.Context, m *wsMove) (wsView, error) {
 	res, err := w.choose(ctx, m)
 	view, err := w.commit(m, res, err)
 	if err == nil && view.moved != "" {
-		w.svc.log.Info("codex working set moved", "generation", view.gen, "files", res.choice.files, "tokens", res.choice.tokens,
+		w.svc.log.Info("codex working set moved", "generation", view.gen, "files", len(res.choice.held), "tokens", res.choice.tokens,
 			"added", res.added, "dropped", res.dropped, "reason", view.moved)
 	}
 	return view, err
@@ -334,7 +332,7 @@ func (v wsView) answer(base runcontext.Codex, top []sqlite.Hit) (runcontext.Code
 	block := base
 	if v.cur != nil {
 		block = v.cur.block
-		report.Files, report.Tokens, report.Held = v.cur.files, v.cur.tokens, v.cur.held
+		report.Files, report.Tokens, report.Held = len(v.cur.held), v.cur.tokens, v.cur.held
 	}
 	var out []ctxd.Excerpt
 	for _, h := range top {
@@ -354,18 +352,28 @@ func (v wsView) answer(base runcontext.Codex, top []sqlite.Hit) (runcontext.Code
 // their order, those the growth left room for. It returns cur itself when
 // it adds nothing.
 func (w *workingSet) grow(ctx context.Context, cur *wsChoice, want []codex.Piece, budget int) (*wsChoice, int, int, error) {
-	sizeOf := func(p codex.Piece) (int, error) {
-		n, err := w.svc.cfg.Tokenizer.CountText(p.Content)
-		return n + pieceOverhead, err
+	// Pieces' estimated sizes, each counted once, when first needed.
+	sizer := func(pieces []codex.Piece) func(int) (int, error) {
+		sizes := make([]int, len(pieces))
+		return func(i int) (int, error) {
+			if sizes[i] == 0 {
+				n, err := w.svc.cfg.Tokenizer.CountText(pieces[i].Content)
+				if err != nil {
+					return 0, err
+				}
+				sizes[i] = n + pieceOverhead
+			}
+			return sizes[i], nil
+		}
 	}
+	size, wantSize := sizer(cur.pieces), sizer(want)
 	// What the growth needs: the wanted pieces cur lacks, within budget.
-	held := holdingsOf(cur.pieces)
 	need := 0
-	for _, p := range want {
-		if held.whole[p.Path] || held.chunks[p.Path+":"+p.Lines] {
+	for i, p := range want {
+		if cur.has(p.Path, p.Lines) {
 			continue
 		}
-		n, err := sizeOf(p)
+		n, err := wantSize(i)
 		if err != nil {
 			return nil, 0, 0, err
 		}
@@ -376,17 +384,6 @@ func (w *workingSet) grow(ctx context.Context, cur *wsChoice, want []codex.Piece
 	if need == 0 {
 		return cur, 0, 0, nil
 	}
-	sizes := make([]int, len(cur.pieces)) // counted as needed, from the end
-	size := func(i int) (int, error) {
-		if sizes[i] == 0 {
-			n, err := sizeOf(cur.pieces[i])
-			if err != nil {
-				return 0, err
-			}
-			sizes[i] = n
-		}
-		return sizes[i], nil
-	}
 	keep, free := len(cur.pieces), w.threshold-cur.tokens
 	for keep > 0 && free < need {
 		n, err := size(keep - 1)
@@ -396,29 +393,24 @@ func (w *workingSet) grow(ctx context.Context, cur *wsChoice, want []codex.Piece
 		free += n
 		keep--
 	}
-	held = holdingsOf(cur.pieces[:keep])
+	held := holdingsOf(cur.pieces[:keep])
 	var add []codex.Piece
 	used := 0
-	for _, p := range want {
+	for i, p := range want {
 		if err := ctx.Err(); err != nil {
 			return nil, 0, 0, err
 		}
-		if held.whole[p.Path] || held.chunks[p.Path+":"+p.Lines] || (p.Lines == "" && held.files[p.Path]) {
+		if held.has(p.Path, p.Lines) || (p.Lines == "" && held.files[p.Path]) {
 			continue
 		}
-		n, err := sizeOf(p)
+		n, err := wantSize(i)
 		if err != nil {
 			return nil, 0, 0, err
 		}
 		if used+n <= min(budget, free) {
 			add = append(add, p)
 			used += n
-			held.files[p.Path] = true
-			if p.Lines == "" {
-				held.whole[p.Path] = true
-			} else {
-				held.chunks[p.Path+":"+p.Lines] = true
-			}
+			held.add(p)
 		}
 	}
 	if len(add) == 0 {
@@ -486,9 +478,7 @@ func (w *workingSet) Absorb(ctx context.Context, excerpts []ctxd.Excerpt, budget
 	}
 	block, _, report := view.answer(w.base, nil)
 	cur := view.cur
-	holds := func(e ctxd.Excerpt) bool {
-		return cur != nil && (cur.whole[e.Path] || cur.chunks[e.Path+":"+e.Lines])
-	}
+	holds := func(e ctxd.Excerpt) bool { return cur != nil && cur.has(e.Path, e.Lines) }
 	return block, holds, report, nil
 }
 
@@ -538,19 +528,6 @@ func linesOf(content, lines string) (string, bool) {
 		return "", false
 	}
 	return strings.Join(ls[a-1:b], ""), true
-}
-
-// carriedOf is a working set's pieces without their content, for the
-// next codex to read again.
-func carriedOf(c *wsChoice) []codex.Piece {
-	if c == nil {
-		return nil
-	}
-	out := make([]codex.Piece, len(c.pieces))
-	for i, p := range c.pieces {
-		out[i] = codex.Piece{Path: p.Path, Lines: p.Lines}
-	}
-	return out
 }
 
 // candidates are each recent question's best chunks, newest question
@@ -668,14 +645,25 @@ type holding struct {
 func holdingsOf(pieces []codex.Piece) *holding {
 	h := &holding{whole: map[string]bool{}, chunks: map[string]bool{}, files: map[string]bool{}}
 	for _, p := range pieces {
-		h.files[p.Path] = true
-		if p.Lines == "" {
-			h.whole[p.Path] = true
-		} else {
-			h.chunks[p.Path+":"+p.Lines] = true
-		}
+		h.add(p)
 	}
 	return h
+}
+
+// add records that p is held.
+func (h *holding) add(p codex.Piece) {
+	h.files[p.Path] = true
+	if p.Lines == "" {
+		h.whole[p.Path] = true
+	} else {
+		h.chunks[p.Path+":"+p.Lines] = true
+	}
+}
+
+// has reports whether the piece of path at lines ("": the whole file) is
+// held, itself or within the whole file.
+func (h *holding) has(path, lines string) bool {
+	return h.whole[path] || h.chunks[path+":"+lines]
 }
 
 // first picks the ranked files into budget and renders them in the
@@ -762,7 +750,7 @@ func (w *workingSet) pick(ctx context.Context, r ranking, budget int, held *hold
 		}
 		for _, c := range r.chunks[i] {
 			lines := fmt.Sprintf("%d-%d", c.chunk.Start, c.chunk.End)
-			if held.chunks[f+":"+lines] {
+			if held.has(f, lines) {
 				continue
 			}
 			m, err := w.svc.cfg.Tokenizer.CountText(c.chunk.Text)
@@ -820,7 +808,7 @@ func (w *workingSet) sortByCodex(pieces []codex.Piece) {
 // and counts the stable blocks with it.
 func (w *workingSet) render(pieces []codex.Piece) (*wsChoice, error) {
 	h := holdingsOf(pieces)
-	choice := &wsChoice{pieces: pieces, whole: h.whole, chunks: h.chunks, files: len(h.files)}
+	choice := &wsChoice{pieces: pieces, holding: h}
 	for p := range h.files {
 		choice.held = append(choice.held, p)
 	}
@@ -894,5 +882,9 @@ func (w *workingSet) piecesToCarry() []codex.Piece {
 	if w.cur == nil {
 		return w.carried // never chosen here: the one before goes on
 	}
-	return carriedOf(w.cur)
+	out := make([]codex.Piece, len(w.cur.pieces))
+	for i, p := range w.cur.pieces {
+		out[i] = codex.Piece{Path: p.Path, Lines: p.Lines}
+	}
+	return out
 }

@@ -319,10 +319,7 @@ func (g *preparation) dropStale() error {
 	if err != nil {
 		return ctxd.Errorf(ctxd.KindInternal, "orchestrator: %w", err)
 	}
-	kept, err := g.absorb(before)
-	if err != nil {
-		return err
-	}
+	history := sess.Turns // dropExcerpts leaves it as it is: the working set may keep its excerpts
 	if err := g.o.sessions.dropExcerpts(g.ctx, id, sess); err != nil {
 		return err
 	}
@@ -330,6 +327,10 @@ func (g *preparation) dropStale() error {
 	after, err := g.o.count.Text(runcontext.RenderState(g.p.rc.State))
 	if err != nil {
 		return ctxd.Errorf(ctxd.KindInternal, "orchestrator: %w", err)
+	}
+	kept, err := g.absorb(history, before-after)
+	if err != nil {
+		return err
 	}
 	act := ctxd.Action{Kind: ctxd.ActionStale, Epoch: sess.Epoch, TokensDropped: max(0, before-after),
 		Reason: fmt.Sprintf("the request did not fit; the history's %d codex excerpts of earlier questions were left out of it (a new epoch) before any of this question's", n)}
@@ -346,7 +347,7 @@ func (g *preparation) dropStale() error {
 }
 
 // absorb has the codex working set keep, at its end, the excerpts a new
-// epoch drops from the history (state is the history's tokens with them):
+// epoch dropped from history (freed: their tokens in the history):
 // the question's own first, then the history's, the newest turn first, at
 // most half of what the history frees, so the prompt still shrinks. The
 // conversation after the codex block is evaluated again anyway at the
@@ -354,40 +355,34 @@ func (g *preparation) dropStale() error {
 // below), and later questions find them in the prefix. It returns how
 // many excerpts the working set holds now that it did not, and takes the
 // question's it holds out of the query.
-func (g *preparation) absorb(state int) (int, error) {
+func (g *preparation) absorb(history []ctxd.Turn, freed int) (int, error) {
 	a, ok := g.codex.retriever.(Absorber)
 	if !ok || g.req.Ephemeral || g.p.workingSet == nil {
 		return 0, nil
-	}
-	turns := g.p.sess.Turns
-	bare := make([]ctxd.Turn, len(turns))
-	for i, t := range turns {
-		t.Excerpts = nil
-		bare[i] = t
-	}
-	rest, err := g.o.count.Text(runcontext.RenderState(runcontext.State{Epoch: g.p.sess.Epoch, Summary: g.p.sess.Summary, Turns: bare}))
-	if err != nil {
-		return 0, ctxd.Errorf(ctxd.KindInternal, "orchestrator: %w", err)
 	}
 	// Growing the codex block makes the backend evaluate again the blocks
 	// between it and the conversation (the environment, the client's tools
 	// and system text, karma), which the epoch alone leaves cached: worth
 	// it only when they are smaller than what the working set would keep.
 	// An agent's tools (tens of thousands of tokens) never are.
-	budget := (state - rest) / 2
+	budget := freed / 2
 	bt := g.tally.exact.BlockTokens
 	if between := bt[runcontext.BlockEnvironment] + bt[runcontext.BlockSigil] + bt[runcontext.BlockKarma]; between > budget {
 		return 0, nil
 	}
 	var want []ctxd.Excerpt
 	seen := map[ctxd.Excerpt]bool{}
-	for _, es := range append([][]ctxd.Excerpt{g.retrieved}, historyExcerpts(turns)...) {
+	wanted := func(es []ctxd.Excerpt) {
 		for _, e := range es {
 			if !seen[e] {
 				seen[e] = true
 				want = append(want, e)
 			}
 		}
+	}
+	wanted(g.retrieved)
+	for i := len(history) - 1; i >= 0; i-- {
+		wanted(history[i].Excerpts)
 	}
 	block, holds, report, err := a.Absorb(g.ctx, want, budget)
 	if err != nil {
@@ -419,15 +414,6 @@ func (g *preparation) absorb(state int) (int, error) {
 	}
 	g.retrieved = out
 	return kept, nil
-}
-
-// historyExcerpts are the excerpts of turns, the newest turn's first.
-func historyExcerpts(turns []ctxd.Turn) [][]ctxd.Excerpt {
-	out := make([][]ctxd.Excerpt, 0, len(turns))
-	for i := len(turns) - 1; i >= 0; i-- {
-		out = append(out, turns[i].Excerpts)
-	}
-	return out
 }
 
 // Absorber is a working set that keeps excerpts at its end at a
