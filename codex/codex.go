@@ -51,8 +51,14 @@ type Options struct {
 	Previous *Codex
 	// Order is the order the files render in: ctxd.OrderStability or
 	// ctxd.OrderPath ("": path).
-	Order    string
-	Progress func(ctxd.CodexProgress)
+	Order string
+	// EditsLast: after an edit, a stability order keeps its unchanged
+	// files in place and puts the changed and new ones at its end
+	// (stability.Last), for a backend that shifts cached chunks past a
+	// change (llama-server's --cache-reuse); otherwise everything from
+	// the first change on is arranged again (stability.Settle).
+	EditsLast bool
+	Progress  func(ctxd.CodexProgress)
 }
 
 // Counter counts the tokens of a text. It must be safe for concurrent use.
@@ -479,22 +485,28 @@ func (c *Codex) BlockWithMap(mode string, mapChars int) runcontext.Codex {
 
 // Map describes a codex too large to load whole: what a model sees of it,
 // next to the excerpts retrieved for each question. It lists every file in
-// the codex's order if that fits in maxChars (0: no cap); otherwise every
+// path order if that fits in maxChars (0: no cap); otherwise every
 // directory with its number of files; otherwise the directories two levels
 // down, then one. The text says which it is: nothing is cut silently.
 //
 // The map holds nothing an edit changes (no sizes, no totals: Totals has
-// those, for the end of the codex block), so a backend's cache of it and
-// of what follows it survives edits; adding or removing a file changes
-// it, at the file's line.
+// those, for the end of the codex block; and path order, not the codex's,
+// which an edit moves a file in), so a backend's cache of it and of what
+// follows it survives edits; adding or removing a file changes it, at the
+// file's line.
 func (c *Codex) Map(maxChars int) string {
 	head := "This codex is too large to show whole. Excerpts relevant to each question appear with the question.\n"
 	var sb strings.Builder
 	sb.WriteString(head)
 	sb.WriteString("Files:\n")
+	paths := make([]string, len(c.Files))
+	for i, f := range c.Files {
+		paths[i] = f.Path
+	}
+	slices.Sort(paths)
 	var line []byte
-	for _, f := range c.Files {
-		line = strconv.AppendQuote(line[:0], f.Path)
+	for _, p := range paths {
+		line = strconv.AppendQuote(line[:0], p)
 		sb.Write(append(line, '\n'))
 		if maxChars > 0 && sb.Len() > maxChars {
 			break // too long: directories instead
