@@ -68,6 +68,10 @@ type CodexOrder struct {
 	// back, an edit undone): it renders in the order it had then, so a
 	// backend's slot saved for it serves again.
 	Revisited bool `json:"revisited,omitempty"`
+	// EditsLast says the files that changed went to the end and the
+	// others kept their order (backend.cache_reuse): a backend that
+	// shifts cached chunks evaluates only the files that moved.
+	EditsLast bool `json:"edits_last,omitempty"`
 }
 
 // CountProgress is how far the background count of a codex's tokens is.

@@ -101,7 +101,7 @@ func (c Config) startLlamaServer(ctx context.Context, m *Model, cl *closers, opt
 	}
 	srv, err := llamacpp.Start(ctx, llamacpp.ServeConfig{
 		Binary: b.ServerBinary(), Addr: addr, Model: b.GGUF,
-		CtxPerSlot: m.Window.NumCtx, Slots: b.Slots, SlotSavePath: slotDir, CacheRAMMiB: b.CacheRAMMB,
+		CtxPerSlot: m.Window.NumCtx, Slots: b.Slots, SlotSavePath: slotDir, CacheRAMMiB: b.CacheRAMMB, CacheReuse: b.CacheReuse,
 		Threads: b.NumThread, BatchSize: b.NumBatch, SWAFull: m.Facts.SlidingWindow > 0,
 		LogPath: filepath.Join(dir, "llama-server.log"), Env: c.Env,
 		Logger: c.Logger, OnRestart: onRestart,

@@ -26,7 +26,9 @@ type arranged struct {
 // across a restart) is kept and settled: the files before the first one
 // that changed stay where they are, so a backend's cache of them still
 // serves; the files from it on are arranged again with this change
-// counted, which moves what changed late. Path order is path order.
+// counted, which moves what changed late; or, with opts.EditsLast, only
+// the files that changed move, to the end (stability.Last). Path order is
+// path order.
 func (c *Codex) arrange(ctx context.Context, dir string, opts Options, kept []entry, index statIndex) (arranged, error) {
 	kind := opts.Order
 	if kind == "" {
@@ -122,6 +124,9 @@ func (c *Codex) arrange(ctx context.Context, dir string, opts Options, kept []en
 		if seen, ok := c.versions.find(key); ok {
 			order, from = seen, stability.From(prev, seen, changed)
 			c.Order.Revisited = moved
+		} else if opts.EditsLast {
+			order, from = stability.Last(prev, paths, changed, sizes, c.weights)
+			c.Order.EditsLast = moved
 		} else {
 			order, from = stability.Settle(prev, paths, changed, sizes, c.weights)
 		}
@@ -142,8 +147,8 @@ func (c *Codex) arrange(ctx context.Context, dir string, opts Options, kept []en
 		files = append(files, byPath[p])
 	}
 	c.Files = files
-	revisited := c.Order.Revisited
-	c.Order = ctxd.CodexOrder{Kind: kind, Source: source, Kept: prev != nil, From: from, Revisited: revisited}
+	revisited, last := c.Order.Revisited, c.Order.EditsLast
+	c.Order = ctxd.CodexOrder{Kind: kind, Source: source, Kept: prev != nil, From: from, Revisited: revisited, EditsLast: last}
 	c.versions = c.versions.with(key, order)
 	if prev != nil {
 		for _, p := range order {

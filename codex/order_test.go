@@ -84,6 +84,11 @@ func TestStabilityOrderIsKeptAcrossReloads(t *testing.T) {
 	if o := c2.Order; !o.Kept || o.From != 1 || !slices.Equal(o.Changed, []string{"c.go"}) || o.Source != c.Order.Source {
 		t.Errorf("order report after the edit %+v", o)
 	}
+	// The map (RAG's block before the working set) lists the files in
+	// path order: the edit moved c.go in the codex but not in the map.
+	if c2.Map(0) != c.Map(0) {
+		t.Errorf("an edit changed the map:\n%s\nbefore:\n%s", c2.Map(0), c.Map(0))
+	}
 	// A file added and one removed.
 	write(t, dir, "e_new.go", "package p // new\n")
 	if err := os.Remove(filepath.Join(dir, "d_warm.go")); err != nil {
@@ -129,6 +134,63 @@ func TestStabilityOrderIsKeptAcrossReloads(t *testing.T) {
 
 // TestStabilityOrderWithoutGit: outside a work tree the oldest files come
 // first, ties by path.
+// TestEditsLast: with EditsLast an edit moves only the edited file, to
+// the end; the files after it keep their order (where Settle would put
+// c.go before a_hot.go, which changed more often), so a backend that
+// shifts cached chunks reuses them.
+func TestEditsLast(t *testing.T) {
+	t.Parallel()
+	if _, err := exec.LookPath("git"); err != nil {
+		t.Skip("the git binary makes this test's fixture: " + err.Error())
+	}
+	dir := t.TempDir()
+	if out, err := exec.Command("git", "init", "-q", dir).CombinedOutput(); err != nil {
+		t.Fatalf("git init: %v\n%s", err, out)
+	}
+	for _, f := range []string{"a_hot.go", "b.go", "c.go", "d_warm.go"} {
+		write(t, dir, f, "package p // "+f+"\n")
+	}
+	gitCommit(t, dir, 1)
+	for i := range 3 {
+		write(t, dir, "a_hot.go", "package p // hot "+string(rune('0'+i))+"\n")
+		if i == 0 {
+			write(t, dir, "d_warm.go", "package p // warm again\n")
+		}
+		gitCommit(t, dir, 2+i)
+	}
+	opts := DefaultOptions()
+	opts.Order, opts.EditsLast = ctxd.OrderStability, true
+	c, err := Load(t.Context(), dir, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := paths(c); got != "b.go,c.go,d_warm.go,a_hot.go" {
+		t.Fatalf("order %s; want b.go,c.go,d_warm.go,a_hot.go", got)
+	}
+	write(t, dir, "c.go", "package p // edited\n")
+	write(t, dir, "e_new.go", "package p // new\n")
+	opts.Previous = c
+	c2, err := Load(t.Context(), dir, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := paths(c2); got != "b.go,d_warm.go,a_hot.go,c.go,e_new.go" && got != "b.go,d_warm.go,a_hot.go,e_new.go,c.go" {
+		t.Errorf("after editing c.go and adding e_new.go: %s; want b.go,d_warm.go,a_hot.go, then c.go and e_new.go", got)
+	}
+	if o := c2.Order; !o.Kept || !o.EditsLast || o.From != 1 || len(o.Changed) != 2 {
+		t.Errorf("order report after the edit %+v", o)
+	}
+	// Nothing changed: the order stays, and says nothing moved.
+	opts.Previous = c2
+	c3, err := Load(t.Context(), dir, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if paths(c3) != paths(c2) || c3.Order.EditsLast || c3.Order.From != 5 {
+		t.Errorf("an unchanged reload: %s, report %+v", paths(c3), c3.Order)
+	}
+}
+
 func TestStabilityOrderWithoutGit(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()

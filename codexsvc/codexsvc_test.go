@@ -680,3 +680,70 @@ func TestReloadKeepsTheWorkingSet(t *testing.T) {
 		t.Errorf("the block before the edited piece changed beyond the deleted file's piece")
 	}
 }
+
+// TestEditsLastMovesTheEditedPiece: with EditsLast (backend.cache_reuse)
+// the working set carried over a reload puts the piece whose file was
+// edited at its end and keeps the others in their order, so a backend
+// that shifts cached chunks reuses the pieces after the edit; the map
+// before them is the same.
+func TestEditsLastMovesTheEditedPiece(t *testing.T) {
+	t.Parallel()
+	s, snk := newServiceWith(t, 6000, false, func(c *Config) { c.Settings.Walk.EditsLast = true })
+	dir := packages(t, 8, 4, 1500)
+	if _, err := s.Load(t.Context(), dir, nil); err != nil {
+		t.Fatal(err)
+	}
+	_, _, r, _ := snk.published()
+	before, _, _, err := r.(*workingSet).Retrieve(t.Context(), "what do pkgc frobs turn into", 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fences := pieceFences(before.Body)
+	if len(fences) < 3 {
+		t.Fatalf("a working set of %d pieces; the test needs 3 or more:\n%s", len(fences), before.Body)
+	}
+	// The first piece's file, edited where the piece starts.
+	first := fences[0][strings.Index(fences[0], " file ")+len(" file "):]
+	path, lines, _ := strings.Cut(first, " lines ")
+	edited := filepath.Join(dir, filepath.FromSlash(strings.Trim(path, `"`)))
+	data, err := os.ReadFile(edited)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ls := strings.SplitAfter(string(data), "\n")
+	at := 0
+	if lines != "" {
+		at = lineStart(lines) - 1
+	}
+	ls[at] = strings.TrimSuffix(ls[at], "\n") + " // edited here\n"
+	if err := os.WriteFile(edited, []byte(strings.Join(ls, "")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Load(t.Context(), dir, nil); err != nil {
+		t.Fatal(err)
+	}
+	_, _, r, _ = snk.published()
+	after, _, _, err := r.(*workingSet).Retrieve(t.Context(), "what do pkgc frobs turn into", 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A fence's tildes depend on the content; compare from " file " on.
+	names := func(fs []string) []string {
+		out := make([]string, len(fs))
+		for i, f := range fs {
+			out[i] = f[strings.Index(f, " file "):]
+		}
+		return out
+	}
+	want := append(names(fences[1:]), names(fences[:1])...)
+	if got := names(pieceFences(after.Body)); !slices.Equal(got, want) {
+		t.Errorf("the pieces after the edit:\n%q\nwant the edited one last:\n%q", got, want)
+	}
+	if !strings.Contains(after.Body, "// edited here") {
+		t.Error("the edited piece was not read again")
+	}
+	mapOf := func(body string) string { return body[:strings.Index(body, "\nWorking set:")] }
+	if mapOf(after.Body) != mapOf(before.Body) {
+		t.Errorf("the edit changed the map before the working set")
+	}
+}

@@ -485,11 +485,13 @@ func (w *workingSet) Absorb(ctx context.Context, excerpts []ctxd.Excerpt, budget
 // carry is the working set of the codex before the reload read again
 // from this one: the same pieces in the same order (a whole file whole, a
 // chunk by its lines), without those whose file is gone or shorter now; so
-// its block changes from the first edited piece on. nil if nothing is
-// left of it.
+// its block changes from the first edited piece on. With the walk's
+// EditsLast (a backend that shifts cached chunks) the edited pieces go to
+// its end instead, the others keeping their order, so the backend shifts
+// those after an edit. nil if nothing is left of it.
 func (w *workingSet) carry(ctx context.Context) (*wsChoice, error) {
 	pos := w.positions()
-	var pieces []codex.Piece
+	var pieces, edited []codex.Piece
 	for _, p := range w.carried {
 		if err := ctx.Err(); err != nil {
 			return nil, err
@@ -507,8 +509,14 @@ func (w *workingSet) carry(ctx context.Context) (*wsChoice, error) {
 				continue
 			}
 		}
-		pieces = append(pieces, codex.Piece{Path: p.Path, Lines: p.Lines, Content: content})
+		piece := codex.Piece{Path: p.Path, Lines: p.Lines, Content: content}
+		if content != p.Content && w.svc.cfg.Settings.Walk.EditsLast {
+			edited = append(edited, piece)
+			continue
+		}
+		pieces = append(pieces, piece)
 	}
+	pieces = append(pieces, edited...)
 	if len(pieces) == 0 {
 		return nil, nil
 	}
@@ -874,17 +882,14 @@ func (w *workingSet) recentQueries() []string {
 	return slices.Clone(w.recent)
 }
 
-// piecesToCarry is the working set's pieces without their content, for the next
-// codex to read again (nil before the first question).
+// piecesToCarry is the working set's pieces, for the next codex to read
+// again (nil before the first question); their content as it was tells
+// which of them an edit changed.
 func (w *workingSet) piecesToCarry() []codex.Piece {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.cur == nil {
 		return w.carried // never chosen here: the one before goes on
 	}
-	out := make([]codex.Piece, len(w.cur.pieces))
-	for i, p := range w.cur.pieces {
-		out[i] = codex.Piece{Path: p.Path, Lines: p.Lines}
-	}
-	return out
+	return slices.Clone(w.cur.pieces)
 }

@@ -163,7 +163,14 @@ type Backend struct {
 	// (--cache-ram), counted in the memory plan beside the KV cache; 0 (the
 	// default) turns it off: ctxd keeps prefixes warm in the slots and in
 	// saved slot files instead.
-	CacheRAMMB  int     `toml:"cache_ram_mb"`
+	CacheRAMMB int `toml:"cache_ram_mb"`
+	// CacheReuse: llamacpp: the smallest chunk, in tokens, that
+	// llama-server shifts from its cache past a change (--cache-reuse;
+	// managed: passed on; external: the server's own setting), and the
+	// codex then puts the files an edit changed at its end so the ones
+	// after them can be shifted. 0 (the default) turns it off: shifted
+	// keys and values were computed with the old text in view.
+	CacheReuse  int     `toml:"cache_reuse"`
 	Temperature float64 `toml:"temperature"`
 	Seed        int     `toml:"seed"`
 }

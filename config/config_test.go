@@ -147,6 +147,9 @@ func TestValidateNamesField(t *testing.T) {
 		"backend.model":               func(c *Config) { c.Backend.Model = "" },
 		"backend.cache_ram_mb":        func(c *Config) { c.Backend.CacheRAMMB = 512 }, // Ollama has no such cache
 		"backend.cache_ram_mb ":       func(c *Config) { c.Backend.Kind, c.Backend.CacheRAMMB = "llamacpp", -1 },
+		"backend.cache_reuse":         func(c *Config) { c.Backend.CacheReuse = 64 }, // Ollama shifts nothing
+		"backend.cache_reuse ":        func(c *Config) { c.Backend.Kind, c.Backend.CacheReuse = "llamacpp", -1 },
+		"backend.cache_reuse  ":       func(c *Config) { c.Backend.Kind, c.Backend.CacheReuse, c.Codex.Order = "llamacpp", 64, "path" },
 		"sigils.default.token_sha256": func(c *Config) { c.Sigils["default"] = Sigil{Scopes: []string{"ask"}, TokenSHA256: "xyz"} },
 		"daemon.log_format":           func(c *Config) { c.Daemon.LogFormat = "xml" },
 		"daemon.metrics_listen":       func(c *Config) { c.Daemon.MetricsListen = "0.0.0.0:9464" },

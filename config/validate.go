@@ -27,6 +27,9 @@ func (c Config) Validate() error {
 	c.Backend.validate(&p)
 	c.Identity.validate(&p)
 	c.Codex.validate(&p)
+	if c.Backend.CacheReuse > 0 && c.Codex.Order == ctxd.OrderPath {
+		p.bad("backend.cache_reuse", "moves the files an edit changed to the codex's end, which codex.order = %q forbids; use %q", ctxd.OrderPath, ctxd.OrderStability)
+	}
 	c.Limits.validate(&p)
 	c.Env.validate(&p)
 	c.Karma.validate(&p)
@@ -236,6 +239,12 @@ func (b Backend) validate(p *problems) {
 		p.bad("backend.cache_ram_mb", "%d must not be negative", b.CacheRAMMB)
 	} else if b.CacheRAMMB > 0 && (b.Kind != "llamacpp" || b.Mode != "managed") {
 		p.bad("backend.cache_ram_mb", "is for a managed llama-server only (backend.kind = \"llamacpp\", backend.mode = \"managed\")")
+	}
+	switch {
+	case b.CacheReuse < 0:
+		p.bad("backend.cache_reuse", "%d must not be negative", b.CacheReuse)
+	case b.CacheReuse > 0 && b.Kind != "llamacpp":
+		p.bad("backend.cache_reuse", "is llama-server's --cache-reuse (backend.kind = \"llamacpp\"); Ollama reuses only a cached prefix")
 	}
 	if !(b.Temperature >= 0 && b.Temperature <= math.MaxFloat64) { // written so that NaN and Inf fail
 		p.bad("backend.temperature", "%v must be a finite number, 0 or more", b.Temperature)

@@ -363,7 +363,8 @@ func (d *Daemon) start(ctx context.Context) error {
 	e, err := engine.New(ctx, engine.Config{
 		Identity: runcontext.Identity{Name: d.cfg.Identity.Name, Persona: d.cfg.Identity.Persona},
 		Codex:    d.cfg.Codex, Karma: d.cfg.Karma, LowPowerAnswerReserve: d.cfg.Limits.LowPowerAnswerReserve,
-		StateDir: d.cfg.Daemon.StateDir, StoreTimeout: d.cfg.Daemon.StoreTimeout.Duration,
+		EditsLast: d.cfg.Backend.CacheReuse > 0,
+		StateDir:  d.cfg.Daemon.StateDir, StoreTimeout: d.cfg.Daemon.StoreTimeout.Duration,
 		MaxAsksPerSigil: d.cfg.Daemon.MaxAsksPerSigil, MaxSessionsPerSigil: d.cfg.Daemon.MaxSessionsPerSigil,
 		LeaveOutTools: d.cfg.Daemon.DisallowedTools == "leave_out", Limits: limits, Sigils: d.sigils, Formatters: d.formatters,
 		Store: d.store, KarmaStore: d.karma, Sensor: d.sensor,

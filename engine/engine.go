@@ -36,7 +36,11 @@ type Engine struct {
 type Config struct {
 	Identity runcontext.Identity
 	Codex    config.Codex // the codex to load at once (Path "": none) and how
-	Karma    config.Karma
+	// EditsLast: the backend shifts cached chunks past a change
+	// (backend.cache_reuse), so an edit moves the changed files to the
+	// codex's end (codex.Options.EditsLast).
+	EditsLast bool
+	Karma     config.Karma
 	// LowPowerAnswerReserve caps answers while on low power (0: no cap).
 	LowPowerAnswerReserve int
 	StateDir              string          // the codex's caches and index go here
@@ -80,8 +84,10 @@ func New(ctx context.Context, cfg Config, m *bringup.Model) (_ *Engine, err erro
 	if e.Orch, err = newOrchestrator(cfg, e, counter); err != nil { // limits that do not fit the window among them
 		return nil, ctxd.Errorf(ctxd.KindInvalid, "%w", err)
 	}
+	walk := cfg.Codex.WalkOptions()
+	walk.EditsLast = cfg.EditsLast
 	e.Codex = codexsvc.New(codexsvc.Config{
-		Settings: codexsvc.Settings{Walk: cfg.Codex.WalkOptions(), CAGRatio: cfg.Codex.CAGRatio, Watch: cfg.Codex.Watch,
+		Settings: codexsvc.Settings{Walk: walk, CAGRatio: cfg.Codex.CAGRatio, Watch: cfg.Codex.Watch,
 			AllowRedactOff: cfg.Codex.AllowCodexRedactOff},
 		StateDir: cfg.StateDir, Limits: cfg.Limits,
 		Tokenizer: m.Tokenizer, TokenizerID: m.TokenizerID, Counter: counter,

@@ -33,6 +33,7 @@ type ServeConfig struct {
 	Slots        int
 	SlotSavePath string // where slots are saved and restored
 	CacheRAMMiB  int    // the host-memory prompt cache (--cache-ram); 0: none
+	CacheReuse   int    // the smallest chunk shifted from the cache past a change (--cache-reuse); 0: none
 	Threads      int    // 0: the server's default
 	BatchSize    int    // 0: the server's default
 	// SWAFull keeps the whole window's cache in a sliding-window model's
@@ -58,7 +59,8 @@ type Server struct {
 // (-np given, so the KV cache is not unified), a sliding-window model's
 // cache whole where SWAFull says so, the host-RAM prompt cache
 // the memory plan counted (none by default: ctxd keeps prefixes warm in
-// the slots and in saved slot files), no web UI.
+// the slots and in saved slot files), chunk reuse where CacheReuse asks
+// for it, no web UI.
 func (c ServeConfig) Args(host string, port int) []string {
 	args := []string{"-m", c.Model, "--host", host}
 	if port > 0 {
@@ -66,6 +68,9 @@ func (c ServeConfig) Args(host string, port int) []string {
 	}
 	args = append(args, "-c", strconv.Itoa(c.CtxPerSlot*max(1, c.Slots)), "-np", strconv.Itoa(max(1, c.Slots)),
 		"--slot-save-path", c.SlotSavePath, "--cache-ram", strconv.Itoa(max(0, c.CacheRAMMiB)), "--no-webui")
+	if c.CacheReuse > 0 {
+		args = append(args, "--cache-reuse", strconv.Itoa(c.CacheReuse))
+	}
 	if c.Threads > 0 {
 		args = append(args, "-t", strconv.Itoa(c.Threads))
 	}

@@ -29,9 +29,13 @@ func TestServeArgs(t *testing.T) {
 	if strings.Contains(got, "--swa-full") {
 		t.Errorf("args %q keep a sliding window's cache whole for a model without one", got)
 	}
-	c.CacheRAMMiB, c.SWAFull = 256, true
-	if args := c.Args("/run/l.sock", 0); !slices.Contains(args, "256") || slices.Contains(args, "--port") || !slices.Contains(args, "--swa-full") {
-		t.Errorf("socket args with a prompt cache and a sliding window kept whole: %q", args)
+	if strings.Contains(got, "--cache-reuse") {
+		t.Errorf("args %q shift cached chunks though backend.cache_reuse is off", got)
+	}
+	c.CacheRAMMiB, c.SWAFull, c.CacheReuse = 256, true, 64
+	if args := c.Args("/run/l.sock", 0); !slices.Contains(args, "256") || slices.Contains(args, "--port") || !slices.Contains(args, "--swa-full") ||
+		!strings.Contains(strings.Join(args, " "), "--cache-reuse 64") {
+		t.Errorf("socket args with a prompt cache, a sliding window kept whole and chunk reuse: %q", args)
 	}
 }
 

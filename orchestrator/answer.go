@@ -251,7 +251,7 @@ func reuseNote(expected, measured, prompt int, afterStop bool) string {
 	case measured > expected && afterStop:
 		return fmt.Sprintf("the backend reused %d tokens, %d more than ctxd expected: the slot's last request was stopped while its prompt was read, and the backend had read more of it than it had reported", measured, measured-expected)
 	case measured > expected:
-		return fmt.Sprintf("the backend reused %d tokens, %d more than ctxd expected: the slot held more of this prompt than ctxd counted on (the previous answer's tokens, or a restored slot's conversation)", measured, measured-expected)
+		return fmt.Sprintf("the backend reused %d tokens, %d more than ctxd expected: the slot held more of this prompt than ctxd counted on (the previous answer's tokens, a restored slot's conversation, or chunks after a change that the server shifted: backend.cache_reuse)", measured, measured-expected)
 	}
 	return fmt.Sprintf("the backend reused %d tokens, %d fewer than ctxd expected: the slot lost part of its prefix (server restarted, cache evicted, or another client used the slot)", measured, expected-measured)
 }

@@ -389,6 +389,39 @@ func Settle(prev, paths []string, changed map[string]bool, sizes map[string]int6
 	return order, from
 }
 
+// Last is the order after a reload for a backend that shifts cached
+// chunks past a change (llama-server's --cache-reuse): the files of prev
+// that are still there unchanged keep their order, and the files that
+// changed or are new follow them, arranged among themselves (Arrange).
+// Such a backend keeps the unchanged files after the first change by
+// shifting them, and evaluates only the files moved to the end; Settle's
+// order, which arranges everything after the first change again, would
+// give it nothing to shift. It returns the order and the index of its
+// first file not where it was (len(paths) if none), as Settle does.
+func Last(prev, paths []string, changed map[string]bool, sizes map[string]int64, w Weights) (order []string, from int) {
+	now := make(map[string]bool, len(paths))
+	for _, p := range paths {
+		now[p] = true
+	}
+	order = make([]string, 0, len(paths))
+	stays := make(map[string]bool, len(prev))
+	for _, p := range prev {
+		if now[p] && !changed[p] && !stays[p] {
+			order = append(order, p)
+			stays[p] = true
+		}
+	}
+	var rest []string
+	for _, p := range paths {
+		if !stays[p] {
+			rest = append(rest, p)
+		}
+	}
+	Arrange(rest, sizes, w)
+	order = append(order, rest...)
+	return order, From(prev, order, changed)
+}
+
 // From is the index of the first file of order that is not rendered as in
 // prev (moved, or changed: changed[p]), len(order) if none: where a
 // backend's cached prefix of prev ends for order.

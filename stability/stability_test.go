@@ -322,3 +322,37 @@ func TestSettle(t *testing.T) {
 		t.Errorf("settled %v from %d; want %v from %d", order, from, want, len(want)-1)
 	}
 }
+
+// TestLast: the unchanged files keep their order, the removed ones leave
+// no gap, and what changed or is new follows them, so a backend that
+// shifts cached chunks evaluates only those.
+func TestLast(t *testing.T) {
+	same := func(ps ...string) map[string]int64 {
+		m := map[string]int64{}
+		for _, p := range ps {
+			m[p] = 100
+		}
+		return m
+	}
+	prev := []string{"s1", "s2", "e1", "s3", "gone", "e2", "s4"}
+	now := []string{"s1", "s2", "e1", "s3", "e2", "s4", "b_new", "a_new"}
+	changed := map[string]bool{"e1": true, "e2": true, "a_new": true, "b_new": true}
+	w := Weights{}
+	w.Step(changed, 0)
+	order, from := Last(prev, now, changed, same(now...), w)
+	want := []string{"s1", "s2", "s3", "s4", "a_new", "b_new", "e1", "e2"}
+	if !slices.Equal(order, want) || from != 2 {
+		t.Errorf("last %v from %d; want %v from 2", order, from, want)
+	}
+	// Unchanged files are never rearranged, whatever their weights say
+	// (Settle would put b first here).
+	order, from = Last([]string{"a", "x", "b", "c"}, []string{"a", "x", "b", "c"}, map[string]bool{"x": true}, same("a", "x", "b", "c"), Weights{"b": 0, "c": 9})
+	if !slices.Equal(order, []string{"a", "b", "c", "x"}) || from != 1 {
+		t.Errorf("last %v from %d; want [a b c x] from 1", order, from)
+	}
+	// Nothing changed: the order before, whole.
+	order, from = Last([]string{"b", "a"}, []string{"a", "b"}, nil, same("a", "b"), Weights{"a": 5})
+	if !slices.Equal(order, []string{"b", "a"}) || from != 2 {
+		t.Errorf("last %v from %d; want [b a] from 2", order, from)
+	}
+}

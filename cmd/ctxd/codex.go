@@ -166,19 +166,21 @@ func orderLine(o ctxd.CodexOrder) string {
 	if !o.Kept {
 		return s + "; made at this load"
 	}
-	switch {
-	case len(o.Changed) == 0 && len(o.Removed) == 0:
-		s += "; kept, nothing changed"
-	default:
+	if len(o.Changed) == 0 && len(o.Removed) == 0 {
+		return s + "; kept, nothing changed"
+	}
+	if o.EditsLast {
+		s += fmt.Sprintf("; kept to file %d, then the others in their order and the %d changed or new file(s) at the end (backend.cache_reuse)", o.From+1, len(o.Changed))
+	} else {
 		s += fmt.Sprintf("; kept to file %d, the rest arranged again with %d changed or new file(s)", o.From+1, len(o.Changed))
-		if len(o.Removed) > 0 {
-			s += fmt.Sprintf(", %d removed", len(o.Removed))
-		}
-		if len(o.Changed) > 0 {
-			s += ": " + strings.Join(o.Changed[:min(5, len(o.Changed))], ", ")
-			if len(o.Changed) > 5 {
-				s += ", …"
-			}
+	}
+	if len(o.Removed) > 0 {
+		s += fmt.Sprintf(", %d removed", len(o.Removed))
+	}
+	if len(o.Changed) > 0 {
+		s += ": " + strings.Join(o.Changed[:min(5, len(o.Changed))], ", ")
+		if len(o.Changed) > 5 {
+			s += ", …"
 		}
 	}
 	return s
