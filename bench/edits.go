@@ -36,6 +36,11 @@ import (
 // settled at each commit as the daemon's reloads settle it (a step of the
 // weights, then stability.Settle: the files from the first changed one on
 // arranged again, so what changed moves late).
+//
+// A third arm is backend.cache_reuse: the same stability order, but at
+// each commit only the changed and new files move, to the end
+// (stability.Last), and the backend shifts cached chunks past a change as
+// llama-server's --cache-reuse does (shiftCost).
 
 // EditsConfig is one history to replay.
 type EditsConfig struct {
@@ -43,6 +48,9 @@ type EditsConfig struct {
 	Repo    string // a git work tree or bare repository
 	Sub     string // the codex's directory below the repository's top ("": all of it)
 	Commits int    // how many of the newest first-parent commits that touch the codex
+	// ReuseChunk is the cache_reuse arm's smallest shifted chunk, in
+	// tokens (0: DefaultReuseChunk).
+	ReuseChunk int
 	// Counter counts a rendered file's tokens.
 	Counter codex.Counter
 }
@@ -50,11 +58,14 @@ type EditsConfig struct {
 // EditsCommit is one commit's cost.
 type EditsCommit struct {
 	Hash         string `json:"hash"`
-	Files        int    `json:"files_changed"`  // codex files changed, added or removed
-	CodexTokens  int    `json:"codex_tokens"`   // the whole codex block after it
-	PathTokens   int    `json:"path_tokens"`    // re-evaluated in path order
-	StableTokens int    `json:"stable_tokens"`  // re-evaluated in stability order
-	Floor        int    `json:"changed_tokens"` // the changed and added files' own tokens
+	Files        int    `json:"files_changed"` // codex files changed, added or removed
+	CodexTokens  int    `json:"codex_tokens"`  // the whole codex block after it
+	PathTokens   int    `json:"path_tokens"`   // re-evaluated in path order
+	StableTokens int    `json:"stable_tokens"` // re-evaluated in stability order
+	// ReuseTokens are re-evaluated with backend.cache_reuse: the
+	// changed files moved last, the files after the first change shifted.
+	ReuseTokens int `json:"reuse_tokens"`
+	Floor       int `json:"changed_tokens"` // the changed and added files' own tokens
 	// Order is the stability order after the commit, and From the index
 	// of its first file re-evaluated.
 	Order []string `json:"-"`
@@ -64,6 +75,10 @@ type EditsCommit struct {
 	// the history can have put that file late.
 	Cold bool `json:"cold"`
 }
+
+// DefaultReuseChunk is the replay's backend.cache_reuse when its config
+// names none: the value docs/config.md suggests.
+const DefaultReuseChunk = 64
 
 // coldCommits is how many commits back a change makes a file warm.
 const coldCommits = 20
@@ -76,6 +91,7 @@ type EditsRun struct {
 	StartFiles  int           `json:"start_files"`   // codex files at the epoch
 	StartTokens int           `json:"start_tokens"`  // and their tokens
 	Commits     []EditsCommit `json:"commits"`       // oldest first
+	ReuseChunk  int           `json:"reuse_chunk"`   // the cache_reuse arm's smallest shifted chunk
 	Took        float64       `json:"took_s"`        // the replay's wall time
 	Skipped     int           `json:"files_skipped"` // files a load would leave out, at the epoch
 }
@@ -99,7 +115,10 @@ func sizesOf(files map[string]codexFile) map[string]int64 {
 // ReplayEdits replays cfg's history.
 func ReplayEdits(ctx context.Context, cfg EditsConfig) (EditsRun, error) {
 	start := time.Now()
-	run := EditsRun{Name: cfg.Name}
+	if cfg.ReuseChunk <= 0 {
+		cfg.ReuseChunk = DefaultReuseChunk
+	}
+	run := EditsRun{Name: cfg.Name, ReuseChunk: cfg.ReuseChunk}
 	repo, err := git.PlainOpenWithOptions(cfg.Repo, &git.PlainOpenOptions{DetectDotGit: true})
 	if errors.Is(err, git.ErrRepositoryNotExists) {
 		repo, err = git.PlainOpen(cfg.Repo) // a bare repository
@@ -165,7 +184,7 @@ func ReplayEdits(ctx context.Context, cfg EditsConfig) (EditsRun, error) {
 	run.EpochSource = rk.Describe()
 	weights := rk.Weights()
 	stable := rk.Order(paths, sizesOf(files))
-	pathOrder := paths
+	pathOrder, last := paths, stable
 	lastChange := map[string]int{} // commit index of each file's last change in the replay
 	for i, commit := range line {
 		next, _, err := codexAt(ctx, commit, prefix, cfg.Counter, counts)
@@ -190,6 +209,7 @@ func ReplayEdits(ctx context.Context, cfg EditsConfig) (EditsRun, error) {
 		// the order settled.
 		weights.Step(changed, 0)
 		order, stableFrom := stability.Settle(stable, nextPaths, changed, sizesOf(next), weights)
+		lastOrder, _ := stability.Last(last, nextPaths, changed, sizesOf(next), weights)
 		pathCost, err := costFrom(repo, cfg.Counter, pathOrder, nextPaths, pathFrom, files, next)
 		if err != nil {
 			return run, err
@@ -199,7 +219,7 @@ func ReplayEdits(ctx context.Context, cfg EditsConfig) (EditsRun, error) {
 			return run, err
 		}
 		cost := EditsCommit{Hash: commit.Hash.String(), Files: len(changed) + removed, Order: order, From: stableFrom,
-			PathTokens: pathCost, StableTokens: stableCost}
+			PathTokens: pathCost, StableTokens: stableCost, ReuseTokens: shiftCost(last, lastOrder, changed, next, cfg.ReuseChunk)}
 		for _, f := range next {
 			cost.CodexTokens += f.tokens
 		}
@@ -213,7 +233,7 @@ func ReplayEdits(ctx context.Context, cfg EditsConfig) (EditsRun, error) {
 			lastChange[p] = i
 		}
 		run.Commits = append(run.Commits, cost)
-		files, pathOrder, stable = next, nextPaths, order
+		files, pathOrder, stable, last = next, nextPaths, order, lastOrder
 	}
 	run.Took = time.Since(start).Seconds()
 	return run, nil
@@ -350,6 +370,37 @@ func costFrom(repo *git.Repository, counter codex.Counter, prev, next []string, 
 	return n - max(0, kept-1), nil
 }
 
+// shiftCost is what a backend that shifts cached chunks past a change
+// (llama-server's --cache-reuse minChunk) evaluates when its slot holds
+// the codex rendered in prev order and the prompt renders it in next
+// order, walked as llama-server walks them: after the common prefix, it
+// looks ahead in the cache for the prompt's next tokens, and shifts each
+// run it finds of at least minChunk tokens; where it finds none (a file
+// changed or moved before the ones it passed) the walk ends, and
+// everything from there is evaluated. Whole files here: an unchanged file
+// matches itself, a changed one nothing (the live test allows for the
+// tokens that merge across a fence).
+func shiftCost(prev, next []string, changed map[string]bool, files map[string]codexFile, minChunk int) int {
+	same := func(c, p int) bool { return prev[c] == next[p] && !changed[next[p]] }
+	c, p := 0, 0
+	for c < len(prev) && p < len(next) && same(c, p) {
+		c, p = c+1, p+1
+	}
+	for c < len(prev) && p < len(next) {
+		n, tokens := 0, 0
+		for c+n < len(prev) && p+n < len(next) && same(c+n, p+n) {
+			tokens += files[next[p+n]].tokens
+			n++
+		}
+		if n > 0 && tokens >= minChunk {
+			c, p = c+n, p+n
+			continue
+		}
+		c++
+	}
+	return tokensFrom(next, p, files)
+}
+
 // blobText is a blob's content.
 func blobText(repo *git.Repository, hash string) (string, error) {
 	b, err := repo.BlobObject(plumbing.NewHash(hash))
@@ -380,6 +431,8 @@ type EditsSummary struct {
 	PathMedian, StableMedian     float64
 	PathP90, StableP90           float64
 	PathMean, StableMean         float64
+	ReuseMedian, ReuseP90        float64 // backend.cache_reuse
+	ReuseMean                    float64
 	CodexMedian                  float64
 	StableNotWorse, StableBetter int
 	FloorMedian                  float64
@@ -388,10 +441,11 @@ type EditsSummary struct {
 
 // Summarize is run's summary.
 func (run EditsRun) Summarize() EditsSummary {
-	var path, stable, whole, floor []float64
+	var path, stable, reuse, whole, floor []float64
 	s := EditsSummary{Commits: len(run.Commits)}
 	for _, c := range run.Commits {
 		path = append(path, float64(c.PathTokens))
+		reuse = append(reuse, float64(c.ReuseTokens))
 		stable = append(stable, float64(c.StableTokens))
 		whole = append(whole, float64(c.CodexTokens))
 		floor = append(floor, float64(c.Floor))
@@ -408,6 +462,7 @@ func (run EditsRun) Summarize() EditsSummary {
 	s.PathMedian, s.StableMedian = percentile(path, 0.5), percentile(stable, 0.5)
 	s.PathP90, s.StableP90 = percentile(path, 0.9), percentile(stable, 0.9)
 	s.PathMean, s.StableMean = mean(path), mean(stable)
+	s.ReuseMedian, s.ReuseP90, s.ReuseMean = percentile(reuse, 0.5), percentile(reuse, 0.9), mean(reuse)
 	s.CodexMedian = percentile(whole, 0.5)
 	s.FloorMedian = percentile(floor, 0.5)
 	return s
@@ -440,6 +495,28 @@ func EditsTable(runs []EditsRun) string {
 			thousands(int(s.PathMedian)), thousands(int(s.PathP90)), thousands(int(s.PathMean)),
 			thousands(int(s.StableMedian)), thousands(int(s.StableP90)), thousands(int(s.StableMean)),
 			ratio, thousands(int(s.FloorMedian)), 100*s.Cold/max(1, s.Commits), s.StableBetter, s.StableNotWorse)
+	}
+	return sb.String()
+}
+
+// EditsReuseTable is the backend.cache_reuse arm of the replays: the
+// changed files moved to the end, the files after the first change
+// shifted by the backend instead of evaluated.
+func EditsReuseTable(runs []EditsRun) string {
+	var sb strings.Builder
+	sb.WriteString("| history | smallest shifted chunk | re-evaluated with cache_reuse: median / p90 / mean | median ÷ path order's | median ÷ stability order's | the changed files alone (median) |\n")
+	sb.WriteString("|---|---|---|---|---|---|\n")
+	ratio := func(a, b float64) string {
+		if b <= 0 {
+			return "—"
+		}
+		return fmt.Sprintf("%.2f", a/b)
+	}
+	for _, r := range runs {
+		s := r.Summarize()
+		fmt.Fprintf(&sb, "| %s | %d tokens | %s / %s / %s | %s | %s | %s |\n", r.Name, r.ReuseChunk,
+			thousands(int(s.ReuseMedian)), thousands(int(s.ReuseP90)), thousands(int(s.ReuseMean)),
+			ratio(s.ReuseMedian, s.PathMedian), ratio(s.ReuseMedian, s.StableMedian), thousands(int(s.FloorMedian)))
 	}
 	return sb.String()
 }

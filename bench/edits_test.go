@@ -83,6 +83,10 @@ func TestReplayEdits(t *testing.T) {
 		if c.StableTokens <= 0 || c.StableTokens >= c.Floor {
 			t.Errorf("commit %d: stability order re-evaluated %d tokens, want part of a_hot.go's own %d", i, c.StableTokens, c.Floor)
 		}
+		// With cache_reuse the edited file is last: its whole self.
+		if c.ReuseTokens != c.Floor {
+			t.Errorf("commit %d: with cache_reuse %d tokens re-evaluated, want a_hot.go's own %d", i, c.ReuseTokens, c.Floor)
+		}
 	}
 	s := run.Summarize()
 	if s.StableBetter != 4 || s.StableMedian >= s.PathMedian {
@@ -90,5 +94,33 @@ func TestReplayEdits(t *testing.T) {
 	}
 	if table := EditsTable([]EditsRun{run}); !strings.Contains(table, "| t | 4 | 2 files") {
 		t.Errorf("table:\n%s", table)
+	}
+}
+
+// TestShiftCost walks a cache and a prompt as llama-server's --cache-reuse
+// does: what it finds ahead in the cache, in runs of at least the chunk,
+// is shifted; where it finds nothing, the rest is evaluated.
+func TestShiftCost(t *testing.T) {
+	files := map[string]codexFile{"a": {tokens: 100}, "b": {tokens: 100}, "c": {tokens: 100}, "d": {tokens: 100}, "tiny": {tokens: 10}}
+	for _, tc := range []struct {
+		name       string
+		prev, next []string
+		changed    []string
+		want       int
+	}{
+		{"nothing changed", []string{"a", "b"}, []string{"a", "b"}, nil, 0},
+		{"a file removed: the rest shifted", []string{"a", "b", "c"}, []string{"a", "c"}, nil, 0},
+		{"the edited file moved last", []string{"a", "b", "c", "d"}, []string{"a", "c", "d", "b"}, []string{"b"}, 100},
+		{"edited in place: everything from it", []string{"a", "b", "c", "d"}, []string{"a", "b", "c", "d"}, []string{"b"}, 300},
+		{"a run shorter than the chunk stops the walk", []string{"a", "b", "tiny", "c", "d"}, []string{"a", "tiny", "d", "b", "c"}, []string{"b", "c"}, 310},
+		{"a file moved ahead of others", []string{"a", "b", "c"}, []string{"a", "c", "b"}, nil, 100},
+	} {
+		changed := map[string]bool{}
+		for _, p := range tc.changed {
+			changed[p] = true
+		}
+		if got := shiftCost(tc.prev, tc.next, changed, files, 64); got != tc.want {
+			t.Errorf("%s: %d tokens evaluated, want %d", tc.name, got, tc.want)
+		}
 	}
 }

@@ -45,6 +45,7 @@ func cmdEdits(args []string, stdout, stderr io.Writer) error {
 	fs.Var(&repos, "repo", "a history to replay: NAME=DIR[:SUBDIR] (a git work tree or bare repository; the codex is SUBDIR, default all of it); repeat for several")
 	gguf := fs.String("gguf", "var/models/smollm2-135m-instruct-q4_1.gguf", "model whose tokenizer counts the codex")
 	commits := fs.Int("commits", 200, "the newest first-parent commits that touch the codex, per history")
+	reuse := fs.Int("cache-reuse", bench.DefaultReuseChunk, "the smallest chunk, in tokens, the backend.cache_reuse arm's backend shifts")
 	doc := fs.String("doc", "", "Markdown file whose bench:edits section is rewritten (none: print the table)")
 	jsonOut := fs.String("json", "", "also write the replays, commit by commit, to FILE")
 	fs.Usage = func() {
@@ -60,6 +61,9 @@ func cmdEdits(args []string, stdout, stderr io.Writer) error {
 	if *commits <= 0 {
 		return fmt.Errorf("edits: --commits %d must be positive", *commits)
 	}
+	if *reuse <= 0 {
+		return fmt.Errorf("edits: --cache-reuse %d must be positive", *reuse)
+	}
 	tok, err := llamatok.Open(*gguf)
 	if err != nil {
 		return fmt.Errorf("edits: the tokenizer (--gguf): %w", err)
@@ -69,7 +73,7 @@ func cmdEdits(args []string, stdout, stderr io.Writer) error {
 	defer stop()
 	var runs []bench.EditsRun
 	for _, r := range repos {
-		r.Commits, r.Counter = *commits, tok
+		r.Commits, r.Counter, r.ReuseChunk = *commits, tok, *reuse
 		fmt.Fprintf(stderr, "replaying %s (%s)...\n", r.Name, r.Repo)
 		run, err := bench.ReplayEdits(ctx, r)
 		if err != nil {
@@ -106,5 +110,7 @@ func editsSection(runs []bench.EditsRun, model string, commits int) string {
 		fmt.Fprintf(&sb, "- %s: epoch %s, stability order ranked from %s; %d files a load leaves out (binary, over 1 MiB, secret files).\n",
 			r.Name, r.Epoch[:12], r.EpochSource, r.Skipped)
 	}
+	sb.WriteString("\nWith `backend.cache_reuse` (an experiment, off by default): the same stability order, but an edit moves only the changed files, to the end, and llama-server shifts the cached files after the first change instead of evaluating them:\n\n")
+	sb.WriteString(bench.EditsReuseTable(runs))
 	return sb.String()
 }
