@@ -40,7 +40,7 @@ RUN_MODEL   := $(REAL_MODEL)
 SERVE_FLAGS  =
 endif
 
-.PHONY: all build ollama models run readme-demo bench-quality swa-table run-llamacpp test systemd-analyze install bench bench-agents bench-edits bench-drift bench-rollback reliability fuzz vet fmt clean FORCE
+.PHONY: all build ollama models run readme-demo bench-quality swa-table run-llamacpp test systemd-analyze install bench bench-agents bench-edits bench-drift bench-reuse bench-rollback reliability fuzz vet fmt clean FORCE
 all: build
 
 build: $(CTXD)
@@ -190,6 +190,13 @@ bench-rollback:
 bench-quality: build $(CTXD_BENCH) ollama $(REAL_MODEL)
 	$(CTXD_BENCH) --phases quality --ollama $(OLLAMA) --ollama-version $(OLLAMA_VERSION) --llama-server "$(LLAMA_SERVER)" \
 		--out docs/bench --doc docs/benchmarks.md $(BENCH_FLAGS)
+
+# Chunk reuse after an edit (backend.cache_reuse, an experiment): the
+# answer-quality questions on SmolLM2 on llama-server, asked on the cache
+# an edit left shifted and fresh; rewrites its section of
+# docs/benchmarks.md (about a quarter of an hour on two cores).
+bench-reuse: build $(CTXD_BENCH) $(REAL_MODEL)
+	$(CTXD_BENCH) --phases reuse --llama-server "$(LLAMA_SERVER)" --out docs/bench --doc docs/benchmarks.md $(BENCH_FLAGS)
 
 # The reliability figures on the real Ollama: crash safety, load and the
 # connection flood each rewrite their section of docs/reliability.md (about

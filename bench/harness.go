@@ -74,6 +74,11 @@ type Config struct {
 	QualityAnswerToks int
 	QualityMax        int
 
+	// The chunk-reuse phase (skipped without LlamaServerBin): the quality
+	// sets on the first of QualityModels, with backend.cache_reuse =
+	// CacheReuse (0: DefaultReuseChunk).
+	CacheReuse int
+
 	// The real-models phase: the llama-server phase's codex sizes, cold
 	// and warm and ctxd − raw, on trained models.
 	RealModels []RealModel
@@ -94,10 +99,11 @@ const (
 	PhaseDrift     = "drift"
 	PhaseQuality   = "quality"
 	PhaseReal      = "real-models"
+	PhaseReuse     = "reuse"
 )
 
 // AllPhases are the phases in the order they run.
-var AllPhases = []string{PhaseMultiTurn, PhaseOverhead, PhaseCompose, PhaseScaling, PhaseAgents, PhaseLlama, PhaseRAG, PhaseDrift, PhaseQuality, PhaseReal}
+var AllPhases = []string{PhaseMultiTurn, PhaseOverhead, PhaseCompose, PhaseScaling, PhaseAgents, PhaseLlama, PhaseRAG, PhaseDrift, PhaseQuality, PhaseReal, PhaseReuse}
 
 // DefaultConfig is the harness as `make bench` runs it: a 28M-parameter
 // model whose cold prompt evaluation takes visible time on a 2-core CPU.
@@ -354,6 +360,18 @@ func Run(ctx context.Context, cfg Config, prev *Report) (*Report, error) {
 			}
 			r.Real = runs
 			r.Ran[PhaseReal] = now
+		}
+	}
+	if want(PhaseReuse) {
+		if cfg.LlamaServerBin == "" {
+			cfg.Log("chunk-reuse phase skipped: no llama-server binary (--llama-server)")
+		} else {
+			run, err := reusePhase(ctx, cfg)
+			if err != nil {
+				return nil, fmt.Errorf("bench: reuse: %w", err)
+			}
+			r.Reuse = &run
+			r.Ran[PhaseReuse] = now
 		}
 	}
 	if r.Machine.CPU == "" {

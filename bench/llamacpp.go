@@ -102,7 +102,7 @@ func startLlamaStack(ctx context.Context, cfg Config, modelPath, codexDir, state
 	dc.Daemon.StateDir = state
 	dc.Daemon.LogLevel = "warn"
 	dc.Backend.Kind, dc.Backend.Binary, dc.Backend.GGUF, dc.Backend.Model = "llamacpp", cfg.LlamaServerBin, modelPath, "bench"
-	dc.Backend.NumCtx, dc.Backend.Slots = numCtx, slots
+	dc.Backend.NumCtx, dc.Backend.Slots, dc.Backend.CacheReuse = numCtx, slots, cfg.CacheReuse
 	dc.Limits.AnswerReserve, dc.Limits.MaxDepth = cfg.AnswerToks, 0
 	dc.Codex.Path, dc.Codex.Watch = codexDir, false
 	dc.Codex.LoadRoots = []string{"/"} // the harness loads its own trees

@@ -45,6 +45,7 @@ type Report struct {
 	DriftBaseline *DriftBaseline `json:"drift_baseline,omitempty"`
 	Quality       []QualityRun   `json:"quality,omitempty"`
 	Real          []RealRun      `json:"real_models,omitempty"`
+	Reuse         *ReuseRun      `json:"reuse,omitempty"`
 }
 
 // PreviousOverhead is an earlier run's overhead and when it ran.
@@ -271,6 +272,7 @@ func (r *Report) Markdown(dir string) string {
 	r.ragMarkdown(&b)
 	r.driftMarkdown(&b)
 	r.qualityMarkdown(&b)
+	r.reuseMarkdown(&b)
 	return b.String()
 }
 
