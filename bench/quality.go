@@ -374,23 +374,8 @@ func summarizeWay(way string, as []QualityAnswer, combined map[string]bool, code
 
 // askQuality asks q through ctxd in a session of its own.
 func askQuality(ctx context.Context, c *client.Client, session string, q QualityQuestion) (QualityAnswer, error) {
-	var text strings.Builder
-	start := time.Now()
-	var ttft time.Duration
-	sum, err := c.Ask(ctx, ctxd.AskRequest{Session: session, Query: q.Q}, func(s string) {
-		if ttft == 0 {
-			ttft = time.Since(start)
-		}
-		text.WriteString(s)
-	})
-	if err != nil {
-		return QualityAnswer{}, err
-	}
-	if ttft == 0 {
-		ttft = time.Since(start)
-	}
-	return QualityAnswer{ID: q.ID, Answer: text.String(), Correct: Graded(text.String(), q.Answers), TTFTMs: ms(ttft),
-		Evaluated: evaluated(sum), Prompt: sum.PromptTokens}, nil
+	a, _, err := askWithSummary(ctx, c, session, q)
+	return a, err
 }
 
 // loadQualityCodex loads dir as the daemon's codex and waits for its exact

@@ -145,7 +145,7 @@ func reuseCodex(ctx context.Context, cfg Config, st *llamaStack, s QualitySet, d
 	if err := st.ctxd.GetJSON(ctx, "/v1/sessions/reuse-order-"+s.Codex+"/prompt", &lp); err != nil {
 		return nil, err
 	}
-	order := promptFiles(lp.Prompt)
+	order := PromptFiles(lp.Prompt)
 	if len(order) != stats.Files {
 		return nil, fmt.Errorf("the prompt shows %d files of the codex's %d", len(order), stats.Files)
 	}
@@ -184,7 +184,7 @@ func reuseCodex(ctx context.Context, cfg Config, st *llamaStack, s QualitySet, d
 		cfg.Log("reuse: %s, %s edited (file %d of %d): %d questions shifted, then fresh", s.Codex, file, k+1, len(order), len(qs))
 		shifted := make([]QualityAnswer, len(qs))
 		for i, q := range qs {
-			a, sum, err := askReuse(ctx, st.ctxd, fmt.Sprintf("reuse-%s-%d-shifted-%s", s.Codex, k, q.ID), q)
+			a, sum, err := askWithSummary(ctx, st.ctxd, fmt.Sprintf("reuse-%s-%d-shifted-%s", s.Codex, k, q.ID), q)
 			if err != nil {
 				return nil, err
 			}
@@ -200,7 +200,7 @@ func reuseCodex(ctx context.Context, cfg Config, st *llamaStack, s QualitySet, d
 			return nil, fmt.Errorf("erase the slot: %w", err)
 		}
 		for i, q := range qs {
-			a, _, err := askReuse(ctx, st.ctxd, fmt.Sprintf("reuse-%s-%d-fresh-%s", s.Codex, k, q.ID), q)
+			a, _, err := askWithSummary(ctx, st.ctxd, fmt.Sprintf("reuse-%s-%d-fresh-%s", s.Codex, k, q.ID), q)
 			if err != nil {
 				return nil, err
 			}
@@ -239,8 +239,9 @@ func reuseCodex(ctx context.Context, cfg Config, st *llamaStack, s QualitySet, d
 	return edits, nil
 }
 
-// askReuse is askQuality that also returns the answer's summary.
-func askReuse(ctx context.Context, c *client.Client, session string, q QualityQuestion) (QualityAnswer, *ctxd.Summary, error) {
+// askWithSummary asks q in session and grades the answer; it returns the
+// answer's summary too.
+func askWithSummary(ctx context.Context, c *client.Client, session string, q QualityQuestion) (QualityAnswer, *ctxd.Summary, error) {
 	var text strings.Builder
 	start := time.Now()
 	var ttft time.Duration
@@ -269,8 +270,8 @@ func editFacts(b []byte) []byte {
 	return out
 }
 
-// promptFiles are the paths of the codex files a prompt shows, in order.
-func promptFiles(prompt string) []string {
+// PromptFiles are the paths of the codex files a prompt shows, in order.
+func PromptFiles(prompt string) []string {
 	var out []string
 	for _, line := range strings.Split(prompt, "\n") {
 		if i := strings.Index(line, " file \""); i >= 0 && strings.HasPrefix(line, "~~~") {

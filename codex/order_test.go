@@ -28,19 +28,13 @@ func gitCommit(t *testing.T, dir string, n int) {
 	}
 }
 
-// TestStabilityOrderIsKeptAcrossReloads: a git work tree loads with the
-// files its history changed least first; a reload keeps the order before
-// the first changed file and arranges the rest again, the change counted;
-// a restart (a load with the same cache and no codex before it) keeps the
-// order too.
-func TestStabilityOrderIsKeptAcrossReloads(t *testing.T) {
-	t.Parallel()
-	if _, err := exec.LookPath("git"); err != nil {
-		t.Skip("the git binary makes this test's fixture: " + err.Error())
-	}
+// hotAndWarm is a git work tree of four files: a_hot.go changed by the
+// three commits after the first, d_warm.go by one of them, b.go and c.go
+// by none; its stability order is b.go, c.go, d_warm.go, a_hot.go.
+func hotAndWarm(t *testing.T) string {
+	t.Helper()
 	dir := t.TempDir()
-	cmd := exec.Command("git", "init", "-q", dir)
-	if out, err := cmd.CombinedOutput(); err != nil {
+	if out, err := exec.Command("git", "init", "-q", dir).CombinedOutput(); err != nil {
 		t.Fatalf("git init: %v\n%s", err, out)
 	}
 	for _, f := range []string{"a_hot.go", "b.go", "c.go", "d_warm.go"} {
@@ -54,6 +48,20 @@ func TestStabilityOrderIsKeptAcrossReloads(t *testing.T) {
 		}
 		gitCommit(t, dir, 2+i)
 	}
+	return dir
+}
+
+// TestStabilityOrderIsKeptAcrossReloads: a git work tree loads with the
+// files its history changed least first; a reload keeps the order before
+// the first changed file and arranges the rest again, the change counted;
+// a restart (a load with the same cache and no codex before it) keeps the
+// order too.
+func TestStabilityOrderIsKeptAcrossReloads(t *testing.T) {
+	t.Parallel()
+	if _, err := exec.LookPath("git"); err != nil {
+		t.Skip("the git binary makes this test's fixture: " + err.Error())
+	}
+	dir := hotAndWarm(t)
 	cache, err := OpenCache(filepath.Join(t.TempDir(), "cache.bin"), "tok")
 	if err != nil {
 		t.Fatal(err)
@@ -143,21 +151,7 @@ func TestEditsLast(t *testing.T) {
 	if _, err := exec.LookPath("git"); err != nil {
 		t.Skip("the git binary makes this test's fixture: " + err.Error())
 	}
-	dir := t.TempDir()
-	if out, err := exec.Command("git", "init", "-q", dir).CombinedOutput(); err != nil {
-		t.Fatalf("git init: %v\n%s", err, out)
-	}
-	for _, f := range []string{"a_hot.go", "b.go", "c.go", "d_warm.go"} {
-		write(t, dir, f, "package p // "+f+"\n")
-	}
-	gitCommit(t, dir, 1)
-	for i := range 3 {
-		write(t, dir, "a_hot.go", "package p // hot "+string(rune('0'+i))+"\n")
-		if i == 0 {
-			write(t, dir, "d_warm.go", "package p // warm again\n")
-		}
-		gitCommit(t, dir, 2+i)
-	}
+	dir := hotAndWarm(t)
 	opts := DefaultOptions()
 	opts.Order, opts.EditsLast = ctxd.OrderStability, true
 	c, err := Load(t.Context(), dir, opts)

@@ -65,14 +65,33 @@ func TestEditsCostWhatTheReplayPredicts(t *testing.T) {
 	if len(run.Commits) < 2 {
 		t.Skipf("%s has %d commits in this clone's history; the check needs 2", editsSub, len(run.Commits))
 	}
+	// Stability order, as the daemon runs by default; then with
+	// backend.cache_reuse, where an edit moves the changed files last and
+	// llama-server shifts the ones after the first change.
+	for _, reuse := range []int{0, bench.DefaultReuseChunk} {
+		name := "stability"
+		if reuse > 0 {
+			name = "cache_reuse"
+		}
+		t.Run(name, func(t *testing.T) { checkEditsLive(t, ctx, run, clone, model, tok, reuse) })
+	}
+}
+
+// checkEditsLive serves the clone's codex from the replay's epoch on a
+// daemon with backend.cache_reuse = reuse, checks out each replayed
+// commit, and compares what llama-server re-evaluated of the codex with
+// the replay's prediction for that arm.
+func checkEditsLive(t *testing.T, ctx context.Context, run bench.EditsRun, clone, model string, tok *llamatok.Tokenizer, reuse int) {
 	gitRun(t, clone, "checkout", "-q", "--detach", run.Epoch)
 	dir := filepath.Join(clone, editsSub)
 	cfg := llamaConfig(t, t.TempDir(), dir)
 	cfg.Backend.GGUF = model
 	cfg.Backend.NumCtx = 24576
+	cfg.Backend.CacheReuse = reuse
 	cfg.Codex.Order = ctxd.OrderStability
 	cfg.Codex.Watch = true
 	d := start(t, cfg, true)
+	defer d.stop()
 
 	ask := func(q string) *ctxd.Summary {
 		t.Helper()
@@ -104,17 +123,23 @@ func TestEditsCostWhatTheReplayPredicts(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		got := upToCodexEnd - *sum.BackendCachedTokens
+		// Shifted chunks past the codex (a commit that only removed
+		// files) count in cache_n too: nothing of the codex evaluated.
+		got := max(0, upToCodexEnd-*sum.BackendCachedTokens)
+		want := c.StableTokens
+		if reuse > 0 {
+			want = c.ReuseTokens
+		}
 		// The replay counts file by file; the prompt is tokenized whole,
 		// which may merge a token or two across a fence.
-		tolerance := 16 + c.StableTokens/50
-		t.Logf("commit %s (%d files changed): replay predicted %d codex tokens re-evaluated, llama-server re-evaluated %d (cache_n %d of %d; path order would re-evaluate %d)",
-			c.Hash[:12], c.Files, c.StableTokens, got, *sum.BackendCachedTokens, sum.PromptTokens, c.PathTokens)
-		if diff := got - c.StableTokens; diff > tolerance || diff < -tolerance {
+		tolerance := 16 + want/50
+		t.Logf("commit %s (%d files changed): replay predicted %d codex tokens re-evaluated, llama-server re-evaluated %d (cache_n %d of %d; path order would re-evaluate %d, stability order %d)",
+			c.Hash[:12], c.Files, want, got, *sum.BackendCachedTokens, sum.PromptTokens, c.PathTokens, c.StableTokens)
+		if diff := got - want; diff > tolerance || diff < -tolerance {
 			var st ctxd.CodexStats
 			_ = d.client.GetJSON(ctx, "/v1/codex", &st)
-			t.Logf("the replay's order: %v from %d; the daemon's: %+v; prompt order: %v", c.Order, c.From, st.Order, fenced(lp.Prompt))
-			t.Errorf("commit %s: llama-server re-evaluated %d codex tokens, the replay predicted %d (tolerance %d)", c.Hash[:12], got, c.StableTokens, tolerance)
+			t.Logf("the replay's stability order: %v from %d; the daemon's: %+v; prompt order: %v", c.Order, c.From, st.Order, bench.PromptFiles(lp.Prompt))
+			t.Errorf("commit %s: llama-server re-evaluated %d codex tokens, the replay predicted %d (tolerance %d)", c.Hash[:12], got, want, tolerance)
 		}
 	}
 }
@@ -167,16 +192,6 @@ func waitForTree(t *testing.T, d *running, dir string) {
 	})
 }
 
-// fenced is the paths of the files a prompt's codex block holds, in order.
-func fenced(prompt string) []string {
-	var out []string
-	for _, line := range strings.Split(prompt, "\n") {
-		if i := strings.Index(line, " file \""); i >= 0 && strings.HasPrefix(line, "~~~") {
-			out = append(out, strings.Trim(line[i+len(" file "):], "\""))
-		}
-	}
-	return out
-}
 
 var rollbackWrite = flag.String("rollback-write", "", "write the branch-switch-back measurement into this Markdown file (bench:rollback markers)")
 
