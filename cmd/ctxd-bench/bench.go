@@ -39,7 +39,7 @@ func cmdBench(args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&cfg.QualityDir, "quality-dir", cfg.QualityDir, "question sets of the quality phase (NAME/questions.json, NAME/codex)")
 	fs.IntVar(&cfg.QualityMax, "quality-max", 0, "ask only the first N questions of each quality set (0: all)")
 	fs.IntVar(&cfg.CacheReuse, "cache-reuse", bench.DefaultReuseChunk, "the reuse phase's backend.cache_reuse: the smallest chunk, in tokens, llama-server shifts")
-	qualityModel := fs.String("quality-model", "", "the quality phase's model instead of SmolLM2: NAME=GGUF:NUM_CTX:RAG_NUM_CTX")
+	qualityModel := fs.String("quality-model", "", "the quality and reuse phases' model instead of SmolLM2: NAME=GGUF:NUM_CTX:RAG_NUM_CTX")
 	from := fs.String("from", "", "rewrite the outputs from an earlier results.json instead of running")
 	replot := fs.Bool("replot", false, "only redraw the plots in DIR from DIR/results.json (or --from), without running")
 	driftBase := fs.String("drift-baseline", "", "LABEL=FILE: show the drift phase beside the one in FILE (a results.json an earlier daemon's ctxd-bench wrote just before, with the same settings)")
