@@ -218,8 +218,14 @@ func ReplayEdits(ctx context.Context, cfg EditsConfig) (EditsRun, error) {
 		if err != nil {
 			return run, err
 		}
+		reuseCost, err := shiftCost(last, lastOrder, changed, next, cfg.ReuseChunk, func(p string) (int, error) {
+			return sharedHead(repo, cfg.Counter, p, files, next)
+		})
+		if err != nil {
+			return run, err
+		}
 		cost := EditsCommit{Hash: commit.Hash.String(), Files: len(changed) + removed, Order: order, From: stableFrom,
-			PathTokens: pathCost, StableTokens: stableCost, ReuseTokens: shiftCost(last, lastOrder, changed, next, cfg.ReuseChunk)}
+			PathTokens: pathCost, StableTokens: stableCost, ReuseTokens: reuseCost}
 		for _, f := range next {
 			cost.CodexTokens += f.tokens
 		}
@@ -345,7 +351,16 @@ func costFrom(repo *git.Repository, counter codex.Counter, prev, next []string, 
 	if i >= len(next) || i >= len(prev) || prev[i] != next[i] {
 		return n, nil
 	}
-	p := next[i]
+	kept, err := sharedHead(repo, counter, next[i], prevFiles, nextFiles)
+	if err != nil {
+		return 0, err
+	}
+	return n - max(0, kept-1), nil
+}
+
+// sharedHead is the tokens that the renderings of file p before
+// (prevFiles) and after (nextFiles) share from their start.
+func sharedHead(repo *git.Repository, counter codex.Counter, p string, prevFiles, nextFiles map[string]codexFile) (int, error) {
 	before, err := blobText(repo, prevFiles[p].blob)
 	if err != nil {
 		return 0, err
@@ -363,11 +378,7 @@ func costFrom(repo *git.Repository, counter codex.Counter, prev, next []string, 
 	for same > 0 && !utf8.RuneStart(b[same]) {
 		same-- // cut on a character
 	}
-	kept, err := counter.CountText(b[:same])
-	if err != nil {
-		return 0, err
-	}
-	return n - max(0, kept-1), nil
+	return counter.CountText(b[:same])
 }
 
 // shiftCost is what a backend that shifts cached chunks past a change
@@ -377,28 +388,39 @@ func costFrom(repo *git.Repository, counter codex.Counter, prev, next []string, 
 // looks ahead in the cache for the prompt's next tokens, and shifts each
 // run it finds of at least minChunk tokens; where it finds none (a file
 // changed or moved before the ones it passed) the walk ends, and
-// everything from there is evaluated. Whole files here: an unchanged file
-// matches itself, a changed one nothing (the live test allows for the
+// everything from there is evaluated. Whole files here, but for a file
+// edited where the cache has its old version next: head(path) is the
+// tokens its old and new renderings share from their start, which the
+// walk takes with the run before them (the live test allows for the
 // tokens that merge across a fence).
-func shiftCost(prev, next []string, changed map[string]bool, files map[string]codexFile, minChunk int) int {
+func shiftCost(prev, next []string, changed map[string]bool, files map[string]codexFile, minChunk int, head func(string) (int, error)) (int, error) {
 	same := func(c, p int) bool { return prev[c] == next[p] && !changed[next[p]] }
-	c, p := 0, 0
-	for c < len(prev) && p < len(next) && same(c, p) {
-		c, p = c+1, p+1
-	}
+	c, p, first := 0, 0, true
 	for c < len(prev) && p < len(next) {
 		n, tokens := 0, 0
 		for c+n < len(prev) && p+n < len(next) && same(c+n, p+n) {
 			tokens += files[next[p+n]].tokens
 			n++
 		}
-		if n > 0 && tokens >= minChunk {
-			c, p = c+n, p+n
+		kept := 0
+		if c+n < len(prev) && p+n < len(next) && prev[c+n] == next[p+n] { // that file, edited
+			h, err := head(next[p+n])
+			if err != nil {
+				return 0, err
+			}
+			kept = max(0, h-1) // less one, for a token that may merge across the cut
+		}
+		// The common prefix needs no minimum; a shifted run does.
+		if first || tokens+kept >= minChunk {
+			if kept > 0 {
+				return tokensFrom(next, p+n, files) - kept, nil // the walk ends inside the edited file
+			}
+			c, p, first = c+n, p+n, false
 			continue
 		}
 		c++
 	}
-	return tokensFrom(next, p, files)
+	return tokensFrom(next, p, files), nil
 }
 
 // blobText is a blob's content.
