@@ -192,7 +192,6 @@ func waitForTree(t *testing.T, d *running, dir string) {
 	})
 }
 
-
 var rollbackWrite = flag.String("rollback-write", "", "write the branch-switch-back measurement into this Markdown file (bench:rollback markers)")
 
 // TestBranchSwitchBackRestoresItsSlot: a codex in a git work tree, served
