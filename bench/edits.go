@@ -62,6 +62,10 @@ type EditsCommit struct {
 	CodexTokens  int    `json:"codex_tokens"`  // the whole codex block after it
 	PathTokens   int    `json:"path_tokens"`   // re-evaluated in path order
 	StableTokens int    `json:"stable_tokens"` // re-evaluated in stability order
+	// HindsightTokens are re-evaluated in the best fixed order in
+	// hindsight: Smith's rule on how often each file changes over the
+	// replay itself, which no order learned from the past can know.
+	HindsightTokens int `json:"hindsight_tokens"`
 	// ReuseTokens are re-evaluated with backend.cache_reuse: the
 	// changed files moved last, the files after the first change shifted.
 	ReuseTokens int `json:"reuse_tokens"`
@@ -186,11 +190,16 @@ func ReplayEdits(ctx context.Context, cfg EditsConfig) (EditsRun, error) {
 	stable := rk.Order(paths, sizesOf(files))
 	pathOrder, last := paths, stable
 	lastChange := map[string]int{} // commit index of each file's last change in the replay
+	// Every version first: the hindsight order needs the changes to come.
+	versions := make([]map[string]codexFile, len(line))
 	for i, commit := range line {
-		next, _, err := codexAt(ctx, commit, prefix, cfg.Counter, counts)
-		if err != nil {
+		if versions[i], _, err = codexAt(ctx, commit, prefix, cfg.Counter, counts); err != nil {
 			return run, err
 		}
+	}
+	hindsight := hindsightRank(files, versions)
+	for i, commit := range line {
+		next := versions[i]
 		changed := map[string]bool{}
 		for p, f := range next {
 			if old, ok := files[p]; !ok || old.blob != f.blob {
@@ -218,6 +227,11 @@ func ReplayEdits(ctx context.Context, cfg EditsConfig) (EditsRun, error) {
 		if err != nil {
 			return run, err
 		}
+		prevHS, nextHS := hindsight.order(files), hindsight.order(next)
+		hindsightCost, err := costFrom(repo, cfg.Counter, prevHS, nextHS, stability.From(prevHS, nextHS, changed), files, next)
+		if err != nil {
+			return run, err
+		}
 		reuseCost, err := shiftCost(last, lastOrder, changed, next, cfg.ReuseChunk, func(p string) (int, error) {
 			return sharedHead(repo, cfg.Counter, p, files, next)
 		})
@@ -225,7 +239,7 @@ func ReplayEdits(ctx context.Context, cfg EditsConfig) (EditsRun, error) {
 			return run, err
 		}
 		cost := EditsCommit{Hash: commit.Hash.String(), Files: len(changed) + removed, Order: order, From: stableFrom,
-			PathTokens: pathCost, StableTokens: stableCost, ReuseTokens: reuseCost}
+			PathTokens: pathCost, StableTokens: stableCost, ReuseTokens: reuseCost, HindsightTokens: hindsightCost}
 		for _, f := range next {
 			cost.CodexTokens += f.tokens
 		}
@@ -381,6 +395,47 @@ func sharedHead(repo *git.Repository, counter codex.Counter, p string, prevFiles
 	return counter.CountText(b[:same])
 }
 
+// hindsightOrder ranks every file the replay sees by Smith's rule
+// (stability.Arrange) on the number of the replay's commits that change
+// it, its size its largest: the best fixed order for these commits, known
+// only after them.
+type hindsightOrder map[string]int
+
+func hindsightRank(epoch map[string]codexFile, versions []map[string]codexFile) hindsightOrder {
+	changes := stability.Weights{}
+	sizes := map[string]int64{}
+	prev := epoch
+	for _, v := range append([]map[string]codexFile{epoch}, versions...) {
+		for p, f := range v {
+			if old, ok := prev[p]; !ok || old.blob != f.blob {
+				changes[p]++
+			}
+			sizes[p] = max(sizes[p], f.size)
+		}
+		prev = v
+	}
+	paths := make([]string, 0, len(sizes))
+	for p := range sizes {
+		paths = append(paths, p)
+	}
+	stability.Arrange(paths, sizes, changes)
+	rank := make(hindsightOrder, len(paths))
+	for i, p := range paths {
+		rank[p] = i
+	}
+	return rank
+}
+
+// order is the files of a version in the hindsight order.
+func (h hindsightOrder) order(files map[string]codexFile) []string {
+	out := make([]string, 0, len(files))
+	for p := range files {
+		out = append(out, p)
+	}
+	slices.SortFunc(out, func(a, b string) int { return h[a] - h[b] })
+	return out
+}
+
 // shiftCost is what a backend that shifts cached chunks past a change
 // (llama-server's --cache-reuse minChunk) evaluates when its slot holds
 // the codex rendered in prev order and the prompt renders it in next
@@ -455,6 +510,7 @@ type EditsSummary struct {
 	PathMean, StableMean         float64
 	ReuseMedian, ReuseP90        float64 // backend.cache_reuse
 	ReuseMean                    float64
+	HindsightMedian              float64 // the best fixed order in hindsight
 	CodexMedian                  float64
 	StableNotWorse, StableBetter int
 	FloorMedian                  float64
@@ -463,10 +519,11 @@ type EditsSummary struct {
 
 // Summarize is run's summary.
 func (run EditsRun) Summarize() EditsSummary {
-	var path, stable, reuse, whole, floor []float64
+	var path, stable, reuse, hindsight, whole, floor []float64
 	s := EditsSummary{Commits: len(run.Commits)}
 	for _, c := range run.Commits {
 		path = append(path, float64(c.PathTokens))
+		hindsight = append(hindsight, float64(c.HindsightTokens))
 		reuse = append(reuse, float64(c.ReuseTokens))
 		stable = append(stable, float64(c.StableTokens))
 		whole = append(whole, float64(c.CodexTokens))
@@ -485,6 +542,7 @@ func (run EditsRun) Summarize() EditsSummary {
 	s.PathP90, s.StableP90 = percentile(path, 0.9), percentile(stable, 0.9)
 	s.PathMean, s.StableMean = mean(path), mean(stable)
 	s.ReuseMedian, s.ReuseP90, s.ReuseMean = percentile(reuse, 0.5), percentile(reuse, 0.9), mean(reuse)
+	s.HindsightMedian = percentile(hindsight, 0.5)
 	s.CodexMedian = percentile(whole, 0.5)
 	s.FloorMedian = percentile(floor, 0.5)
 	return s
@@ -517,6 +575,19 @@ func EditsTable(runs []EditsRun) string {
 			thousands(int(s.PathMedian)), thousands(int(s.PathP90)), thousands(int(s.PathMean)),
 			thousands(int(s.StableMedian)), thousands(int(s.StableP90)), thousands(int(s.StableMean)),
 			ratio, thousands(int(s.FloorMedian)), 100*s.Cold/max(1, s.Commits), s.StableBetter, s.StableNotWorse)
+	}
+	return sb.String()
+}
+
+// EditsNotes are a line per replay: its epoch, what ranked its stability
+// order, the files a load leaves out, and what the best fixed order in
+// hindsight would cost.
+func EditsNotes(runs []EditsRun) string {
+	var sb strings.Builder
+	for _, r := range runs {
+		s := r.Summarize()
+		fmt.Fprintf(&sb, "- %s: epoch %s, stability order ranked from %s; %d files a load leaves out (binary, over 1 MiB, secret files). The best fixed order in hindsight (Smith's rule on how often each file changes in these %d commits, which no order learned from the past can know) would re-evaluate a median of %s tokens, %.2f of path order's.\n",
+			r.Name, r.Epoch[:min(12, len(r.Epoch))], r.EpochSource, r.Skipped, s.Commits, thousands(int(s.HindsightMedian)), s.HindsightMedian/max(1, s.PathMedian))
 	}
 	return sb.String()
 }

@@ -83,6 +83,10 @@ func TestReplayEdits(t *testing.T) {
 		if c.StableTokens <= 0 || c.StableTokens >= c.Floor {
 			t.Errorf("commit %d: stability order re-evaluated %d tokens, want part of a_hot.go's own %d", i, c.StableTokens, c.Floor)
 		}
+		// In hindsight a_hot.go, which every commit changes, is last too.
+		if c.HindsightTokens != c.StableTokens {
+			t.Errorf("commit %d: the hindsight order re-evaluated %d tokens, want stability order's %d", i, c.HindsightTokens, c.StableTokens)
+		}
 		// With cache_reuse the edited file stays last: part of itself.
 		if c.ReuseTokens != c.StableTokens {
 			t.Errorf("commit %d: with cache_reuse %d tokens re-evaluated, want stability order's %d (a_hot.go is last in both)", i, c.ReuseTokens, c.StableTokens)

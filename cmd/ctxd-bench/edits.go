@@ -106,10 +106,7 @@ func editsSection(runs []bench.EditsRun, model string, commits int) string {
 		time.Now().UTC().Format(time.RFC3339), model, commits)
 	sb.WriteString(bench.EditsTable(runs))
 	sb.WriteString("\n")
-	for _, r := range runs {
-		fmt.Fprintf(&sb, "- %s: epoch %s, stability order ranked from %s; %d files a load leaves out (binary, over 1 MiB, secret files).\n",
-			r.Name, r.Epoch[:12], r.EpochSource, r.Skipped)
-	}
+	sb.WriteString(bench.EditsNotes(runs))
 	sb.WriteString("\nWith `backend.cache_reuse` (an experiment, off by default): the same stability order, but an edit moves only the changed files, to the end, and llama-server shifts the cached files after the first change instead of evaluating them:\n\n")
 	sb.WriteString(bench.EditsReuseTable(runs))
 	return sb.String()
