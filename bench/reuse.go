@@ -110,7 +110,7 @@ func reusePhase(ctx context.Context, cfg Config) (ReuseRun, error) {
 	}
 	defer st.stop()
 	for i, s := range sets {
-		edits, err := reuseCodex(ctx, cfg, st, s, dirs[i], run.Chunk)
+		edits, err := reuseCodex(ctx, cfg, st, s, dirs[i])
 		if err != nil {
 			return run, fmt.Errorf("%s: %w", s.Codex, err)
 		}
@@ -129,7 +129,7 @@ func reusePhase(ctx context.Context, cfg Config) (ReuseRun, error) {
 
 // reuseCodex edits each of the first ReuseEdits files of the codex in dir
 // in turn and asks s's questions on the shifted cache and fresh.
-func reuseCodex(ctx context.Context, cfg Config, st *llamaStack, s QualitySet, dir string, chunk int) ([]ReuseEdit, error) {
+func reuseCodex(ctx context.Context, cfg Config, st *llamaStack, s QualitySet, dir string) ([]ReuseEdit, error) {
 	stats, err := loadQualityCodex(ctx, st.ctxd, dir)
 	if err != nil {
 		return nil, err
@@ -162,6 +162,9 @@ func reuseCodex(ctx context.Context, cfg Config, st *llamaStack, s QualitySet, d
 			if !slices.Contains(q.Files, file) { // its answer stays what it was
 				qs = append(qs, q)
 			}
+		}
+		if len(qs) == 0 {
+			continue // every question's answer is in that file
 		}
 		// The slot holds the codex before the edit, evaluated fresh (or
 		// restored from the slot file saved when it was): a question on it.
