@@ -404,8 +404,11 @@ type hindsightOrder map[string]int
 func hindsightRank(epoch map[string]codexFile, versions []map[string]codexFile) hindsightOrder {
 	changes := stability.Weights{}
 	sizes := map[string]int64{}
+	for p, f := range epoch {
+		sizes[p] = f.size
+	}
 	prev := epoch
-	for _, v := range append([]map[string]codexFile{epoch}, versions...) {
+	for _, v := range versions {
 		for p, f := range v {
 			if old, ok := prev[p]; !ok || old.blob != f.blob {
 				changes[p]++
