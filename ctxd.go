@@ -21,6 +21,9 @@ type AskRequest struct {
 	Query   string `json:"query"`
 	Sigil   string `json:"sigil,omitempty"`
 	Pin     bool   `json:"pin,omitempty"` // keep this turn verbatim: never compacted or condensed
+	// Persona names the persona that answers ("": the default one; see
+	// the configuration's [[persona]]).
+	Persona string `json:"persona,omitempty"`
 
 	// System is the client's own system message: it ends the sigil block,
 	// after the identity, codex and environment every request shares.
@@ -94,11 +97,14 @@ const (
 	EventToken   = "token"
 	EventSummary = "summary"
 	EventError   = "error"
+	// EventProgress says what the request waits for before it is
+	// answered: a persona loaded, evacuated to make room, or restored.
+	EventProgress = "progress"
 )
 
 // Event is one line of an answer stream (NDJSON).
 type Event struct {
-	Type    string   `json:"type"` // EventToken, EventSummary or EventError
+	Type    string   `json:"type"` // EventToken, EventSummary, EventError or EventProgress
 	Text    string   `json:"text,omitempty"`
 	Summary *Summary `json:"summary,omitempty"`
 	Error   string   `json:"error,omitempty"`

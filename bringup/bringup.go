@@ -31,6 +31,14 @@ type Model struct {
 	Restarts func() int   // how often a supervised backend was restarted; nil if not supervised
 	Loads    func() int   // how often the backend loaded the model (from its log; -1 unreadable); nil if unknown
 	Close    func() error // stops what Open started; called once, after the last request
+	// Suspend stops the model's server, keeping what restarts it, and
+	// Resume starts it again (its KV cache empty): a persona evacuated to
+	// make room for another. nil where ctxd does not run the server.
+	Suspend func() error
+	Resume  func(ctx context.Context) error
+	// PID is the model server's process id now (0 while it is stopped),
+	// for its resident memory; nil where ctxd does not run the server.
+	PID func() int
 }
 
 // Opener brings the backend up: start or reach the model server, load the

@@ -115,6 +115,7 @@ func (c Config) startLlamaServer(ctx context.Context, m *Model, cl *closers, opt
 		return err
 	})
 	m.Restarts = srv.Restarts
+	m.Suspend, m.Resume, m.PID = srv.Pause, srv.Resume, srv.PID
 	return srv.Client, slotDir, nil
 }
 

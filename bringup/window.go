@@ -1,6 +1,7 @@
 package bringup
 
 import (
+	"log/slog"
 	"os"
 
 	"github.com/ctxd/ctxd"
@@ -41,4 +42,28 @@ func (c Config) planWindow(facts Facts) (governor.ModelFacts, governor.WindowPla
 	c.Logger.Info("window planned", "num_ctx", plan.NumCtx, "slots", plan.Slots, "kv_cache", plan.CacheType, "kv_bytes", plan.KVBytes,
 		"weights_bytes", plan.WeightsBytes, "headroom_bytes", plan.HeadroomBytes, "memory_source", reading.Source, "free_bytes", reading.FreeBytes, "reason", plan.Reason)
 	return mf, plan, nil
+}
+
+// Plan is the window a managed llama-server of this configuration gets,
+// and the memory it holds then (weights, KV windows, host prompt cache),
+// planned without starting anything.
+func (c Config) Plan() (governor.WindowPlan, int64, error) {
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Critical == nil {
+		c.Critical = func() bool { return false }
+	}
+	facts, err := ggufFacts(c.Backend.GGUF)
+	if err != nil {
+		return governor.WindowPlan{}, 0, err
+	}
+	_, plan, err := c.planWindow(facts)
+	return plan, PlannedBytes(plan, c.Backend.CacheRAMMB), err
+}
+
+// PlannedBytes is what a load planned as plan holds: its weights, its KV
+// windows and the host prompt cache of cacheRAMMB.
+func PlannedBytes(plan governor.WindowPlan, cacheRAMMB int) int64 {
+	return max(0, plan.WeightsBytes) + max(0, plan.KVBytes) + int64(max(0, cacheRAMMB))<<20
 }

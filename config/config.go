@@ -26,6 +26,57 @@ type Config struct {
 	Karma    Karma            `toml:"karma"`
 	Env      Environment      `toml:"environment"`
 	Sigils   map[string]Sigil `toml:"sigils"`
+	// Personas are served besides the default one (the top-level
+	// [backend] model with [identity] and [codex]); a request names one by
+	// its name (the model field at the OpenAI and Ollama doors).
+	Personas []Persona `toml:"persona"`
+}
+
+// Persona is one more persona: its own identity and model, window and
+// slots, and its codex or the shared one, under the one memory budget
+// (limits.memory_budget_mb). Every field left out is the default
+// persona's.
+type Persona struct {
+	Name    string `toml:"name"`    // what requests name it by (the model field at the doors)
+	Persona string `toml:"persona"` // its system prompt; "": identity.persona
+	GGUF    string `toml:"gguf"`    // its model file; "": backend.gguf
+	Codex   string `toml:"codex"`   // its codex directory; "": codex.path (shared)
+	NumCtx  int    `toml:"num_ctx"` // its window per slot; 0: planned as backend.num_ctx is
+	Slots   int    `toml:"slots"`   // 0: backend.slots
+	// Sigils are the sigils that may use it; empty: every sigil.
+	Sigils []string `toml:"sigils"`
+	// Pinned: never evacuated to make room for another persona.
+	Pinned bool `toml:"pinned"`
+}
+
+// PersonaConfig is the whole configuration as persona n of Personas sees
+// it: its backend, identity and codex in place of the default's, and its
+// own state directory (state_dir/personas/NAME) for its server's files and
+// its codex's caches.
+func (c Config) PersonaConfig(n int) Config {
+	ps := c.Personas[n]
+	out := c
+	out.Personas = nil
+	out.Backend.Model = ps.Name
+	if ps.GGUF != "" {
+		out.Backend.GGUF = ps.GGUF
+	}
+	if ps.Persona != "" {
+		out.Identity.Persona = ps.Persona
+	}
+	out.Identity.Name = ps.Name
+	if ps.Codex != "" {
+		out.Codex.Path = ps.Codex
+	}
+	if ps.NumCtx > 0 {
+		out.Backend.NumCtx = ps.NumCtx
+	}
+	if ps.Slots > 0 {
+		out.Backend.Slots = ps.Slots
+	}
+	out.Backend.Listen = "" // a socket of its own, in its own directory
+	out.Daemon.StateDir = filepath.Join(c.Daemon.StateDir, "personas", ps.Name)
+	return out
 }
 
 // Environment is how the hardware probe reads and bands the environment
@@ -232,6 +283,13 @@ type Limits struct {
 	CompactTo        int    `toml:"compact_to"`         // turns left after a compaction; 0: max_depth/2
 	KVCacheType      string `toml:"kv_cache_type"`      // f16, q8_0 or q4_0
 	MemoryHeadroomMB int    `toml:"memory_headroom_mb"` // memory kept free besides weights and KV
+	// MemoryBudgetMB is what every persona's weights, KV windows and host
+	// prompt cache may plan together; 0: the memory free when the daemon
+	// starts, less memory_headroom_mb.
+	MemoryBudgetMB int `toml:"memory_budget_mb"`
+	// DefaultPinned keeps the default persona resident whatever others
+	// need.
+	DefaultPinned bool `toml:"pin_default_persona"`
 	// LowPowerAnswerReserve caps answers while the power band is
 	// low_battery or low_power; 0: no cap.
 	LowPowerAnswerReserve int `toml:"low_power_answer_reserve"`
@@ -367,6 +425,9 @@ func Load(path string, env Env) (Config, error) {
 	paths := []*string{&c.Daemon.Socket, &c.Daemon.StateDir, &c.Codex.Path, &c.Backend.GGUF, &c.Backend.Binary}
 	for i := range c.Codex.LoadRoots {
 		paths = append(paths, &c.Codex.LoadRoots[i])
+	}
+	for i := range c.Personas {
+		paths = append(paths, &c.Personas[i].GGUF, &c.Personas[i].Codex)
 	}
 	for _, p := range paths {
 		if rest, ok := strings.CutPrefix(*p, "~/"); ok && env.Home != "" {

@@ -33,7 +33,59 @@ func (c Config) Validate() error {
 	c.Limits.validate(&p)
 	c.Env.validate(&p)
 	c.Karma.validate(&p)
+	c.validatePersonas(&p)
 	return errors.Join(p...)
+}
+
+// validatePersonas checks [[persona]]: names unique, none the default's,
+// each usable in a URL's path and a directory's name; sigils configured;
+// sizes not negative; and a backend ctxd runs itself, which it can stop
+// and start again (managed llama-server).
+func (c Config) validatePersonas(p *problems) {
+	if len(c.Personas) == 0 {
+		return
+	}
+	if c.Backend.Kind != "llamacpp" || c.Backend.Mode != "managed" {
+		p.bad("persona", "several personas need backend.kind = \"llamacpp\" and backend.mode = \"managed\" (ctxd starts, evacuates and restores each persona's llama-server); this is %s, %s", c.Backend.Kind, c.Backend.Mode)
+	}
+	seen := map[string]bool{c.Backend.Model: true, "ctxd": true}
+	for i, ps := range c.Personas {
+		field := fmt.Sprintf("persona[%d]", i)
+		switch {
+		case !validPersonaName(ps.Name):
+			p.bad(field+".name", "%q must be 1 to 64 letters, digits, '.', '_' or '-', not starting with '.'", ps.Name)
+		case seen[ps.Name]:
+			p.bad(field+".name", "%q is taken (by the default persona, backend.model %q, by \"ctxd\", or by another persona)", ps.Name, c.Backend.Model)
+		}
+		seen[ps.Name] = true
+		if ps.NumCtx < 0 {
+			p.bad(field+".num_ctx", "%d must not be negative", ps.NumCtx)
+		}
+		if ps.Slots < 0 || ps.Slots > 64 {
+			p.bad(field+".slots", "%d must be between 0 (backend.slots) and 64", ps.Slots)
+		}
+		for _, sg := range ps.Sigils {
+			if _, ok := c.Sigils[sg]; !ok {
+				p.bad(field+".sigils", "%q is not a configured sigil", sg)
+			}
+		}
+		if ps.GGUF == "" && c.Backend.GGUF == "" {
+			p.bad(field+".gguf", "needs a model file (or backend.gguf)")
+		}
+	}
+}
+
+// validPersonaName: a name for URLs, model fields and a directory.
+func validPersonaName(s string) bool {
+	if s == "" || len(s) > 64 || s[0] == '.' {
+		return false
+	}
+	for _, r := range s {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '.' || r == '_' || r == '-') {
+			return false
+		}
+	}
+	return true
 }
 
 // problems are the bad fields a validation found, in the order found.
@@ -312,6 +364,9 @@ func (l Limits) validate(p *problems) {
 	}
 	if l.MemoryHeadroomMB < 0 {
 		p.bad("limits.memory_headroom_mb", "%d must not be negative", l.MemoryHeadroomMB)
+	}
+	if l.MemoryBudgetMB < 0 {
+		p.bad("limits.memory_budget_mb", "%d must not be negative (0: the memory free at start)", l.MemoryBudgetMB)
 	}
 }
 

@@ -89,6 +89,7 @@ type Daemon struct {
 
 	api      atomic.Pointer[httpapi.Server] // the HTTP surface, once Run made it
 	ready    atomic.Pointer[engine.Engine]  // nil until the backend is ready
+	personas atomic.Pointer[personas]       // every persona, the default's (ready) among them; nil until ready
 	initErr  atomic.Pointer[string]         // why it is not ready yet
 	sessions sessionCount                   // the store's sessions, counted off the request path
 }
@@ -166,6 +167,14 @@ func (d *Daemon) Run(ctx context.Context, ln net.Listener, ready func()) error {
 		}
 	}()
 	defer func() { stopProbe(); <-probeDone }()
+	watchCtx, stopWatch := context.WithCancel(context.WithoutCancel(ctx))
+	watchDone := make(chan struct{})
+	go func() {
+		defer close(watchDone)
+		d.watchPressure(watchCtx, max(time.Second, d.cfg.Env.Interval.Duration))
+	}()
+	stopWatching := sync.OnceFunc(func() { stopWatch(); <-watchDone })
+	defer stopWatching()
 	countCtx, stopCount := context.WithCancel(context.WithoutCancel(ctx))
 	d.sessions.start(countCtx, d.store, d.log)
 	defer func() { stopCount(); d.sessions.wait() }()
@@ -203,6 +212,16 @@ func (d *Daemon) Run(ctx context.Context, ln net.Listener, ready func()) error {
 		<-initDone // cancelled: whatever it had opened is closed
 	}
 	api.Shutdown(d.cfg.Daemon.ShutdownGrace.Duration)
+	stopWatching() // it evacuates personas: not while they close
+	if ps := d.personas.Swap(nil); ps != nil {
+		for _, name := range ps.pool.Names()[1:] { // the default is ready's
+			if e, ok := ps.pool.Peek(name); ok {
+				if cerr := e.Close(); cerr != nil {
+					d.log.Warn("request path", "persona", name, "err", cerr)
+				}
+			}
+		}
+	}
 	if e := d.ready.Swap(nil); e != nil {
 		if cerr := e.Close(); cerr != nil {
 			d.log.Warn("request path", "err", cerr)
@@ -352,6 +371,7 @@ func (d *Daemon) start(ctx context.Context) error {
 			cur.Sched.Forget()
 		}
 	}
+	began := time.Now()
 	m, err := open(ctx, onRestart)
 	if err != nil {
 		return err
@@ -360,26 +380,16 @@ func (d *Daemon) start(ctx context.Context) error {
 	// engine.New refuses limits that do not fit the window (the
 	// orchestrator checks them; KindInvalid: the daemon stops) and closes
 	// m when it fails.
-	e, err := engine.New(ctx, engine.Config{
-		Identity: runcontext.Identity{Name: d.cfg.Identity.Name, Persona: d.cfg.Identity.Persona},
-		Codex:    d.cfg.Codex, Karma: d.cfg.Karma, LowPowerAnswerReserve: d.cfg.Limits.LowPowerAnswerReserve,
-		EditsLast: d.cfg.Backend.CacheReuse > 0,
-		StateDir:  d.cfg.Daemon.StateDir, StoreTimeout: d.cfg.Daemon.StoreTimeout.Duration,
-		MaxAsksPerSigil: d.cfg.Daemon.MaxAsksPerSigil, MaxSessionsPerSigil: d.cfg.Daemon.MaxSessionsPerSigil,
-		LeaveOutTools: d.cfg.Daemon.DisallowedTools == "leave_out", Limits: limits, Sigils: d.sigils, Formatters: d.formatters,
-		Store: d.store, KarmaStore: d.karma, Sensor: d.sensor,
-		Observe: func(_ context.Context, sum *ctxd.Summary) { d.metrics.Answer(sum) },
-		Spent:   d.metrics.Spent,
-		OnCodex: func(plan ctxd.CodexPlan) {
-			if api := d.api.Load(); api != nil {
-				api.PublishCodex(plan)
-			}
-		},
-		Logger: d.log,
-	}, m)
+	e, err := engine.New(ctx, d.engineConfig(d.cfg, limits), m)
 	if err != nil {
 		return err
 	}
+	ps, err := d.newPersonas(e, time.Since(began))
+	if err != nil {
+		e.Close()
+		return err
+	}
+	d.personas.Store(ps)
 	// Ready under reloadMu: a reload either ran before (and its limits are
 	// applied here) or runs after and finds the engine.
 	d.reloadMu.Lock()
@@ -395,6 +405,28 @@ func (d *Daemon) start(ctx context.Context) error {
 	info := m.Info
 	d.log.Info("ready", "backend", info.URL, "version", info.Version, "model", info.Model, "num_ctx", info.NumCtx, "slots", e.Sched.Slots())
 	return nil
+}
+
+// engineConfig is the request path's configuration for c (the daemon's,
+// or a persona's) under limits.
+func (d *Daemon) engineConfig(c config.Config, limits governor.Limits) engine.Config {
+	return engine.Config{
+		Identity: runcontext.Identity{Name: c.Identity.Name, Persona: c.Identity.Persona},
+		Codex:    c.Codex, Karma: c.Karma, LowPowerAnswerReserve: c.Limits.LowPowerAnswerReserve,
+		EditsLast: c.Backend.CacheReuse > 0,
+		StateDir:  c.Daemon.StateDir, StoreTimeout: c.Daemon.StoreTimeout.Duration,
+		MaxAsksPerSigil: c.Daemon.MaxAsksPerSigil, MaxSessionsPerSigil: c.Daemon.MaxSessionsPerSigil,
+		LeaveOutTools: c.Daemon.DisallowedTools == "leave_out", Limits: limits, Sigils: d.sigils, Formatters: d.formatters,
+		Store: d.store, KarmaStore: d.karma, Sensor: d.sensor,
+		Observe: func(_ context.Context, sum *ctxd.Summary) { d.metrics.Answer(sum) },
+		Spent:   d.metrics.Spent,
+		OnCodex: func(plan ctxd.CodexPlan) {
+			if api := d.api.Load(); api != nil {
+				api.PublishCodex(plan)
+			}
+		},
+		Logger: d.log.With("persona", c.Backend.Model),
+	}
 }
 
 // startLimits are the limits a start puts in force on a window of numCtx

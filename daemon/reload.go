@@ -91,6 +91,15 @@ func (d *Daemon) Reload(ctx context.Context) httpapi.ReloadStatus {
 			return done(fmt.Errorf("reload: %w", err))
 		}
 	}
+	if ps := d.personas.Load(); ps != nil {
+		for _, name := range ps.pool.Names()[1:] { // the default is ready's
+			if e, ok := ps.pool.Peek(name); ok {
+				if err := d.applyLimits(ctx, e, next); err != nil {
+					return done(fmt.Errorf("reload: persona %q: %w", name, err))
+				}
+			}
+		}
+	}
 	d.sigils.Replace(reg)
 	d.level.Set(level)
 	d.live.Store(next)

@@ -51,6 +51,7 @@ func (d *Daemon) Status(context.Context) httpapi.Status {
 	st.Sessions = d.sessions.get()
 	st.LogLevel = strings.ToLower(d.LogLevel().String())
 	st.Config, st.Reload = d.opts.ConfigPath, d.lastReload.Load()
+	st.Personas = d.personas.Load().status(d)
 	return st
 }
 

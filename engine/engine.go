@@ -5,6 +5,9 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
 	"time"
 
 	"github.com/ctxd/ctxd"
@@ -30,6 +33,16 @@ type Engine struct {
 	Orch  *orchestrator.Orchestrator
 	Codex *codexsvc.Service
 	Since time.Time // when it became ready
+	log   *slog.Logger
+
+	evacMu sync.Mutex  // guards saved
+	saved  []savedSlot // what Evacuate saved, for Restore
+}
+
+// savedSlot is a slot Evacuate saved to a file.
+type savedSlot struct {
+	held scheduler.Held
+	file string
 }
 
 // Config is what the request path is built from besides the model.
@@ -67,7 +80,10 @@ type Config struct {
 // New builds the request path on m and loads the configured codex. It
 // takes m: Close closes it, and so does a New that fails.
 func New(ctx context.Context, cfg Config, m *bringup.Model) (_ *Engine, err error) {
-	e := &Engine{Model: m}
+	e := &Engine{Model: m, log: cfg.Logger}
+	if e.log == nil {
+		e.log = slog.New(slog.DiscardHandler)
+	}
 	defer func() {
 		if err != nil {
 			e.Close()
@@ -149,6 +165,73 @@ func (e *Engine) SetLimits(ctx context.Context, l governor.Limits) error {
 		return err
 	}
 	return e.Orch.SetLimits(l)
+}
+
+// evacuatedPrefix names the files Evacuate saves slots to (not the warm
+// restarts' ctxd-*.bin, which live on).
+const evacuatedPrefix = "evacuated-slot-"
+
+// Evacuate gives the model's memory back: it saves every slot that holds a
+// conversation to a file and stops the model's server. The request path
+// stays (its codex, tokenizer and sessions); Restore brings the server and
+// the slots back. No request may run meanwhile: the caller sees to it. A
+// slot that cannot be saved is lost (its next request evaluates it), not
+// an error.
+func (e *Engine) Evacuate(ctx context.Context) error {
+	if e.Model.Suspend == nil || e.Model.Resume == nil {
+		return ctxd.Errorf(ctxd.KindUnsupported, "engine: this backend cannot be evacuated (ctxd does not run its server)")
+	}
+	e.evacMu.Lock()
+	defer e.evacMu.Unlock()
+	var saved []savedSlot
+	if w := e.Model.Warm; w != nil {
+		for _, h := range e.Sched.Snapshot() {
+			name := fmt.Sprintf("%s%d.bin", evacuatedPrefix, h.Slot)
+			n, err := w.Store.SaveSlot(ctx, h.Slot, name)
+			if err != nil || n < len(h.Tokens) {
+				e.log.Warn("slot not saved before evacuation; its next request evaluates it", "slot", h.Slot, "tokens", len(h.Tokens), "saved", n, "err", err)
+				continue
+			}
+			saved = append(saved, savedSlot{held: h, file: name})
+		}
+	}
+	e.Sched.Forget()
+	if err := e.Model.Suspend(); err != nil {
+		return fmt.Errorf("engine: stop the model's server: %w", err)
+	}
+	e.saved = saved
+	e.log.Info("evacuated", "model", e.Model.Info.Model, "slots_saved", len(saved))
+	return nil
+}
+
+// Restore starts an evacuated model's server again and restores the slots
+// Evacuate saved; a slot that does not come back whole is evaluated by its
+// next request.
+func (e *Engine) Restore(ctx context.Context) error {
+	if e.Model.Resume == nil {
+		return ctxd.Errorf(ctxd.KindUnsupported, "engine: this backend cannot be restored")
+	}
+	e.evacMu.Lock()
+	defer e.evacMu.Unlock()
+	if err := e.Model.Resume(ctx); err != nil {
+		return fmt.Errorf("engine: start the model's server again: %w", err)
+	}
+	restored := 0
+	for _, s := range e.saved {
+		n, err := e.Model.Warm.Store.RestoreSlot(ctx, s.held.Slot, s.file)
+		if err != nil || n < len(s.held.Tokens) {
+			e.log.Warn("slot not restored; its next request evaluates it", "slot", s.held.Slot, "tokens", len(s.held.Tokens), "restored", n, "err", err)
+		} else {
+			e.Sched.Put(s.held)
+			restored++
+		}
+		if e.Model.Warm.Dir != "" {
+			_ = os.Remove(filepath.Join(e.Model.Warm.Dir, s.file))
+		}
+	}
+	e.log.Info("restored", "model", e.Model.Info.Model, "slots_restored", restored, "of", len(e.saved))
+	e.saved = nil
+	return nil
 }
 
 // Close stops the codex service and then the model; the store is not

@@ -48,6 +48,13 @@ type Config struct {
 	// Engine is the request path and the model it serves, or an error of
 	// kind ctxd.KindUnavailable while the backend is starting.
 	Engine func() (Engine, Model, error)
+	// Persona, when set, is the request path of the persona a request's
+	// model field names (made resident first), and what to call once the
+	// request is done with it; an unknown name is an error of kind
+	// KindNotFound. Models lists the personas the request's sigil may use,
+	// the default first. nil: the one model Engine serves.
+	Persona func(r *http.Request, model string) (Engine, Model, func(), error)
+	Models  func(r *http.Request) []Model
 	// Sigil is the sigil a request acts as, resolved and narrowed to the
 	// scopes the request asks for: the one its token authenticated, else
 	// the one it names (X-Ctxd-Sigil), else the default; an error refuses
@@ -178,16 +185,60 @@ func (d *Doors) engine() (Engine, Model, error) { return d.cfg.Engine() }
 // open is the start every asking handler shares: it decodes the body into
 // req, finds the request path and checks the model *model names (read
 // after decoding). It returns the fields the body sent, and the model.
-func (d *Doors) open(w http.ResponseWriter, r *http.Request, req any, model *string) ([]string, Engine, Model, error) {
+func (d *Doors) open(w http.ResponseWriter, r *http.Request, req any, model *string) ([]string, Engine, Model, func(), error) {
 	sent, err := d.decode(w, r, req)
 	if err != nil {
-		return nil, nil, Model{}, err
+		return nil, nil, Model{}, func() {}, err
+	}
+	if d.cfg.Persona != nil {
+		if strings.TrimSpace(*model) == "" {
+			return sent, nil, Model{}, func() {}, ctxd.Errorf(ctxd.KindInvalid, "model: required; name a persona of this ctxd (GET /v1/models lists them) or say \"ctxd\"")
+		}
+		eng, m, release, err := d.cfg.Persona(r, strings.TrimSuffix(*model, ":latest"))
+		if err != nil {
+			return sent, nil, Model{}, func() {}, err
+		}
+		return sent, eng, m, release, nil
 	}
 	eng, m, err := d.engine()
 	if err == nil {
 		err = checkModel(*model, m)
 	}
-	return sent, eng, m, err
+	return sent, eng, m, func() {}, err
+}
+
+// models are the models the doors list: the personas a request's sigil
+// may use, or the one model served.
+func (d *Doors) models(r *http.Request) ([]Model, error) {
+	if d.cfg.Models != nil {
+		return d.cfg.Models(r), nil
+	}
+	_, m, err := d.engine()
+	if err != nil {
+		return nil, err
+	}
+	return []Model{m}, nil
+}
+
+// model is the listed model a request names.
+func (d *Doors) model(r *http.Request, name string) (Model, error) {
+	ms, err := d.models(r)
+	if err != nil {
+		return Model{}, err
+	}
+	if d.cfg.Models == nil || name == "ctxd" {
+		return ms[0], checkModel(name, ms[0])
+	}
+	for _, m := range ms {
+		if sameModel(name, m.Name) {
+			return m, nil
+		}
+	}
+	names := make([]string, len(ms))
+	for i, m := range ms {
+		names[i] = m.Name
+	}
+	return Model{}, ctxd.Errorf(ctxd.KindNotFound, "model %q not found; this ctxd serves %s (or say \"ctxd\")", name, strings.Join(names, ", "))
 }
 
 // answerCap is the cap on the answer's length a client asked for, if ctxd

@@ -150,7 +150,8 @@ type ollamaChunk struct {
 
 func (d *Doors) ollamaChat(w http.ResponseWriter, r *http.Request) {
 	var req ollamaChatRequest
-	sent, eng, m, err := d.open(w, r, &req, &req.Model)
+	sent, eng, m, release, err := d.open(w, r, &req, &req.Model)
+	defer release()
 	if err == nil {
 		err = refuseUnsupported(req.Format, false, "", "", nil)
 	}
@@ -184,7 +185,8 @@ func (d *Doors) ollamaChat(w http.ResponseWriter, r *http.Request) {
 
 func (d *Doors) ollamaGenerate(w http.ResponseWriter, r *http.Request) {
 	var req ollamaGenerateRequest
-	sent, eng, m, err := d.open(w, r, &req, &req.Model)
+	sent, eng, m, release, err := d.open(w, r, &req, &req.Model)
+	defer release()
 	if err == nil {
 		err = refuseUnsupported(req.Format, req.Raw, req.Template, req.Suffix, req.Images)
 	}
@@ -327,27 +329,38 @@ func tagged(name string) string {
 }
 
 func (d *Doors) ollamaTags(w http.ResponseWriter, r *http.Request) {
-	_, m, err := d.engine()
+	ms, err := d.models(r)
 	if err != nil {
 		WriteOllamaError(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"models": []map[string]any{{
-		"name": tagged(m.Name), "model": tagged(m.Name), "modified_at": m.Loaded.UTC(), "size": 0, "digest": digestOf(m),
-		"details": detailsOf(m),
-	}}})
+	list := []map[string]any{}
+	for _, m := range ms {
+		list = append(list, map[string]any{
+			"name": tagged(m.Name), "model": tagged(m.Name), "modified_at": m.Loaded.UTC(), "size": 0, "digest": digestOf(m),
+			"details": detailsOf(m),
+		})
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"models": list})
 }
 
 func (d *Doors) ollamaPs(w http.ResponseWriter, r *http.Request) {
-	_, m, err := d.engine()
+	ms, err := d.models(r)
 	if err != nil {
 		WriteOllamaError(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"models": []map[string]any{{
-		"name": tagged(m.Name), "model": tagged(m.Name), "size": 0, "digest": digestOf(m), "details": detailsOf(m),
-		"expires_at": time.Date(2318, 1, 1, 0, 0, 0, 0, time.UTC), "size_vram": 0, "context_length": m.NumCtx,
-	}}})
+	list := []map[string]any{}
+	for _, m := range ms {
+		if m.Loaded.IsZero() { // a persona never loaded
+			continue
+		}
+		list = append(list, map[string]any{
+			"name": tagged(m.Name), "model": tagged(m.Name), "size": 0, "digest": digestOf(m), "details": detailsOf(m),
+			"expires_at": time.Date(2318, 1, 1, 0, 0, 0, 0, time.UTC), "size_vram": 0, "context_length": m.NumCtx,
+		})
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"models": list})
 }
 
 func (d *Doors) ollamaShow(w http.ResponseWriter, r *http.Request) {
@@ -362,10 +375,7 @@ func (d *Doors) ollamaShow(w http.ResponseWriter, r *http.Request) {
 	if req.Model == "" {
 		req.Model = req.Name
 	}
-	_, m, err := d.engine()
-	if err == nil {
-		err = checkModel(req.Model, m)
-	}
+	m, err := d.model(r, req.Model)
 	if err != nil {
 		WriteOllamaError(w, err)
 		return

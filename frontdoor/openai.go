@@ -191,7 +191,8 @@ func newID(prefix string) string {
 
 func (d *Doors) openaiChat(w http.ResponseWriter, r *http.Request) {
 	var req openaiChatRequest
-	sent, eng, m, err := d.open(w, r, &req, &req.Model)
+	sent, eng, m, release, err := d.open(w, r, &req, &req.Model)
+	defer release()
 	if err == nil && req.N != nil && *req.N != 1 {
 		err = ctxd.Errorf(ctxd.KindInvalid, "n: %d choices asked; ctxd answers with one", *req.N)
 	}
@@ -241,7 +242,8 @@ type openaiCompletionRequest struct {
 
 func (d *Doors) openaiCompletion(w http.ResponseWriter, r *http.Request) {
 	var req openaiCompletionRequest
-	sent, eng, m, err := d.open(w, r, &req, &req.Model)
+	sent, eng, m, release, err := d.open(w, r, &req, &req.Model)
+	defer release()
 	if err == nil && req.N != nil && *req.N != 1 {
 		err = ctxd.Errorf(ctxd.KindInvalid, "n: %d choices asked; ctxd answers with one", *req.N)
 	}
@@ -405,19 +407,20 @@ func toOpenAIModel(m Model) openaiModel {
 }
 
 func (d *Doors) openaiModels(w http.ResponseWriter, r *http.Request) {
-	_, m, err := d.engine()
+	ms, err := d.models(r)
 	if err != nil {
 		WriteOpenAIError(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": []openaiModel{toOpenAIModel(m)}})
+	list := []openaiModel{}
+	for _, m := range ms {
+		list = append(list, toOpenAIModel(m))
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": list})
 }
 
 func (d *Doors) openaiModel(w http.ResponseWriter, r *http.Request) {
-	_, m, err := d.engine()
-	if err == nil {
-		err = checkModel(r.PathValue("model"), m)
-	}
+	m, err := d.model(r, r.PathValue("model"))
 	if err != nil {
 		WriteOpenAIError(w, err)
 		return

@@ -384,12 +384,19 @@ func (srv sessionRoutes) handleAsk(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	e, err := srv.core.Engine()
+	s := &stream{w: w, timeout: srv.cfg.Daemon.WriteTimeout.Duration}
+	e, release, err := srv.persona(r.Context(), req.Persona, sigil.Name, func(msg string) {
+		_ = s.send(ctxd.Event{Type: ctxd.EventProgress, Text: msg})
+	})
 	if err != nil {
-		writeError(w, err)
+		if s.started {
+			_ = s.send(errorEvent(err))
+		} else {
+			writeError(w, err)
+		}
 		return
 	}
-	s := &stream{w: w, timeout: srv.cfg.Daemon.WriteTimeout.Duration}
+	defer release()
 	sum, err := e.Orch.AskAs(r.Context(), sigil, req, s.token)
 	if err != nil {
 		switch k := ctxd.KindOf(err); k {

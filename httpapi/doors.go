@@ -1,29 +1,66 @@
 package httpapi
 
 import (
+	"net/http"
+
+	"github.com/ctxd/ctxd/engine"
 	"github.com/ctxd/ctxd/frontdoor"
 )
 
 // doors are the OpenAI- and Ollama-compatible front doors on the
 // daemon's request path.
 func (srv *Server) doors() *frontdoor.Doors {
-	return frontdoor.New(frontdoor.Config{
+	cfg := frontdoor.Config{
 		Engine: func() (frontdoor.Engine, frontdoor.Model, error) {
 			e, err := srv.core.Engine()
 			if err != nil {
 				return nil, frontdoor.Model{}, err
 			}
-			info, facts := e.Model.Info, e.Model.Facts
-			return e.Orch, frontdoor.Model{
-				Name: info.Model, Architecture: info.Architecture, NumCtx: info.NumCtx, AnswerReserve: e.Orch.Limits().AnswerReserve,
-				BackendKind: info.Kind, BackendVersion: info.Version, Loaded: e.Since,
-				Embedding: facts.Embedding, BlockCount: facts.BlockCount, Info: e.Model.ModelInfo,
-				ToolOpen: e.Orch.ToolSyntax().Open,
-			}, nil
+			return e.Orch, doorModel(e), nil
 		},
 		Sigil:        srv.doorSigil,
 		MaxBodyBytes: srv.cfg.Daemon.MaxBodyBytes,
 		WriteTimeout: srv.cfg.Daemon.WriteTimeout.Duration,
 		Logger:       srv.log,
-	})
+	}
+	if _, ok := srv.core.(Personas); ok {
+		cfg.Persona = func(r *http.Request, model string) (frontdoor.Engine, frontdoor.Model, func(), error) {
+			sg, err := srv.doorSigil(r)
+			if err != nil {
+				return nil, frontdoor.Model{}, nil, err
+			}
+			e, release, err := srv.persona(r.Context(), model, sg.Name, nil)
+			if err != nil {
+				return nil, frontdoor.Model{}, nil, err
+			}
+			return e.Orch, doorModel(e), release, nil
+		}
+		cfg.Models = func(r *http.Request) []frontdoor.Model {
+			sg, err := srv.doorSigil(r)
+			if err != nil {
+				return nil
+			}
+			var out []frontdoor.Model
+			for _, p := range srv.personaNames(sg.Name) {
+				if p.Engine != nil {
+					out = append(out, doorModel(p.Engine))
+				} else {
+					out = append(out, frontdoor.Model{Name: p.Name, NumCtx: p.NumCtx})
+				}
+			}
+			return out
+		}
+	}
+	return frontdoor.New(cfg)
+}
+
+// doorModel is the model a request path serves, as the doors show it.
+func doorModel(e *engine.Engine) frontdoor.Model {
+	info, facts := e.Model.Info, e.Model.Facts
+	return frontdoor.Model{
+		Name: info.Model, Architecture: info.Architecture, NumCtx: info.NumCtx, AnswerReserve: e.Orch.Limits().AnswerReserve,
+		BackendKind: info.Kind, BackendVersion: info.Version, Loaded: e.Since,
+		Embedding: facts.Embedding, BlockCount: facts.BlockCount, Info: e.Model.ModelInfo,
+		ToolOpen: e.Orch.ToolSyntax().Open,
+	}
 }

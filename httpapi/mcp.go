@@ -322,10 +322,11 @@ func (m mcpDaemon) Sigil(ctx context.Context) (*ctxd.SigilInfo, error) {
 func (m mcpDaemon) Ask(ctx context.Context, req ctxd.AskRequest, onToken func(string)) (*ctxd.Summary, error) {
 	var sum *ctxd.Summary
 	err := m.call(ctx, "POST /v1/ask", func(ctx context.Context, s runcontext.Sigil) error {
-		e, err := m.srv.core.Engine()
+		e, release, err := m.srv.persona(ctx, req.Persona, s.Name, nil)
 		if err != nil {
 			return err
 		}
+		defer release()
 		req.Sigil, req.Scopes = s.Name, s.Scopes
 		sum, err = e.Orch.AskAs(ctx, s, req, func(t string) error {
 			if onToken != nil {

@@ -10,6 +10,7 @@ import (
 	"github.com/ctxd/ctxd/engine"
 	"github.com/ctxd/ctxd/governor"
 	"github.com/ctxd/ctxd/hostenv"
+	"github.com/ctxd/ctxd/persona"
 	"github.com/ctxd/ctxd/runcontext"
 	"github.com/ctxd/ctxd/scheduler"
 	"github.com/ctxd/ctxd/sigils"
@@ -45,6 +46,27 @@ type Status struct {
 	// built-in defaults); Reload how the last reload went (nil: none yet).
 	Config string        `json:"config,omitempty"`
 	Reload *ReloadStatus `json:"reload,omitempty"`
+	// Personas are the personas served under one memory budget, when
+	// the configuration has more than the default one.
+	Personas *PersonasStatus `json:"personas,omitempty"`
+}
+
+// PersonasStatus is the memory budget and each persona's share of it.
+type PersonasStatus struct {
+	BudgetBytes  int64           `json:"budget_bytes"`  // what all resident personas may plan together
+	PlannedBytes int64           `json:"planned_bytes"` // what the resident ones plan now
+	Personas     []PersonaStatus `json:"personas"`      // the default first
+}
+
+// PersonaStatus is one persona: where it stands, what it plans, and what
+// its server really holds.
+type PersonaStatus struct {
+	persona.Status
+	Model  string `json:"model"`            // its model file
+	NumCtx int    `json:"num_ctx"`          // its window per slot
+	Slots  int    `json:"slots"`            // its slots
+	RSS    int64  `json:"rss_bytes"`        // its server's resident memory now (0: not running)
+	OffBy  string `json:"off_by,omitempty"` // how far RSS is from the plan, when it is running
 }
 
 // SigilStatus is one configured sigil as status shows it: never a token

@@ -489,9 +489,14 @@ func (c *wsConn) answer(ctx context.Context, id string, sigil runcontext.Sigil, 
 			last, notice = wsError(id, ctxd.Errorf(ctxd.KindInternal, "internal error; see the daemon log")), nil
 		}
 	}()
-	sum, err := c.e.Orch.AskAs(ctx, sigil, req, func(text string) error {
-		return c.token(ctx, id, text)
-	})
+	e, release, err := c.srv.persona(ctx, req.Persona, sigil.Name, nil)
+	var sum *ctxd.Summary
+	if err == nil {
+		defer release()
+		sum, err = e.Orch.AskAs(ctx, sigil, req, func(text string) error {
+			return c.token(ctx, id, text)
+		})
+	}
 	if err != nil {
 		switch k := ctxd.KindOf(err); k {
 		case ctxd.KindInternal, ctxd.KindNotRecorded:

@@ -323,6 +323,42 @@ func (s *Scheduler) Forget() {
 	}
 }
 
+// Held is what one slot holds, as Snapshot reports it and Put restores
+// it: for a backend that is stopped and started again with its slots
+// saved to files and restored.
+type Held struct {
+	Slot    int
+	Tokens  []int  // what ctxd knows the slot holds
+	Session string // the session it served last
+	Prefix  string // the stable prefix it holds, for status
+}
+
+// Snapshot reports every slot that holds something and is not in use.
+func (s *Scheduler) Snapshot() []Held {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []Held
+	for i, sl := range s.slots {
+		if !sl.busy && len(sl.held) > 0 {
+			out = append(out, Held{Slot: i, Tokens: sl.held, Session: sl.session, Prefix: sl.prefix})
+		}
+	}
+	return out
+}
+
+// Put says a slot holds h again (its saved copy was restored after a
+// Forget). A slot in use, or one out of range, is left as it is.
+func (s *Scheduler) Put(h Held) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if h.Slot < 0 || h.Slot >= len(s.slots) || s.slots[h.Slot].busy {
+		return
+	}
+	sl := &s.slots[h.Slot]
+	sl.held, sl.session, sl.prefix, sl.stopped, sl.measured = slices.Clip(h.Tokens), h.Session, h.Prefix, false, -1
+	sl.freedAt = s.now()
+}
+
 // Status is the scheduler's state, for ctxd status.
 type Status struct {
 	Slots      []SlotStatus `json:"slots"`

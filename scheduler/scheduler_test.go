@@ -363,3 +363,44 @@ func TestSideRequestLeavesTheLiveConversation(t *testing.T) {
 		t.Errorf("after liveFor, slot %d; want 0, which holds most of the prompt", x.Slot)
 	}
 }
+
+// TestSnapshotAndPut: what a snapshot reports comes back with Put after a
+// Forget, and the next request of that conversation finds its slot.
+func TestSnapshotAndPut(t *testing.T) {
+	s := New(Options{Slots: 2, LeastRecentTies: true})
+	for _, sess := range []struct {
+		name   string
+		prompt []int
+	}{{"a", []int{1, 2, 3}}, {"b", []int{7, 8}}} {
+		l, err := s.Acquire(t.Context(), sess.name, sess.prompt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		l.Record(sess.prompt)
+		l.Prefix("p-" + sess.name)
+		l.Release()
+	}
+	snap := s.Snapshot()
+	if len(snap) != 2 {
+		t.Fatalf("snapshot %+v, want two slots", snap)
+	}
+	s.Forget()
+	if got := s.Snapshot(); len(got) != 0 {
+		t.Fatalf("after Forget the snapshot is %+v", got)
+	}
+	for _, h := range snap {
+		s.Put(h)
+	}
+	s.Put(Held{Slot: 5, Tokens: []int{1}}) // out of range: ignored
+	l, err := s.Acquire(t.Context(), "b", []int{7, 8, 9})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release()
+	if want := snap[1].Slot; l.Slot != want || l.Cached != 2 {
+		t.Fatalf("b's next request got slot %d with %d cached, want slot %d with 2", l.Slot, l.Cached, want)
+	}
+	if st := s.Status(); st.Slots[snap[0].Slot].Prefix != "p-a" {
+		t.Fatalf("status after Put: %+v", st.Slots)
+	}
+}

@@ -342,3 +342,61 @@ func TestOwnershipCheckedOncePerConnection(t *testing.T) {
 		t.Errorf("a second connection: %d checks, %d dials in all; want 2 of each", c, d)
 	}
 }
+
+// TestPauseAndResume: a paused server is stopped and not restarted (its
+// exit is no crash); Resume starts it again, and after that a crash is
+// restarted as before.
+func TestPauseAndResume(t *testing.T) {
+	addr := freeAddr(t)
+	restarted := make(chan struct{}, 10)
+	p, err := Start(t.Context(), Config{
+		Name:    "helper",
+		Command: func() *exec.Cmd { return helper(addr) },
+		LogPath: filepath.Join(t.TempDir(), "log"),
+		Ready:   ready(addr),
+		Network: "tcp", Addr: addr,
+		OnRestart: func() { restarted <- struct{}{} },
+		Backoff:   10 * time.Millisecond,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	first := p.PID()
+	if err := p.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	if !p.Paused() || alive(first) {
+		t.Fatalf("after Pause: paused %v, process %d alive %v", p.Paused(), first, alive(first))
+	}
+	if err := p.Pause(); err != nil { // twice is once
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond) // ten backoffs: a supervisor that took the exit for a crash would have restarted it
+	if len(restarted) > 0 || ready(addr)(t.Context()) == nil {
+		t.Fatal("a paused server was restarted")
+	}
+	if _, err := p.DialContext(t.Context(), "tcp", addr); err == nil {
+		t.Fatal("DialContext reached a paused server")
+	}
+	if err := p.Resume(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if p.Paused() || p.PID() == first || ready(addr)(t.Context()) != nil {
+		t.Fatalf("after Resume: paused %v, pid %d (was %d)", p.Paused(), p.PID(), first)
+	}
+	if len(restarted) > 0 {
+		t.Fatal("Resume was reported as a crash restart")
+	}
+	if err := syscall.Kill(p.PID(), syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-restarted:
+	case <-time.After(60 * time.Second):
+		t.Fatal("a crash after Resume was not restarted")
+	}
+	if p.Restarts() != 1 {
+		t.Fatalf("restarts %d, want 1", p.Restarts())
+	}
+}

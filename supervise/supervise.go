@@ -66,10 +66,15 @@ type Process struct {
 	cfg Config
 	log *slog.Logger
 
-	mu      sync.Mutex // guards cmd, gone, restart
+	mu      sync.Mutex // guards cmd, gone, restart, paused
 	cmd     *exec.Cmd
 	gone    chan struct{} // closed when cmd has exited and been reaped
 	restart int
+	paused  bool // Pause stopped it: its exit is not a crash, and nothing restarts it but Resume
+
+	parked  chan struct{}       // the supervisor waits for Resume (after a Pause)
+	resumed chan (<-chan error) // Resume hands the supervisor the new process's exit
+	pauseMu sync.Mutex          // one Pause or Resume at a time
 
 	unchecked sync.Once // logs that the socket's owner cannot be checked here
 	// checkConn checks who holds the server end of a connection
@@ -107,7 +112,7 @@ func Start(ctx context.Context, cfg Config) (*Process, error) {
 		return nil, fmt.Errorf("%s: %w", cfg.Name, err)
 	}
 	p := &Process{cfg: cfg, log: cfg.Logger.With("component", cfg.Name), done: make(chan struct{}),
-		checkConn: sockowner.Owner.CheckConn}
+		checkConn: sockowner.Owner.CheckConn, parked: make(chan struct{}, 1), resumed: make(chan (<-chan error))}
 	p.ctx, p.stop = context.WithCancel(context.Background())
 	exited, err := p.spawn()
 	if err != nil {
@@ -229,6 +234,15 @@ func (p *Process) supervise(exited <-chan error) {
 		if p.ctx.Err() != nil {
 			return // Close stops the group
 		}
+		if p.Paused() {
+			p.parked <- struct{}{}
+			select {
+			case exited = <-p.resumed:
+				continue
+			case <-p.ctx.Done():
+				return
+			}
+		}
 		// What it started (Ollama's runners, holding the model in
 		// memory) would outlive it in its process group.
 		p.killGroup()
@@ -238,6 +252,10 @@ func (p *Process) supervise(exited <-chan error) {
 			return // closing
 		}
 		exited = next
+		if p.Paused() { // paused during the restart: stopped, and parked on the next turn
+			p.stopProcess()
+			continue
+		}
 		p.mu.Lock()
 		p.restart++
 		p.mu.Unlock()
@@ -274,6 +292,72 @@ func (p *Process) respawn() <-chan error {
 		}
 		return next
 	}
+}
+
+// Paused reports whether Pause stopped the process and no Resume has
+// started it again.
+func (p *Process) Paused() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.paused
+}
+
+// Pause stops the process (SIGTERM, then SIGKILL after StopTimeout) and
+// keeps it stopped: its exit is not a crash, and the supervisor restarts
+// it only when Resume says so. It gives the process's memory back while
+// its configuration stays. Pausing a paused process does nothing.
+func (p *Process) Pause() error {
+	p.pauseMu.Lock()
+	defer p.pauseMu.Unlock()
+	p.mu.Lock()
+	if p.paused {
+		p.mu.Unlock()
+		return nil
+	}
+	p.paused = true
+	p.mu.Unlock()
+	p.stopProcess()
+	select {
+	case <-p.parked: // the supervisor saw the exit and waits for Resume
+	case <-p.done:
+		return fmt.Errorf("%s: closed", p.cfg.Name)
+	}
+	p.log.Info(p.cfg.Name + " paused")
+	return nil
+}
+
+// Resume starts a paused process again and returns once it is ready, as
+// Start does; from then on the supervisor restarts it on a crash again.
+// A start that fails leaves it paused, and a later Resume tries again.
+// Resuming a process that is not paused does nothing.
+func (p *Process) Resume(ctx context.Context) error {
+	p.pauseMu.Lock()
+	defer p.pauseMu.Unlock()
+	if !p.Paused() {
+		return nil
+	}
+	if p.ctx.Err() != nil {
+		return fmt.Errorf("%s: closed", p.cfg.Name)
+	}
+	exited, err := p.spawn()
+	if err != nil {
+		return err
+	}
+	if err := p.waitReady(ctx, exited); err != nil {
+		p.stopProcess()
+		return err
+	}
+	p.mu.Lock()
+	p.paused = false
+	p.mu.Unlock()
+	select {
+	case p.resumed <- exited:
+	case <-p.done: // closed meanwhile: Close stops what was started
+		p.stopProcess()
+		return fmt.Errorf("%s: closed", p.cfg.Name)
+	}
+	p.log.Info(p.cfg.Name + " resumed")
+	return nil
 }
 
 // Close stops the process: it cancels any restart in progress, then sends

@@ -105,6 +105,30 @@ func formatStatus(st httpapi.Status) string {
 	}
 	o.line("format", "%s: %s", format, strings.Join(nonEmpty(f.Reason, f.Note), "; "))
 
+	if ps := st.Personas; ps != nil {
+		o.line("personas", "%s planned of a %s memory budget", bytesIEC(ps.PlannedBytes), bytesIEC(ps.BudgetBytes))
+		for _, p := range ps.Personas {
+			line := fmt.Sprintf("%s: %s · %s planned (num_ctx %d × %s)", p.Name, p.State, bytesIEC(p.PlannedBytes), p.NumCtx, plural(p.Slots, "slot"))
+			if p.RSS > 0 {
+				line += fmt.Sprintf(" · server holds %s (%s)", bytesIEC(p.RSS), p.OffBy)
+			}
+			if p.Evacuations > 0 {
+				line += fmt.Sprintf(" · evacuated %s, restored %s", times(p.Evacuations), times(p.Restores))
+			}
+			var notes []string
+			if p.Default {
+				notes = append(notes, "default")
+			}
+			if p.Pinned {
+				notes = append(notes, "pinned")
+			}
+			if len(notes) > 0 {
+				line += " · " + strings.Join(notes, ", ")
+			}
+			o.line("", "%s", line)
+		}
+	}
+
 	if c := st.Codex; c != nil {
 		tokens := fmt.Sprintf("%d tokens", c.Tokens)
 		if !c.TokensExact {

@@ -1,0 +1,254 @@
+package daemon
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/ctxd/ctxd"
+	"github.com/ctxd/ctxd/bringup"
+	"github.com/ctxd/ctxd/config"
+	"github.com/ctxd/ctxd/engine"
+	"github.com/ctxd/ctxd/governor"
+	"github.com/ctxd/ctxd/hostenv"
+	"github.com/ctxd/ctxd/httpapi"
+	"github.com/ctxd/ctxd/persona"
+)
+
+// personas are the pool of personas once the default one is up, and
+// what was planned for each.
+type personas struct {
+	pool  *persona.Pool[*engine.Engine]
+	plans map[string]governor.WindowPlan
+
+	mu     sync.Mutex
+	warned map[string]int // the load (evacuations+restores) a memory mismatch was last logged for
+}
+
+// readOnlyMemory is the probe as a persona's plan reads it: a plan made
+// ahead of its load does not touch what VRAM pressure counts (the pool
+// tells the probe what the resident personas plan).
+type readOnlyMemory struct{ bringup.Memory }
+
+func (readOnlyMemory) SetPlan(uint64, bool) {}
+
+// newPersonas makes the pool: the default persona, resident (def, loaded
+// in took), and the configured ones, planned now and loaded on their first
+// request. The budget is limits.memory_budget_mb, else the memory free now
+// and what the default persona planned, less the headroom.
+func (d *Daemon) newPersonas(def *engine.Engine, took time.Duration) (*personas, error) {
+	cfg := d.cfg
+	defPlanned := bringup.PlannedBytes(def.Model.Window, cfg.Backend.CacheRAMMB)
+	ps := &personas{plans: map[string]governor.WindowPlan{cfg.Backend.Model: def.Model.Window}, warned: map[string]int{}}
+	specs := []persona.Spec[*engine.Engine]{{Name: cfg.Backend.Model, Pinned: cfg.Limits.DefaultPinned, Planned: defPlanned}}
+	for i := range cfg.Personas {
+		pc := cfg.PersonaConfig(i)
+		bc := d.bringupConfig(pc, readOnlyMemory{d.probe})
+		plan, planned, err := bc.Plan()
+		if err != nil {
+			return nil, ctxd.Errorf(ctxd.KindInvalid, "persona %q: %w", pc.Backend.Model, err)
+		}
+		pc.Backend.NumCtx = plan.NumCtx // the window planned now, whatever is free when it loads
+		ps.plans[pc.Backend.Model] = plan
+		specs = append(specs, persona.Spec[*engine.Engine]{
+			Name: pc.Backend.Model, Pinned: cfg.Personas[i].Pinned, Sigils: cfg.Personas[i].Sigils, Planned: planned,
+			Open: func(ctx context.Context) (*engine.Engine, error) { return d.openPersona(ctx, pc) },
+		})
+	}
+	budget := int64(cfg.Limits.MemoryBudgetMB) << 20
+	if budget == 0 && len(cfg.Personas) > 0 {
+		rd := d.probe.Read()
+		budget = int64(rd.FreeBytes) + defPlanned - int64(cfg.Limits.MemoryHeadroomMB)<<20
+		d.log.Info("memory budget: the memory free now and the default persona's, less the headroom (set limits.memory_budget_mb to choose it)",
+			"budget_mib", budget>>20, "source", rd.Source)
+	}
+	pool, err := persona.New(persona.Config{Budget: budget, Logger: d.log,
+		OnChange: func(planned int64) { d.probe.SetPlan(uint64(max(0, planned)), true) }}, specs...)
+	if err != nil {
+		return nil, err
+	}
+	if err := pool.Adopt(cfg.Backend.Model, def, took); err != nil {
+		return nil, err
+	}
+	ps.pool = pool
+	return ps, nil
+}
+
+// bringupConfig is bring-up's configuration for one persona's load.
+func (d *Daemon) bringupConfig(c config.Config, mem bringup.Memory) bringup.Config {
+	return bringup.Config{Backend: c.Backend, Limits: c.Limits, StateDir: c.Daemon.StateDir,
+		Env: d.opts.BackendEnv, Memory: mem, Formats: d.formatters, Logger: d.log.With("persona", c.Backend.Model),
+		Critical: func() bool { return d.sensor.Environment().VRAM == "critical" }}
+}
+
+// openPersona loads a configured persona: its own llama-server and request
+// path, with the limits in force now on its window.
+func (d *Daemon) openPersona(ctx context.Context, pc config.Config) (*engine.Engine, error) {
+	if err := os.MkdirAll(pc.Daemon.StateDir, 0o700); err != nil {
+		return nil, fmt.Errorf("persona %q: %w", pc.Backend.Model, err)
+	}
+	var e *engine.Engine
+	onRestart := func() {
+		if e != nil {
+			e.Sched.Forget()
+		}
+	}
+	m, err := bringup.Open(d.bringupConfig(pc, readOnlyMemory{d.probe}))(ctx, onRestart)
+	if err != nil {
+		return nil, err
+	}
+	d.reloadMu.Lock()
+	limits := d.live.Load().limits(m.Window.NumCtx)
+	d.reloadMu.Unlock()
+	e, err = engine.New(ctx, d.engineConfig(pc, limits), m)
+	return e, err
+}
+
+// Persona is the request path of the persona a request names ("": the
+// default), made resident first if it is not (progress hears what that
+// waits for), and what to call once the request is done with it.
+func (d *Daemon) Persona(ctx context.Context, name, sigil string, progress func(string)) (*engine.Engine, func(), error) {
+	ps := d.personas.Load()
+	if ps == nil {
+		e, err := d.Engine()
+		if err == nil && name != "" && name != "ctxd" && strings.TrimSuffix(name, ":latest") != strings.TrimSuffix(d.cfg.Backend.Model, ":latest") {
+			err = ctxd.Errorf(ctxd.KindNotFound, "persona %q not found; this ctxd serves %s", name, d.cfg.Backend.Model)
+		}
+		if err != nil {
+			return nil, nil, err
+		}
+		return e, func() {}, nil
+	}
+	if name == "ctxd" || strings.TrimSuffix(name, ":latest") == strings.TrimSuffix(d.cfg.Backend.Model, ":latest") {
+		name = ""
+	}
+	return ps.pool.Acquire(ctx, name, sigil, progress)
+}
+
+// PersonaNames are the personas a sigil may use, the default first, with
+// the window planned for each.
+func (d *Daemon) PersonaNames(sigil string) []httpapi.PersonaInfo {
+	ps := d.personas.Load()
+	if ps == nil {
+		return nil
+	}
+	var out []httpapi.PersonaInfo
+	for _, name := range ps.pool.Names() {
+		if !ps.pool.Allowed(name, sigil) {
+			continue
+		}
+		info := httpapi.PersonaInfo{Name: name, NumCtx: ps.plans[name].NumCtx}
+		info.Engine, _ = ps.pool.Peek(name)
+		out = append(out, info)
+	}
+	return out
+}
+
+// watchPressure evacuates idle personas when VRAM pressure turns critical
+// (before an allocation can fail), and logs a persona whose server's
+// resident memory differs from its plan, until ctx ends.
+func (d *Daemon) watchPressure(ctx context.Context, every time.Duration) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		ps := d.personas.Load()
+		if ps == nil {
+			continue
+		}
+		if d.sensor.Environment().VRAM == hostenv.Critical {
+			if names := ps.pool.EvacuateIdle("critical memory pressure"); len(names) > 0 {
+				d.log.Warn("memory pressure is critical: idle personas evacuated", "personas", strings.Join(names, " "))
+			}
+		}
+		ps.checkMemory(d)
+	}
+}
+
+// mismatchShare is how far a server's resident memory may stray from its
+// plan before it is logged.
+const mismatchShare = 0.10
+
+// checkMemory compares each resident persona's server's resident memory
+// with its plan, and logs a mismatch once per load.
+func (ps *personas) checkMemory(d *Daemon) {
+	sts, _, _ := ps.pool.Statuses()
+	for _, st := range sts {
+		if st.State != persona.Resident || st.PlannedBytes <= 0 {
+			continue
+		}
+		e, ok := ps.pool.Peek(st.Name)
+		if !ok || e.Model.PID == nil {
+			continue
+		}
+		rss := residentBytes(e.Model.PID())
+		if rss <= 0 {
+			continue
+		}
+		share := float64(rss-st.PlannedBytes) / float64(st.PlannedBytes)
+		load := st.Evacuations + st.Restores + 1
+		ps.mu.Lock()
+		logged := ps.warned[st.Name] == load
+		if !logged && (share > mismatchShare || share < -mismatchShare) {
+			ps.warned[st.Name] = load
+		}
+		ps.mu.Unlock()
+		if !logged && (share > mismatchShare || share < -mismatchShare) {
+			d.log.Warn("a persona's server holds memory other than planned", "persona", st.Name,
+				"resident_mib", rss>>20, "planned_mib", st.PlannedBytes>>20, "off_by", fmt.Sprintf("%+.0f%%", 100*share))
+		}
+	}
+}
+
+// residentBytes is a process's resident memory (VmRSS), 0 if unknown.
+func residentBytes(pid int) int64 {
+	if pid <= 0 {
+		return 0
+	}
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		return 0
+	}
+	for line := range strings.SplitSeq(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			f := strings.Fields(rest)
+			if len(f) >= 1 {
+				kb, _ := strconv.ParseInt(f[0], 10, 64)
+				return kb << 10
+			}
+		}
+	}
+	return 0
+}
+
+// status is every persona's state, plan and resident memory, for status;
+// nil when only the default persona is configured.
+func (ps *personas) status(d *Daemon) *httpapi.PersonasStatus {
+	if ps == nil || len(d.cfg.Personas) == 0 {
+		return nil
+	}
+	sts, budget, used := ps.pool.Statuses()
+	out := &httpapi.PersonasStatus{BudgetBytes: budget, PlannedBytes: used}
+	for _, st := range sts {
+		p := httpapi.PersonaStatus{Status: st, NumCtx: ps.plans[st.Name].NumCtx, Slots: ps.plans[st.Name].Slots}
+		if e, ok := ps.pool.Peek(st.Name); ok {
+			p.Model = e.Model.TokenizerID
+			if st.State == persona.Resident && e.Model.PID != nil {
+				p.RSS = residentBytes(e.Model.PID())
+			}
+		}
+		if p.RSS > 0 && st.PlannedBytes > 0 {
+			p.OffBy = fmt.Sprintf("%+.0f%%", 100*float64(p.RSS-st.PlannedBytes)/float64(st.PlannedBytes))
+		}
+		out.Personas = append(out.Personas, p)
+	}
+	return out
+}

@@ -1,0 +1,172 @@
+package integration
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/ctxd/ctxd"
+	"github.com/ctxd/ctxd/bringup"
+	"github.com/ctxd/ctxd/config"
+	"github.com/ctxd/ctxd/hostenv"
+	"github.com/ctxd/ctxd/httpapi"
+	"github.com/ctxd/ctxd/persona"
+)
+
+// TestPersonasUnderOneBudget serves three personas over two models on
+// managed llama-servers, under a memory budget that holds two at a time.
+// Asks that go round them evacuate the persona idle longest (its slot
+// saved, its server stopped) and restore it on its next ask: the
+// conversation comes back whole (the server reuses the whole previous
+// prompt), the planned memory never passes the budget, nothing is
+// refused, and the doors list and route by persona.
+func TestPersonasUnderOneBudget(t *testing.T) {
+	needLlamaServer(t)
+	chatml, llama3 := templatedModels()[0], templatedModels()[1]
+	state := t.TempDir()
+	cfg := llamaConfig(t, state, codexDir(t, 3000))
+	cfg.Backend.GGUF, cfg.Backend.Model, cfg.Backend.NumCtx = modelPath(t, chatml), chatml.Name, 4096
+	cfg.Personas = []config.Persona{
+		{Name: "reviewer", Persona: "You review code and name what is wrong with it."},
+		{Name: "writer", GGUF: modelPath(t, llama3), Persona: "You write documentation."},
+	}
+	// A budget that holds the default and one other, never all three.
+	planA := plannedBytes(t, cfg, cfg.Backend.GGUF)
+	planB := plannedBytes(t, cfg, cfg.Personas[1].GGUF)
+	cfg.Limits.MemoryBudgetMB = int((planA+max(planA, planB))>>20) + 1
+	t.Logf("planned: %d MiB (chatml), %d MiB (llama3); budget %d MiB", planA>>20, planB>>20, cfg.Limits.MemoryBudgetMB)
+	d := start(t, cfg, true)
+	ctx := context.Background()
+
+	var prev = map[string]*ctxd.Summary{}
+	askAs := func(name, session, q string) *ctxd.Summary {
+		t.Helper()
+		var progress []string
+		sum, err := d.client.Ask(ctx, ctxd.AskRequest{Session: session, Query: q, Persona: name}, nil)
+		if err != nil {
+			t.Fatalf("%s: ask %q: %v", name, q, err)
+		}
+		measured := -1
+		if sum.BackendCachedTokens != nil {
+			measured = *sum.BackendCachedTokens
+		}
+		t.Logf("%s/%s %q: %d prompt tokens, %d cached (measured %d), ttft %.0f ms %v", name, session, q, sum.PromptTokens, sum.CachedTokens, measured, sum.TTFTMillis, progress)
+		if p := prev[session]; p != nil && sum.DoneReason != ctxd.DoneIncomplete {
+			if sum.CachedTokens != p.PromptTokens || measured < sum.CachedTokens {
+				t.Errorf("%s/%s: %d cached (measured %d), want the previous prompt's %d: the conversation did not come back whole", name, session, sum.CachedTokens, measured, p.PromptTokens)
+			}
+		}
+		prev[session] = sum
+		return sum
+	}
+	status := func() *httpapi.PersonasStatus {
+		t.Helper()
+		var st httpapi.Status
+		if err := d.client.GetJSON(ctx, "/v1/status", &st); err != nil {
+			t.Fatal(err)
+		}
+		if st.Personas == nil {
+			t.Fatal("status shows no personas")
+		}
+		if st.Personas.PlannedBytes > st.Personas.BudgetBytes {
+			t.Errorf("planned %d bytes over the budget of %d", st.Personas.PlannedBytes, st.Personas.BudgetBytes)
+		}
+		return st.Personas
+	}
+	states := func(ps *httpapi.PersonasStatus) map[string]persona.State {
+		m := map[string]persona.State{}
+		for _, p := range ps.Personas {
+			m[p.Name] = p.State
+		}
+		return m
+	}
+
+	askAs("", "a", "What does Handler3 return?")
+	askAs("reviewer", "r", "Review Handler3.")
+	if s := states(status()); s[chatml.Name] != persona.Resident || s["reviewer"] != persona.Resident || s["writer"] != persona.Cold {
+		t.Fatalf("after two personas: %v", s)
+	}
+	askAs("writer", "w", "Document Handler3.")
+	if s := states(status()); s[chatml.Name] != persona.Evacuated || s["reviewer"] != persona.Resident || s["writer"] != persona.Resident {
+		t.Fatalf("the writer's load should have evacuated the default persona, idle longest: %v", s)
+	}
+	// Back to the default: restored from disk, its conversation whole.
+	askAs(chatml.Name, "a", "And Handler4?")
+	askAs("writer", "w", "And Handler4?")
+	askAs("reviewer", "r", "And Handler4?")
+	ps := status()
+	evacuations, restores := 0, 0
+	for _, p := range ps.Personas {
+		evacuations += p.Evacuations
+		restores += p.Restores
+		if p.State == persona.Resident && p.RSS <= 0 {
+			t.Errorf("persona %s is resident but its server's memory reads %d", p.Name, p.RSS)
+		}
+		t.Logf("persona %+v", p)
+	}
+	if evacuations < 2 || restores < 2 {
+		t.Errorf("%d evacuations, %d restores: want at least two of each", evacuations, restores)
+	}
+
+	// The doors list the personas and route by the model field.
+	var models struct {
+		Data []struct {
+			ID string `json:"id"`
+		} `json:"data"`
+	}
+	if err := d.client.GetJSON(ctx, "/v1/models", &models); err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, m := range models.Data {
+		ids = append(ids, m.ID)
+	}
+	if strings.Join(ids, " ") != chatml.Name+" reviewer writer" {
+		t.Errorf("/v1/models lists %v", ids)
+	}
+	code, body := socketPost(t, cfg.Daemon.Socket, "/v1/chat/completions", `{"model":"writer","messages":[{"role":"user","content":"Hello?"}],"max_tokens":4}`)
+	var resp struct {
+		Model string        `json:"model"`
+		Ctxd  *ctxd.Summary `json:"ctxd"`
+	}
+	if err := json.Unmarshal(body, &resp); code != 200 || err != nil || resp.Model != "writer" || resp.Ctxd == nil {
+		t.Errorf("the OpenAI door, model writer: %d %s", code, body)
+	}
+	code, body = socketPost(t, cfg.Daemon.Socket, "/v1/chat/completions", `{"model":"nobody","messages":[{"role":"user","content":"Hello?"}]}`)
+	if code != 404 || !strings.Contains(string(body), "writer") {
+		t.Errorf("an unknown persona: %d %s, want a 404 that lists the personas", code, body)
+	}
+}
+
+// socketPost posts a JSON body to the daemon's socket.
+func socketPost(t *testing.T, socket, path, body string) (int, []byte) {
+	t.Helper()
+	hc := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "unix", socket)
+	}}}
+	resp, err := hc.Post("http://ctxd"+path, "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, b
+}
+
+// plannedBytes is what a managed llama-server of cfg's backend on gguf
+// plans to hold, as the daemon plans it.
+func plannedBytes(t *testing.T, cfg config.Config, gguf string) int64 {
+	t.Helper()
+	cfg.Backend.GGUF = gguf
+	probe := hostenv.New(hostenv.Config{})
+	defer probe.Close()
+	_, n, err := bringup.Config{Backend: cfg.Backend, Limits: cfg.Limits, Memory: probe}.Plan()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
