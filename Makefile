@@ -40,7 +40,7 @@ RUN_MODEL   := $(REAL_MODEL)
 SERVE_FLAGS  =
 endif
 
-.PHONY: all build ollama models run readme-demo bench-quality swa-table run-llamacpp test systemd-analyze install bench bench-agents bench-edits bench-drift bench-reuse bench-rollback reliability fuzz vet fmt clean FORCE
+.PHONY: all build ollama models run readme-demo bench-quality swa-table run-llamacpp test systemd-analyze install bench bench-agents bench-edits bench-drift bench-reuse bench-personas bench-rollback reliability fuzz vet fmt clean FORCE
 all: build
 
 build: $(CTXD)
@@ -197,6 +197,13 @@ bench-quality: build $(CTXD_BENCH) ollama $(REAL_MODEL)
 # docs/benchmarks.md (about a quarter of an hour on two cores).
 bench-reuse: build $(CTXD_BENCH) $(REAL_MODEL)
 	$(CTXD_BENCH) --phases reuse --llama-server "$(LLAMA_SERVER)" --out docs/bench --doc docs/benchmarks.md $(BENCH_FLAGS)
+
+# Three personas over two trained models under a memory budget that holds
+# two: cold, warm and return-after-evacuation turns, evacuations, peak
+# memory; and llama-server's router mode beside a server per model (a few
+# minutes).
+bench-personas: build $(CTXD_BENCH) models
+	$(CTXD_BENCH) --phases personas --llama-server "$(LLAMA_SERVER)" --out docs/bench --doc docs/benchmarks.md $(BENCH_FLAGS)
 
 # The reliability figures on the real Ollama: crash safety, load and the
 # connection flood each rewrite their section of docs/reliability.md (about

@@ -100,10 +100,11 @@ const (
 	PhaseQuality   = "quality"
 	PhaseReal      = "real-models"
 	PhaseReuse     = "reuse"
+	PhasePersonas  = "personas"
 )
 
 // AllPhases are the phases in the order they run.
-var AllPhases = []string{PhaseMultiTurn, PhaseOverhead, PhaseCompose, PhaseScaling, PhaseAgents, PhaseLlama, PhaseRAG, PhaseDrift, PhaseQuality, PhaseReal, PhaseReuse}
+var AllPhases = []string{PhaseMultiTurn, PhaseOverhead, PhaseCompose, PhaseScaling, PhaseAgents, PhaseLlama, PhaseRAG, PhaseDrift, PhaseQuality, PhaseReal, PhaseReuse, PhasePersonas}
 
 // DefaultConfig is the harness as `make bench` runs it: a 28M-parameter
 // model whose cold prompt evaluation takes visible time on a 2-core CPU.
@@ -372,6 +373,18 @@ func Run(ctx context.Context, cfg Config, prev *Report) (*Report, error) {
 			}
 			r.Reuse = &run
 			r.Ran[PhaseReuse] = now
+		}
+	}
+	if want(PhasePersonas) {
+		if cfg.LlamaServerBin == "" {
+			cfg.Log("personas phase skipped: no llama-server binary (--llama-server)")
+		} else {
+			run, err := personasPhase(ctx, cfg)
+			if err != nil {
+				return nil, fmt.Errorf("bench: personas: %w", err)
+			}
+			r.Personas = &run
+			r.Ran[PhasePersonas] = now
 		}
 	}
 	if r.Machine.CPU == "" {

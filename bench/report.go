@@ -46,6 +46,7 @@ type Report struct {
 	Quality       []QualityRun   `json:"quality,omitempty"`
 	Real          []RealRun      `json:"real_models,omitempty"`
 	Reuse         *ReuseRun      `json:"reuse,omitempty"`
+	Personas      *PersonasRun   `json:"personas,omitempty"`
 }
 
 // PreviousOverhead is an earlier run's overhead and when it ran.
@@ -273,6 +274,7 @@ func (r *Report) Markdown(dir string) string {
 	r.driftMarkdown(&b)
 	r.qualityMarkdown(&b)
 	r.reuseMarkdown(&b)
+	r.personasMarkdown(&b)
 	return b.String()
 }
 

@@ -6,6 +6,7 @@ import (
 
 	"github.com/ctxd/ctxd"
 	"github.com/ctxd/ctxd/governor"
+	"github.com/ctxd/ctxd/llamacpp"
 )
 
 // planWindow reads the model's facts and the memory there is, and chooses
@@ -59,11 +60,30 @@ func (c Config) Plan() (governor.WindowPlan, int64, error) {
 		return governor.WindowPlan{}, 0, err
 	}
 	_, plan, err := c.planWindow(facts)
-	return plan, PlannedBytes(plan, c.Backend.CacheRAMMB), err
+	return plan, PlannedBytes(plan, VocabSize(facts.Info), c.Backend.CacheRAMMB), err
 }
 
-// PlannedBytes is what a load planned as plan holds: its weights, its KV
-// windows and the host prompt cache of cacheRAMMB.
-func PlannedBytes(plan governor.WindowPlan, cacheRAMMB int) int64 {
-	return max(0, plan.WeightsBytes) + max(0, plan.KVBytes) + int64(max(0, cacheRAMMB))<<20
+// VocabSize is the vocabulary's size a model file's metadata gives (0:
+// unknown).
+func VocabSize(info map[string]any) int {
+	n, _ := info[llamacpp.VocabSizeKey].(float64)
+	return int(n)
+}
+
+// PlannedBytes is what a llama-server load planned as plan holds: its
+// weights, its KV windows, the host prompt cache of cacheRAMMB, and the
+// server's own memory beside them (ServerBytes).
+func PlannedBytes(plan governor.WindowPlan, vocab, cacheRAMMB int) int64 {
+	return max(0, plan.WeightsBytes) + max(0, plan.KVBytes) + int64(max(0, cacheRAMMB))<<20 + ServerBytes(vocab)
+}
+
+// ServerBytes estimates what a llama-server holds besides its weights and
+// KV cache: its compute buffers, its vocabulary's tables and the program.
+// Measured here (docs/benchmarks.md, the personas phase) at 49 to 57 MiB
+// for a 49,152-token vocabulary and about 105 MiB for a 262,144-token one,
+// full windows evaluated on the CPU; the estimate is above both. It is a
+// first figure only: the daemon raises a persona's plan to what its server
+// is seen to hold.
+func ServerBytes(vocab int) int64 {
+	return 48<<20 + 320*int64(max(0, vocab))
 }

@@ -214,11 +214,13 @@ func (d *Daemon) Run(ctx context.Context, ln net.Listener, ready func()) error {
 	api.Shutdown(d.cfg.Daemon.ShutdownGrace.Duration)
 	stopWatching() // it evacuates personas: not while they close
 	if ps := d.personas.Swap(nil); ps != nil {
-		for _, name := range ps.pool.Names()[1:] { // the default is ready's
-			if e, ok := ps.pool.Peek(name); ok {
-				if cerr := e.Close(); cerr != nil {
-					d.log.Warn("request path", "persona", name, "err", cerr)
-				}
+		def := d.ready.Load()
+		for _, e := range ps.pool.Close() { // loads under way end first
+			if e == def {
+				continue // closed below
+			}
+			if cerr := e.Close(); cerr != nil {
+				d.log.Warn("request path", "persona", e.Model.Info.Model, "err", cerr)
 			}
 		}
 	}

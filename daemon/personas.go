@@ -6,7 +6,6 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/ctxd/ctxd"
@@ -16,6 +15,7 @@ import (
 	"github.com/ctxd/ctxd/governor"
 	"github.com/ctxd/ctxd/hostenv"
 	"github.com/ctxd/ctxd/httpapi"
+	"github.com/ctxd/ctxd/llamacpp"
 	"github.com/ctxd/ctxd/persona"
 )
 
@@ -25,8 +25,6 @@ type personas struct {
 	pool  *persona.Pool[*engine.Engine]
 	plans map[string]governor.WindowPlan
 
-	mu     sync.Mutex
-	warned map[string]int // the load (evacuations+restores) a memory mismatch was last logged for
 }
 
 // readOnlyMemory is the probe as a persona's plan reads it: a plan made
@@ -42,8 +40,14 @@ func (readOnlyMemory) SetPlan(uint64, bool) {}
 // and what the default persona planned, less the headroom.
 func (d *Daemon) newPersonas(def *engine.Engine, took time.Duration) (*personas, error) {
 	cfg := d.cfg
-	defPlanned := bringup.PlannedBytes(def.Model.Window, cfg.Backend.CacheRAMMB)
-	ps := &personas{plans: map[string]governor.WindowPlan{cfg.Backend.Model: def.Model.Window}, warned: map[string]int{}}
+	vocab := 0
+	if cfg.Backend.Kind == "llamacpp" && cfg.Backend.GGUF != "" {
+		if info, _, err := llamacpp.ModelInfo(cfg.Backend.GGUF); err == nil {
+			vocab = bringup.VocabSize(info)
+		}
+	}
+	defPlanned := bringup.PlannedBytes(def.Model.Window, vocab, cfg.Backend.CacheRAMMB)
+	ps := &personas{plans: map[string]governor.WindowPlan{cfg.Backend.Model: def.Model.Window}}
 	specs := []persona.Spec[*engine.Engine]{{Name: cfg.Backend.Model, Pinned: cfg.Limits.DefaultPinned, Planned: defPlanned}}
 	for i := range cfg.Personas {
 		pc := cfg.PersonaConfig(i)
@@ -59,15 +63,18 @@ func (d *Daemon) newPersonas(def *engine.Engine, took time.Duration) (*personas,
 			Open: func(ctx context.Context) (*engine.Engine, error) { return d.openPersona(ctx, pc) },
 		})
 	}
-	budget := int64(cfg.Limits.MemoryBudgetMB) << 20
-	if budget == 0 && len(cfg.Personas) > 0 {
+	var budget int64
+	if len(cfg.Personas) > 0 {
 		rd := d.probe.Read()
-		budget = int64(rd.FreeBytes) + defPlanned - int64(cfg.Limits.MemoryHeadroomMB)<<20
-		d.log.Info("memory budget: the memory free now and the default persona's, less the headroom (set limits.memory_budget_mb to choose it)",
-			"budget_mib", budget>>20, "source", rd.Source)
+		budget = memoryBudget(cfg.Limits, rd, defPlanned)
+		d.log.Info("memory budget of the personas", "budget_mib", budget>>20, "source", rd.Source,
+			"from", map[bool]string{true: "limits.memory_budget_mb", false: "the memory free now and the default persona's plan, less the headroom"}[cfg.Limits.MemoryBudgetMB > 0])
 	}
-	pool, err := persona.New(persona.Config{Budget: budget, Logger: d.log,
-		OnChange: func(planned int64) { d.probe.SetPlan(uint64(max(0, planned)), true) }}, specs...)
+	pc := persona.Config{Budget: budget, Logger: d.log}
+	if len(cfg.Personas) > 0 { // VRAM pressure counts what every resident persona plans
+		pc.OnChange = func(planned int64) { d.probe.SetPlan(uint64(max(0, planned)), true) }
+	}
+	pool, err := persona.New(pc, specs...)
 	if err != nil {
 		return nil, err
 	}
@@ -173,13 +180,16 @@ func (d *Daemon) watchPressure(ctx context.Context, every time.Duration) {
 	}
 }
 
-// mismatchShare is how far a server's resident memory may stray from its
-// plan before it is logged.
-const mismatchShare = 0.10
-
 // checkMemory compares each resident persona's server's resident memory
-// with its plan, and logs a mismatch once per load.
+// with its plan. A server seen to hold more than planned has its plan
+// raised to what it holds (and a little more), so that the budget counts
+// it; the pool then evacuates idle personas until the budget holds again.
+// Less than planned is normal (a KV cache is touched as it fills) and only
+// shown in status.
 func (ps *personas) checkMemory(d *Daemon) {
+	if len(d.cfg.Personas) == 0 {
+		return
+	}
 	sts, _, _ := ps.pool.Statuses()
 	for _, st := range sts {
 		if st.State != persona.Resident || st.PlannedBytes <= 0 {
@@ -190,23 +200,19 @@ func (ps *personas) checkMemory(d *Daemon) {
 			continue
 		}
 		rss := residentBytes(e.Model.PID())
-		if rss <= 0 {
-			continue
-		}
-		share := float64(rss-st.PlannedBytes) / float64(st.PlannedBytes)
-		load := st.Evacuations + st.Restores + 1
-		ps.mu.Lock()
-		logged := ps.warned[st.Name] == load
-		if !logged && (share > mismatchShare || share < -mismatchShare) {
-			ps.warned[st.Name] = load
-		}
-		ps.mu.Unlock()
-		if !logged && (share > mismatchShare || share < -mismatchShare) {
-			d.log.Warn("a persona's server holds memory other than planned", "persona", st.Name,
-				"resident_mib", rss>>20, "planned_mib", st.PlannedBytes>>20, "off_by", fmt.Sprintf("%+.0f%%", 100*share))
+		if share := float64(rss-st.PlannedBytes) / float64(st.PlannedBytes); rss > 0 && share > raiseShare {
+			raised := rss + rss/20
+			evacuated := ps.pool.SetPlanned(st.Name, raised)
+			d.log.Warn("a persona's server holds more memory than planned: its plan is raised to it", "persona", st.Name,
+				"resident_mib", rss>>20, "planned_mib", st.PlannedBytes>>20, "off_by", fmt.Sprintf("%+.0f%%", 100*share),
+				"now_planned_mib", raised>>20, "evacuated", strings.Join(evacuated, " "))
 		}
 	}
 }
+
+// raiseShare is how far above its plan a server's resident memory may be
+// before the plan is raised to it.
+const raiseShare = 0.02
 
 // residentBytes is a process's resident memory (VmRSS), 0 if unknown.
 func residentBytes(pid int) int64 {
@@ -251,4 +257,15 @@ func (ps *personas) status(d *Daemon) *httpapi.PersonasStatus {
 		out.Personas = append(out.Personas, p)
 	}
 	return out
+}
+
+// memoryBudget is what the personas may plan together: limits.memory_budget_mb,
+// else the memory the model runs in that is free now (VRAM summed over the
+// GPUs where NVML reads them, host memory otherwise: the reading's source)
+// and what the default persona, loaded already, plans, less the headroom.
+func memoryBudget(l config.Limits, rd hostenv.Reading, defPlanned int64) int64 {
+	if l.MemoryBudgetMB > 0 {
+		return int64(l.MemoryBudgetMB) << 20
+	}
+	return max(0, int64(rd.FreeBytes)+defPlanned-int64(l.MemoryHeadroomMB)<<20)
 }

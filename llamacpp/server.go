@@ -186,6 +186,9 @@ func clearSocket(path string, log *slog.Logger) {
 	}
 }
 
+// VocabSizeKey is the key ModelInfo adds for the vocabulary's size.
+const VocabSizeKey = "ctxd.vocab_size"
+
 // ModelInfo reads a GGUF's metadata the way the governor reads Ollama's
 // /api/show model_info (numbers as float64), and its Jinja chat template.
 func ModelInfo(path string) (map[string]any, string, error) {
@@ -223,6 +226,13 @@ func ModelInfo(path string) (map[string]any, string, error) {
 			info[k] = float64(v)
 		case float64:
 			info[k] = v
+		}
+	}
+	// The vocabulary's size, from the token embeddings' shape (the token
+	// list itself is not kept: it is longer than the arrays decoded).
+	for _, t := range g.Tensors().Items("token_embd") {
+		if t.Name == "token_embd.weight" && len(t.Shape) == 2 {
+			info[VocabSizeKey] = float64(t.Shape[1])
 		}
 	}
 	tmpl, _ := info["tokenizer.chat_template"].(string)

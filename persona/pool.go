@@ -62,6 +62,7 @@ type Pool[E Evacuable] struct {
 	onChange func(planned int64)
 
 	mu      sync.Mutex
+	closed  bool // Close was called: nothing loads any more
 	members map[string]*member[E]
 	changed chan struct{} // closed and replaced on every change of state
 	clock   uint64        // counts uses, to find the one idle longest
@@ -192,6 +193,9 @@ func (p *Pool[E]) Acquire(ctx context.Context, name, sigil string, progress func
 	defer p.mu.Unlock()
 	m := p.members[name]
 	for {
+		if p.closed {
+			return zero, nil, ctxd.Errorf(ctxd.KindUnavailable, "persona %q: the daemon is stopping", name)
+		}
 		switch m.state {
 		case Resident:
 			m.inflight++
@@ -370,6 +374,9 @@ func (p *Pool[E]) changedLocked() {
 func (p *Pool[E]) EvacuateIdle(why string) []string {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if p.closed {
+		return nil
+	}
 	var last *member[E]
 	for _, m := range p.members {
 		if m.state == Resident && (last == nil || m.lastUsed > last.lastUsed) {
@@ -419,13 +426,60 @@ func (p *Pool[E]) Statuses() (out []Status, budget, used int64) {
 	return out, p.budget, p.usedLocked()
 }
 
-// SetPlanned corrects a persona's planned memory once its load says what
-// it is (the default persona's, planned at its load).
-func (p *Pool[E]) SetPlanned(name string, bytes int64) {
+// SetPlanned corrects a persona's planned memory (its server was seen to
+// hold more than planned), then evacuates idle personas, the idle longest
+// first, until the resident ones fit the budget again; it returns those
+// it evacuated.
+func (p *Pool[E]) SetPlanned(name string, bytes int64) []string {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if m := p.members[name]; m != nil {
-		m.spec.Planned = bytes
-		p.changedLocked()
+	m := p.members[name]
+	if m == nil {
+		return nil
 	}
+	m.spec.Planned = bytes
+	p.changedLocked()
+	var done []string
+	for !p.closed && p.budget > 0 && p.usedLocked() > p.budget {
+		var victim *member[E]
+		for _, o := range p.members {
+			if !o.spec.Pinned && o.state == Resident && o.inflight == 0 && (victim == nil || o.lastUsed < victim.lastUsed) {
+				victim = o
+			}
+		}
+		if victim == nil || p.evacuateLocked(victim, "the resident personas' measured memory is over the budget") != nil {
+			break
+		}
+		done = append(done, victim.spec.Name)
+	}
+	return done
+}
+
+// Close stops the pool: no persona loads, restores or is evacuated after
+// it. It waits for those under way to end and returns every request path
+// ever loaded, for the caller to close (the default's among them).
+func (p *Pool[E]) Close() []E {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.closed = true
+	for {
+		busy := false
+		for _, m := range p.members {
+			switch m.state {
+			case Loading, Restoring, Evacuating:
+				busy = true
+			}
+		}
+		if !busy {
+			break
+		}
+		_ = p.waitLocked(context.Background())
+	}
+	var out []E
+	for _, name := range p.order {
+		if m := p.members[name]; m.state != Cold {
+			out = append(out, m.eng)
+		}
+	}
+	return out
 }

@@ -187,3 +187,50 @@ func TestFailedRestoreIsReported(t *testing.T) {
 		t.Fatalf("statuses %+v", st)
 	}
 }
+
+// TestRaisedPlanEvacuates: a plan raised past the budget (a server seen
+// to hold more than planned) evacuates the idle persona used longest ago
+// until the resident ones fit again.
+func TestRaisedPlanEvacuates(t *testing.T) {
+	w := &world{resident: map[string]int64{}}
+	p, err := New(Config{Budget: 2 << 30}, spec(w, "a", false), spec(w, "b", false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []string{"a", "b"} {
+		_, r, err := p.Acquire(t.Context(), n, "", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r()
+	}
+	if got := p.SetPlanned("b", 1<<30+1<<20); len(got) != 1 || got[0] != "a" {
+		t.Fatalf("raising b's plan past the budget evacuated %v, want [a]", got)
+	}
+	if _, _, used := p.Statuses(); used > 2<<30 {
+		t.Fatalf("%d bytes planned after the raise, over the budget", used)
+	}
+}
+
+// TestClose: after Close nothing loads, and every path ever loaded is
+// returned to be closed.
+func TestClose(t *testing.T) {
+	w := &world{resident: map[string]int64{}}
+	p, err := New(Config{Budget: 1 << 30}, spec(w, "a", false), spec(w, "b", false), spec(w, "c", false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []string{"a", "b"} { // b evacuates a
+		_, r, err := p.Acquire(t.Context(), n, "", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r()
+	}
+	if got := p.Close(); len(got) != 2 || got[0].name != "a" || got[1].name != "b" {
+		t.Fatalf("Close returned %v, want a and b", got)
+	}
+	if _, _, err := p.Acquire(t.Context(), "a", "", nil); ctxd.KindOf(err) != ctxd.KindUnavailable {
+		t.Fatalf("an ask after Close: %v", err)
+	}
+}
