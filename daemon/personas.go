@@ -24,7 +24,6 @@ import (
 type personas struct {
 	pool  *persona.Pool[*engine.Engine]
 	plans map[string]governor.WindowPlan
-
 }
 
 // readOnlyMemory is the probe as a persona's plan reads it: a plan made
