@@ -3,6 +3,8 @@ package bringup
 import (
 	"context"
 	"log/slog"
+	"net"
+	"net/url"
 
 	"github.com/ctxd/ctxd"
 	"github.com/ctxd/ctxd/config"
@@ -34,11 +36,21 @@ type Model struct {
 	// Suspend stops the model's server, keeping what restarts it, and
 	// Resume starts it again (its KV cache empty): a persona evacuated to
 	// make room for another. nil where ctxd does not run the server.
-	Suspend func() error
+	Suspend func(ctx context.Context) error
 	Resume  func(ctx context.Context) error
+	// Server is the model server this load runs on, for other personas'
+	// models to run on it too (Ollama); nil where each model has its own.
+	Server *Server
 	// PID is the model server's process id now (0 while it is stopped),
 	// for its resident memory; nil where ctxd does not run the server.
 	PID func() int
+}
+
+// Server is a running model server other loads may share: its base URL
+// and the dialer that reaches only it (nil: any).
+type Server struct {
+	Base *url.URL
+	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
 }
 
 // Opener brings the backend up: start or reach the model server, load the
@@ -112,6 +124,13 @@ type Config struct {
 	// backend.format may name; nil: none.
 	Formats *formatters.Registry
 	Logger  *slog.Logger
+	// Shared is an Ollama server already running (the default persona's)
+	// that this load runs on instead of starting its own: its model is
+	// imported there and loaded beside the others. nil: its own server.
+	Shared *Server
+	// MaxLoaded is how many models a managed Ollama keeps loaded at once
+	// (OLLAMA_MAX_LOADED_MODELS; 0: 1): one per persona.
+	MaxLoaded int
 }
 
 // Open is the Opener the configuration names (backend.kind).

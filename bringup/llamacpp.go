@@ -115,7 +115,8 @@ func (c Config) startLlamaServer(ctx context.Context, m *Model, cl *closers, opt
 		return err
 	})
 	m.Restarts = srv.Restarts
-	m.Suspend, m.Resume, m.PID = srv.Pause, srv.Resume, srv.PID
+	m.Suspend = func(context.Context) error { return srv.Pause() }
+	m.Resume, m.PID = srv.Resume, srv.PID
 	return srv.Client, slotDir, nil
 }
 

@@ -6,7 +6,11 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
 
 	"github.com/ctxd/ctxd"
 	"github.com/ctxd/ctxd/governor"
@@ -32,11 +36,14 @@ func (c Config) openOllama(ctx context.Context, onRestart func()) (_ *Model, err
 		base *url.URL
 		dial func(context.Context, string, string) (net.Conn, error) // managed: only to the process started
 	)
-	if b.Mode == "managed" {
+	switch {
+	case c.Shared != nil: // another persona's server: this model loads beside its
+		base, dial = c.Shared.Base, c.Shared.Dial
+	case b.Mode == "managed":
 		dir := filepath.Join(c.StateDir, "ollama")
 		m.Loads = newLineCounter(filepath.Join(dir, "ollama.log"), ollamaLoadMarker).Count
 		s, err := ollama.Start(ctx, ollama.ServeConfig{
-			Binary: b.ServerBinary(), Addr: cmp.Or(b.Listen, "127.0.0.1:0"), NumParallel: b.Slots,
+			Binary: b.ServerBinary(), Addr: cmp.Or(b.Listen, "127.0.0.1:0"), NumParallel: b.Slots, MaxLoaded: c.MaxLoaded,
 			ModelsDir: filepath.Join(dir, "models"), HomeDir: filepath.Join(dir, "home"),
 			LogPath: filepath.Join(dir, "ollama.log"),
 			Env:     append(c.Env, kvCacheEnv(c.Limits.KVCacheType)...),
@@ -52,16 +59,19 @@ func (c Config) openOllama(ctx context.Context, onRestart func()) (_ *Model, err
 		})
 		m.Restarts = s.Restarts
 		base, dial = s.URL(), s.DialContext
-	} else if base, err = url.Parse(b.URL); err != nil {
-		return nil, ctxd.Errorf(ctxd.KindInvalid, "bringup: backend.url: %w", err)
+	default:
+		if base, err = url.Parse(b.URL); err != nil {
+			return nil, ctxd.Errorf(ctxd.KindInvalid, "bringup: backend.url: %w", err)
+		}
 	}
+	m.Server = &Server{Base: base, Dial: dial}
 	m.Info.URL = base.String()
 
 	probe := ollama.New(base, b.Model, ollama.Options{Dial: dial})
 	if m.Info.Version, err = probe.Version(ctx); err != nil {
 		return nil, err
 	}
-	if b.Mode == "managed" && b.GGUF != "" {
+	if (b.Mode == "managed" || c.Shared != nil) && b.GGUF != "" {
 		c.Logger.Info("importing model", "model", b.Model, "gguf", b.GGUF)
 		if err := probe.Import(ctx, b.GGUF); err != nil {
 			return nil, err
@@ -104,7 +114,32 @@ func (c Config) openOllama(ctx context.Context, onRestart func()) (_ *Model, err
 	}
 	c.Memory.SetPlan(uint64(m.Window.WeightsBytes+m.Window.KVBytes), true) // loaded: the used memory holds it
 	m.Backend, m.Tokenizer, m.TokenizerID = client, tok, filepath.Base(facts.GGUFPath)
+	// Evacuated: the model unloads (Ollama cannot save a slot, so a return
+	// evaluates its prompt again); restored: loaded again.
+	m.Suspend, m.Resume = client.Unload, client.Load
+	if b.Mode == "managed" || c.Shared != nil {
+		m.PID = func() int { return runnerPID(facts.GGUFPath) }
+	}
 	return m, nil
+}
+
+// runnerPID is the process id of the Ollama runner that serves the model
+// file at path (Ollama runs one per loaded model: `ollama runner --model
+// PATH ...`), 0 if none runs.
+func runnerPID(path string) int {
+	procs, _ := filepath.Glob("/proc/[0-9]*")
+	for _, p := range procs {
+		b, err := os.ReadFile(filepath.Join(p, "cmdline"))
+		if err != nil {
+			continue
+		}
+		args := strings.Split(strings.TrimRight(string(b), "\x00"), "\x00")
+		if len(args) > 2 && args[1] == "runner" && slices.Contains(args, path) {
+			pid, _ := strconv.Atoi(filepath.Base(p))
+			return pid
+		}
+	}
+	return 0
 }
 
 // kvCacheEnv is the managed server's environment for a KV cache type:

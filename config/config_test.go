@@ -159,7 +159,17 @@ func TestValidateNamesField(t *testing.T) {
 			c.Daemon.TCPListen = "0.0.0.0:11435"
 			c.Sigils["default"] = Sigil{Scopes: []string{"ask"}, TokenSHA256: strings.Repeat("a", 64)}
 		},
-		"daemon.tcp_listen  ": func(c *Config) { c.Daemon.TCPListen = "11435" },
+		"daemon.tcp_listen  ":     func(c *Config) { c.Daemon.TCPListen = "11435" },
+		"persona":                 func(c *Config) { c.Backend.Mode, c.Personas = "external", []Persona{{Name: "w", GGUF: "/m.gguf"}} },
+		"persona[0].name":         func(c *Config) { c.Personas = []Persona{{Name: "ctxd", GGUF: "/m.gguf"}} },
+		"persona[1].name":         func(c *Config) { c.Personas = []Persona{{Name: "w", GGUF: "/m.gguf"}, {Name: "w", GGUF: "/m.gguf"}} },
+		"persona[0].name ":        func(c *Config) { c.Personas = []Persona{{Name: "../etc", GGUF: "/m.gguf"}} },
+		"persona[0].name  ":       func(c *Config) { c.Personas = []Persona{{Name: c.Backend.Model, GGUF: "/m.gguf"}} },
+		"persona[0].sigils":       func(c *Config) { c.Personas = []Persona{{Name: "w", GGUF: "/m.gguf", Sigils: []string{"nobody"}}} },
+		"persona[0].slots":        func(c *Config) { c.Personas = []Persona{{Name: "w", GGUF: "/m.gguf", Slots: 2}} }, // Ollama: the server's
+		"persona[0].num_ctx":      func(c *Config) { c.Personas = []Persona{{Name: "w", GGUF: "/m.gguf", NumCtx: -1}} },
+		"persona[0].gguf":         func(c *Config) { c.Backend.GGUF, c.Personas = "", []Persona{{Name: "w"}} },
+		"limits.memory_budget_mb": func(c *Config) { c.Limits.MemoryBudgetMB = -1 },
 	}
 	for field, mutate := range cases {
 		c := Default(env)
@@ -183,6 +193,30 @@ func TestTCPListen(t *testing.T) {
 	c.Daemon.TCPListen, c.Daemon.TCPAllowRemote = "0.0.0.0:11435", true
 	if err := c.Validate(); err != nil {
 		t.Errorf("a remote address explicitly allowed: %v", err)
+	}
+}
+
+// TestPersonaConfig: a persona's configuration is the default's with its
+// own name, identity, model, window, slots, codex and state directory;
+// what it leaves out is the default's. Relative paths in the file are the
+// file's.
+func TestPersonaConfig(t *testing.T) {
+	path := writeConfig(t, "[backend]\nkind = \"llamacpp\"\nmodel = \"coder\"\ngguf = \"a.gguf\"\nnum_ctx = 4096\n\n[[persona]]\nname = \"writer\"\ngguf = \"b.gguf\"\ncodex = \"docs\"\nnum_ctx = 2048\npersona = \"You write.\"\n\n[[persona]]\nname = \"reviewer\"\npinned = true\n")
+	c, err := Load(path, env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Dir(path)
+	w, r := c.PersonaConfig(0), c.PersonaConfig(1)
+	if w.Backend.Model != "writer" || w.Backend.GGUF != filepath.Join(dir, "b.gguf") || w.Codex.Path != filepath.Join(dir, "docs") ||
+		w.Backend.NumCtx != 2048 || w.Identity.Persona != "You write." || w.Daemon.StateDir != filepath.Join(c.Daemon.StateDir, "personas", "writer") || len(w.Personas) != 0 {
+		t.Errorf("writer: %+v %+v %+v %+v", w.Backend, w.Codex.Path, w.Identity, w.Daemon.StateDir)
+	}
+	if r.Backend.GGUF != filepath.Join(dir, "a.gguf") || r.Backend.NumCtx != 4096 || r.Identity.Persona != c.Identity.Persona || !c.Personas[1].Pinned {
+		t.Errorf("reviewer: %+v %+v", r.Backend, r.Identity)
 	}
 }
 

@@ -45,8 +45,8 @@ func (c Config) validatePersonas(p *problems) {
 	if len(c.Personas) == 0 {
 		return
 	}
-	if c.Backend.Kind != "llamacpp" || c.Backend.Mode != "managed" {
-		p.bad("persona", "several personas need backend.kind = \"llamacpp\" and backend.mode = \"managed\" (ctxd starts, evacuates and restores each persona's llama-server); this is %s, %s", c.Backend.Kind, c.Backend.Mode)
+	if c.Backend.Mode != "managed" {
+		p.bad("persona", "several personas need backend.mode = \"managed\": ctxd runs each persona's llama-server, or the Ollama that loads every persona's model, to evacuate and restore them; this is %s", c.Backend.Mode)
 	}
 	seen := map[string]bool{c.Backend.Model: true, "ctxd": true}
 	for i, ps := range c.Personas {
@@ -63,6 +63,9 @@ func (c Config) validatePersonas(p *problems) {
 		}
 		if ps.Slots < 0 || ps.Slots > 64 {
 			p.bad(field+".slots", "%d must be between 0 (backend.slots) and 64", ps.Slots)
+		}
+		if c.Backend.Kind == "ollama" && ps.Slots != 0 && ps.Slots != c.Backend.Slots {
+			p.bad(field+".slots", "%d: on Ollama every model has the server's backend.slots (%d; OLLAMA_NUM_PARALLEL)", ps.Slots, c.Backend.Slots)
 		}
 		for _, sg := range ps.Sigils {
 			if _, ok := c.Sigils[sg]; !ok {

@@ -365,12 +365,20 @@ func (d *Daemon) start(ctx context.Context) error {
 	open := d.opts.Open
 	if open == nil {
 		open = bringup.Open(bringup.Config{Backend: d.cfg.Backend, Limits: d.cfg.Limits, StateDir: d.cfg.Daemon.StateDir,
-			Env: d.opts.BackendEnv, Memory: d.probe, Formats: d.formatters, Logger: d.log,
+			Env: d.opts.BackendEnv, Memory: d.probe, Formats: d.formatters, Logger: d.log, MaxLoaded: 1 + len(d.cfg.Personas),
 			Critical: func() bool { return d.sensor.Environment().VRAM == "critical" }})
 	}
 	onRestart := func() {
 		if cur := d.ready.Load(); cur != nil {
 			cur.Sched.Forget()
+		}
+		// On Ollama every persona's model was on the server that restarted.
+		if ps := d.personas.Load(); ps != nil && d.cfg.Backend.Kind == "ollama" {
+			for _, name := range ps.pool.Names()[1:] {
+				if e, ok := ps.pool.Peek(name); ok {
+					e.Sched.Forget()
+				}
+			}
 		}
 	}
 	began := time.Now()

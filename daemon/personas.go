@@ -59,7 +59,7 @@ func (d *Daemon) newPersonas(def *engine.Engine, took time.Duration) (*personas,
 		ps.plans[pc.Backend.Model] = plan
 		specs = append(specs, persona.Spec[*engine.Engine]{
 			Name: pc.Backend.Model, Pinned: cfg.Personas[i].Pinned, Sigils: cfg.Personas[i].Sigils, Planned: planned,
-			Open: func(ctx context.Context) (*engine.Engine, error) { return d.openPersona(ctx, pc) },
+			Open: func(ctx context.Context) (*engine.Engine, error) { return d.openPersona(ctx, pc, def.Model.Server) },
 		})
 	}
 	var budget int64
@@ -91,9 +91,10 @@ func (d *Daemon) bringupConfig(c config.Config, mem bringup.Memory) bringup.Conf
 		Critical: func() bool { return d.sensor.Environment().VRAM == "critical" }}
 }
 
-// openPersona loads a configured persona: its own llama-server and request
-// path, with the limits in force now on its window.
-func (d *Daemon) openPersona(ctx context.Context, pc config.Config) (*engine.Engine, error) {
+// openPersona loads a configured persona: its own llama-server (on Ollama,
+// its model on the default persona's server) and request path, with the
+// limits in force now on its window.
+func (d *Daemon) openPersona(ctx context.Context, pc config.Config, server *bringup.Server) (*engine.Engine, error) {
 	if err := os.MkdirAll(pc.Daemon.StateDir, 0o700); err != nil {
 		return nil, fmt.Errorf("persona %q: %w", pc.Backend.Model, err)
 	}
@@ -103,7 +104,11 @@ func (d *Daemon) openPersona(ctx context.Context, pc config.Config) (*engine.Eng
 			e.Sched.Forget()
 		}
 	}
-	m, err := bringup.Open(d.bringupConfig(pc, readOnlyMemory{d.probe}))(ctx, onRestart)
+	bc := d.bringupConfig(pc, readOnlyMemory{d.probe})
+	if pc.Backend.Kind == "ollama" {
+		bc.Shared = server // its model loads on the default persona's Ollama (OLLAMA_MAX_LOADED_MODELS: one a persona)
+	}
+	m, err := bringup.Open(bc)(ctx, onRestart)
 	if err != nil {
 		return nil, err
 	}

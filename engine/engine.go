@@ -196,7 +196,7 @@ func (e *Engine) Evacuate(ctx context.Context) error {
 		}
 	}
 	e.Sched.Forget()
-	if err := e.Model.Suspend(); err != nil {
+	if err := e.Model.Suspend(ctx); err != nil {
 		return fmt.Errorf("engine: stop the model's server: %w", err)
 	}
 	e.saved = saved

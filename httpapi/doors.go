@@ -43,7 +43,9 @@ func (srv *Server) doors() *frontdoor.Doors {
 			var out []frontdoor.Model
 			for _, p := range srv.personaNames(sg.Name) {
 				if p.Engine != nil {
-					out = append(out, doorModel(p.Engine))
+					m := doorModel(p.Engine)
+					m.Name = p.Name
+					out = append(out, m)
 				} else {
 					out = append(out, frontdoor.Model{Name: p.Name, NumCtx: p.NumCtx})
 				}

@@ -170,3 +170,72 @@ func plannedBytes(t *testing.T, cfg config.Config, gguf string) int64 {
 	}
 	return n
 }
+
+// TestPersonasOnOllama: on Ollama every persona's model loads on the one
+// managed server (OLLAMA_MAX_LOADED_MODELS counts them), and ctxd's budget
+// decides which stay loaded: under a budget that holds one, asking the
+// other persona unloads the first (Ollama's /api/ps no longer lists it),
+// and asking the first again loads it back. Ollama cannot save a slot, so
+// a return evaluates its prompt again.
+func TestPersonasOnOllama(t *testing.T) {
+	needOllama(t)
+	chatml := templatedModels()[0]
+	state := t.TempDir()
+	cfg := baseConfig(t, state, codexDir(t, 3000))
+	cfg.Personas = []config.Persona{{Name: "writer", GGUF: modelPath(t, chatml), Persona: "You write documentation."}}
+	planA := plannedBytes(t, cfg, cfg.Backend.GGUF)
+	planB := plannedBytes(t, cfg, cfg.Personas[0].GGUF)
+	cfg.Limits.MemoryBudgetMB = int(max(planA, planB)*3/2>>20) + 1 // one at a time, with room for a plan raised to what its runner holds
+	d := start(t, cfg, true)
+	ctx := context.Background()
+	var st httpapi.Status
+	if err := d.client.GetJSON(ctx, "/v1/status", &st); err != nil {
+		t.Fatal(err)
+	}
+	running := func() []string {
+		t.Helper()
+		resp, err := http.Get(st.Backend.URL + "/api/ps")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var ps struct {
+			Models []struct {
+				Name string `json:"name"`
+			} `json:"models"`
+		}
+		if err := json.NewDecoder(resp.Body).Decode(&ps); err != nil {
+			t.Fatal(err)
+		}
+		var names []string
+		for _, m := range ps.Models {
+			names = append(names, strings.TrimSuffix(m.Name, ":latest"))
+		}
+		return names
+	}
+	for i, step := range []struct {
+		persona, loaded string
+	}{{"", cfg.Backend.Model}, {"writer", "writer"}, {"", cfg.Backend.Model}, {"writer", "writer"}} {
+		sum, err := d.client.Ask(ctx, ctxd.AskRequest{Session: "s-" + step.loaded, Query: "What does Handler3 return?", Persona: step.persona}, nil)
+		if err != nil {
+			t.Fatalf("step %d (%s): %v", i, step.loaded, err)
+		}
+		t.Logf("step %d: %s, %d prompt tokens, %d cached", i, step.loaded, sum.PromptTokens, sum.CachedTokens)
+		if got := running(); len(got) != 1 || got[0] != step.loaded {
+			t.Errorf("step %d: Ollama runs %v, want only %s", i, got, step.loaded)
+		}
+	}
+	var after httpapi.Status
+	if err := d.client.GetJSON(ctx, "/v1/status", &after); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range after.Personas.Personas {
+		t.Logf("persona %+v", p)
+		if p.Evacuations < 1 {
+			t.Errorf("persona %s was never evacuated", p.Name)
+		}
+		if p.State == persona.Resident && p.RSS <= 0 {
+			t.Errorf("persona %s is resident, but no Ollama runner of its model was found", p.Name)
+		}
+	}
+}

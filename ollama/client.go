@@ -249,6 +249,37 @@ func (c *Client) Load(ctx context.Context) error {
 	return nil
 }
 
+// Unload unloads the model (a generate request that keeps it alive for
+// no time) and returns once the server no longer lists it as running: its
+// memory is given back.
+func (c *Client) Unload(ctx context.Context) error {
+	zero := api.Duration{Duration: 0}
+	req := &api.GenerateRequest{Model: c.model, KeepAlive: &zero}
+	if err := c.api.Generate(ctx, req, func(api.GenerateResponse) error { return nil }); err != nil {
+		return c.wrap("unload", err)
+	}
+	for {
+		ps, err := c.api.ListRunning(ctx)
+		if err != nil {
+			return c.wrap("unload", err)
+		}
+		running := false
+		for _, m := range ps.Models {
+			if m.Name == c.model || m.Model == c.model || strings.TrimSuffix(m.Name, ":latest") == strings.TrimSuffix(c.model, ":latest") {
+				running = true
+			}
+		}
+		if !running {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return c.wrap("unload", ctx.Err())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
 // Ping checks the server answers.
 func (c *Client) Ping(ctx context.Context) error {
 	if err := c.api.Heartbeat(ctx); err != nil {

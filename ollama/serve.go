@@ -22,6 +22,10 @@ type ServeConfig struct {
 	HomeDir     string   // HOME for the server (it keeps its key pair there)
 	LogPath     string   // where the server's output goes
 	NumParallel int      // OLLAMA_NUM_PARALLEL; ctxd uses 1 so num_ctx is not split
+	// MaxLoaded is OLLAMA_MAX_LOADED_MODELS (0: 1): as many as ctxd has
+	// personas, so that Ollama never unloads one behind ctxd's back (ctxd's
+	// memory budget decides which stay loaded).
+	MaxLoaded int
 	Env         []string // extra KEY=VALUE pairs (PATH, LD_LIBRARY_PATH...)
 	Logger      *slog.Logger
 	// OnRestart is called after the supervisor restarted a crashed server:
@@ -77,7 +81,7 @@ func Start(ctx context.Context, cfg ServeConfig) (*Server, error) {
 				"OLLAMA_MODELS=" + cfg.ModelsDir,
 				"HOME=" + cfg.HomeDir,
 				"OLLAMA_NUM_PARALLEL=" + strconv.Itoa(cfg.NumParallel),
-				"OLLAMA_MAX_LOADED_MODELS=1",
+				"OLLAMA_MAX_LOADED_MODELS=" + strconv.Itoa(max(1, cfg.MaxLoaded)),
 				"OLLAMA_KEEP_ALIVE=-1",
 				"OLLAMA_NOPRUNE=1",
 			}, cfg.Env...)
