@@ -16,18 +16,18 @@ import (
 
 // ServeConfig says how to run a private `ollama serve`.
 type ServeConfig struct {
-	Binary      string   // path to the ollama binary
-	Addr        string   // loopback host:port; port 0 picks a free port
-	ModelsDir   string   // OLLAMA_MODELS: a private models directory
-	HomeDir     string   // HOME for the server (it keeps its key pair there)
-	LogPath     string   // where the server's output goes
-	NumParallel int      // OLLAMA_NUM_PARALLEL; ctxd uses 1 so num_ctx is not split
+	Binary      string // path to the ollama binary
+	Addr        string // loopback host:port; port 0 picks a free port
+	ModelsDir   string // OLLAMA_MODELS: a private models directory
+	HomeDir     string // HOME for the server (it keeps its key pair there)
+	LogPath     string // where the server's output goes
+	NumParallel int    // OLLAMA_NUM_PARALLEL; ctxd uses 1 so num_ctx is not split
 	// MaxLoaded is OLLAMA_MAX_LOADED_MODELS (0: 1): as many as ctxd has
 	// personas, so that Ollama never unloads one behind ctxd's back (ctxd's
 	// memory budget decides which stay loaded).
 	MaxLoaded int
-	Env         []string // extra KEY=VALUE pairs (PATH, LD_LIBRARY_PATH...)
-	Logger      *slog.Logger
+	Env       []string // extra KEY=VALUE pairs (PATH, LD_LIBRARY_PATH...)
+	Logger    *slog.Logger
 	// OnRestart is called after the supervisor restarted a crashed server:
 	// whatever the old one held in its KV cache is gone.
 	OnRestart func()
