@@ -154,6 +154,7 @@ func (d *Daemon) PersonaNames(sigil string) []httpapi.PersonaInfo {
 		}
 		info := httpapi.PersonaInfo{Name: name, NumCtx: ps.plans[name].NumCtx}
 		info.Engine, _ = ps.pool.Peek(name)
+		info.Resident = ps.pool.State(name) == persona.Resident
 		out = append(out, info)
 	}
 	return out

@@ -352,7 +352,7 @@ func (d *Doors) ollamaPs(w http.ResponseWriter, r *http.Request) {
 	}
 	list := []map[string]any{}
 	for _, m := range ms {
-		if m.Loaded.IsZero() { // a persona never loaded
+		if m.Unloaded {
 			continue
 		}
 		list = append(list, map[string]any{

@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"net/http"
+	"time"
 
 	"github.com/ctxd/ctxd/engine"
 	"github.com/ctxd/ctxd/frontdoor"
@@ -40,15 +41,19 @@ func (srv *Server) doors() *frontdoor.Doors {
 			if err != nil {
 				return nil
 			}
+			var since time.Time // a persona never loaded: listed as of the daemon's start
+			if e, err := srv.core.Engine(); err == nil {
+				since = e.Since
+			}
 			var out []frontdoor.Model
 			for _, p := range srv.personaNames(sg.Name) {
+				m := frontdoor.Model{Name: p.Name, NumCtx: p.NumCtx, Loaded: since}
 				if p.Engine != nil {
-					m := doorModel(p.Engine)
+					m = doorModel(p.Engine)
 					m.Name = p.Name
-					out = append(out, m)
-				} else {
-					out = append(out, frontdoor.Model{Name: p.Name, NumCtx: p.NumCtx})
 				}
+				m.Unloaded = !p.Resident
+				out = append(out, m)
 			}
 			return out
 		}

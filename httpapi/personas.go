@@ -19,9 +19,10 @@ type Personas interface {
 // PersonaInfo is one persona as the doors list it: its request path when
 // it was ever loaded (nil otherwise), and its planned window.
 type PersonaInfo struct {
-	Name   string
-	NumCtx int
-	Engine *engine.Engine
+	Name     string
+	NumCtx   int
+	Engine   *engine.Engine
+	Resident bool // its model is loaded now
 }
 
 // persona is the request path of the persona a request names, on a Core

@@ -128,7 +128,30 @@ func TestPersonasUnderOneBudget(t *testing.T) {
 	if strings.Join(ids, " ") != chatml.Name+" reviewer writer" {
 		t.Errorf("/v1/models lists %v", ids)
 	}
-	code, body := socketPost(t, cfg.Daemon.Socket, "/v1/chat/completions", `{"model":"writer","messages":[{"role":"user","content":"Hello?"}],"max_tokens":4}`)
+	// A return to an evacuated persona says what it waits for.
+	var evacuated string
+	for _, p := range status().Personas {
+		if p.State == persona.Evacuated {
+			evacuated = p.Name
+		}
+	}
+	code, body := socketPost(t, cfg.Daemon.Socket, "/v1/ask", `{"session":"p","query":"Hello?","persona":"`+evacuated+`"}`)
+	if code != 200 || !strings.Contains(string(body), `{"type":"progress","text":"restoring persona \"`+evacuated+`\" from disk"}`) {
+		t.Errorf("an ask of the evacuated persona %q: %d %s, want a progress event saying it is restored", evacuated, code, body)
+	}
+	// Ollama's door lists every persona, and as running only those loaded.
+	for path, want := range map[string]int{"/api/tags": 3, "/api/ps": 2} {
+		var list struct {
+			Models []struct {
+				Name string `json:"name"`
+			} `json:"models"`
+		}
+		if err := d.client.GetJSON(ctx, path, &list); err != nil || len(list.Models) != want {
+			t.Errorf("%s lists %+v (%v), want %d models", path, list.Models, err, want)
+		}
+	}
+
+	code, body = socketPost(t, cfg.Daemon.Socket, "/v1/chat/completions", `{"model":"writer","messages":[{"role":"user","content":"Hello?"}],"max_tokens":4}`)
 	var resp struct {
 		Model string        `json:"model"`
 		Ctxd  *ctxd.Summary `json:"ctxd"`

@@ -152,6 +152,16 @@ func (p *Pool[E]) Allowed(name, sigil string) bool {
 	return m != nil && (len(m.spec.Sigils) == 0 || slices.Contains(m.spec.Sigils, sigil))
 }
 
+// State is where the persona stands now ("" for an unknown name).
+func (p *Pool[E]) State(name string) State {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if m := p.members[name]; m != nil {
+		return m.state
+	}
+	return ""
+}
+
 // Peek is the persona's request path if it was ever loaded (resident or
 // not: an evacuated one still answers for its codex and status).
 func (p *Pool[E]) Peek(name string) (E, bool) {

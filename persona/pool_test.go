@@ -234,3 +234,29 @@ func TestClose(t *testing.T) {
 		t.Fatalf("an ask after Close: %v", err)
 	}
 }
+
+// TestEvacuateIdle: under critical memory pressure every idle persona but
+// the one used last is evacuated; a pinned one and one answering stay.
+func TestEvacuateIdle(t *testing.T) {
+	w := &world{resident: map[string]int64{}}
+	p, err := New(Config{Budget: 8 << 30}, spec(w, "pinned", true), spec(w, "idle", false), spec(w, "busy", false), spec(w, "last", false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var releaseBusy func()
+	for _, n := range []string{"pinned", "idle", "busy", "last"} {
+		_, r, err := p.Acquire(t.Context(), n, "", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n == "busy" {
+			releaseBusy = r
+		} else {
+			r()
+		}
+	}
+	defer releaseBusy()
+	if got := p.EvacuateIdle("test"); len(got) != 1 || got[0] != "idle" {
+		t.Fatalf("evacuated %v, want [idle]", got)
+	}
+}

@@ -113,7 +113,10 @@ func formatStatus(st httpapi.Status) string {
 				line += fmt.Sprintf(" · server holds %s (%s)", bytesIEC(p.RSS), p.OffBy)
 			}
 			if p.Evacuations > 0 {
-				line += fmt.Sprintf(" · evacuated %s, restored %s", times(p.Evacuations), times(p.Restores))
+				line += fmt.Sprintf(" · evacuated %s", times(p.Evacuations))
+				if p.Restores > 0 {
+					line += fmt.Sprintf(", restored %s", times(p.Restores))
+				}
 			}
 			var notes []string
 			if p.Default {

@@ -19,7 +19,9 @@ var update = flag.Bool("update", false, "rewrite golden files in testdata/")
 // The recorded statuses in testdata are `ctxd status --json` of real
 // daemons on the demo model: status-ready.json ready with two slots, two
 // sessions and a refused reload; status-starting.json waiting for an
-// external backend that is down.
+// external backend that is down; status-personas.json on llama-server
+// with three personas over two trained models under a budget that holds
+// two, one of them evacuated.
 var statusCases = []struct {
 	name string
 	want []string // besides the golden file: what a person must be told
@@ -30,6 +32,11 @@ var statusCases = []struct {
 		"0 waiting for a slot", "sessions     2", "2824 cached (99.8%)", "2831 of 4096 tokens, 64 kept for the answer: identity 56 · codex 2638",
 		"VRAM low · GPU none", "default (admin, ask,", "trust        no sigil has a token",
 		"log level    info", "REFUSED, the previous configuration stays in force: reload: config: c.toml: unknown key limits.bogus_key",
+	}},
+	{"status-personas", []string{
+		"personas     688.2 MiB planned of a 700.0 MiB memory budget",
+		"coder: resident · 246.8 MiB planned (num_ctx 4096 × 1 slot) · server holds 216.5 MiB (-12%) · evacuated once, restored once · default",
+		"reviewer: evacuated · 246.8 MiB planned", "writer: resident · 441.4 MiB planned",
 	}},
 	{"status-starting", []string{"starting: backend not ready: ollama: version: ollama is not reachable", "external · model ctxd-demo", "log level    info"}},
 }
