@@ -34,9 +34,9 @@ type Model struct {
 	Loaded         time.Time // when the backend loaded it
 	// Unloaded: a persona whose model is not loaded now (never yet, or
 	// evacuated): listed among the models, not among those running.
-	Unloaded bool
-	Embedding      int       // embedding length
-	BlockCount     int       // layers
+	Unloaded   bool
+	Embedding  int // embedding length
+	BlockCount int // layers
 	// Info is the model's metadata as Ollama's /api/show has it, when the
 	// backend is Ollama; the door shows it with ctxd's window.
 	Info map[string]any
