@@ -298,26 +298,9 @@ func serversRSS(dir string) int64 {
 			continue
 		}
 		pid, _ := strconv.Atoi(filepath.Base(p))
-		sum += rssOf(pid)
+		sum += hostenv.ProcessRSS(pid)
 	}
 	return sum
-}
-
-// rssOf is a process's resident memory (VmRSS), 0 if unknown.
-func rssOf(pid int) int64 {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
-	if err != nil {
-		return 0
-	}
-	for line := range strings.SplitSeq(string(b), "\n") {
-		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-			if f := strings.Fields(rest); len(f) > 0 {
-				kb, _ := strconv.ParseInt(f[0], 10, 64)
-				return kb << 10
-			}
-		}
-	}
-	return 0
 }
 
 // RouterRun compares llama-server's router mode (--models-dir,
@@ -378,7 +361,7 @@ func routerPhase(ctx context.Context, cfg Config, paths [2]string, work string) 
 		}
 		err = waitHealthy(ctx, port)
 		took := time.Since(start)
-		rss := rssOf(cmd.Process.Pid)
+		rss := hostenv.ProcessRSS(cmd.Process.Pid)
 		cmd.Process.Kill()
 		cmd.Wait()
 		if err != nil {
@@ -416,7 +399,7 @@ func routerPhase(ctx context.Context, cfg Config, paths [2]string, work string) 
 		}
 		took := time.Since(start)
 		time.Sleep(200 * time.Millisecond) // the evicted child's exit
-		rr.RouterLoads = append(rr.RouterLoads, ModelLoadRun{Model: name, Ms: ms(took), RSSBytes: serversRSS(dir) + rssOf(cmd.Process.Pid)})
+		rr.RouterLoads = append(rr.RouterLoads, ModelLoadRun{Model: name, Ms: ms(took), RSSBytes: serversRSS(dir) + hostenv.ProcessRSS(cmd.Process.Pid)})
 	}
 	return rr, nil
 }
@@ -483,8 +466,7 @@ func (r *Report) personasMarkdown(b *strings.Builder) {
 	b.WriteString("| persona | model | planned | cold first turn | warm turn | return after evacuation (median) | cold ÷ return | evaluated on return (median) |\n|---|---|---|---|---|---|---|---|\n")
 	for _, p := range g.Personas {
 		var cold, warm float64
-		var ret []float64
-		var retEval []int
+		var ret, retEval []float64
 		prompt := 0
 		for _, t := range g.Turns {
 			if t.Persona != p.Name {
@@ -499,16 +481,16 @@ func (r *Report) personasMarkdown(b *strings.Builder) {
 				}
 			case "return":
 				ret = append(ret, t.TTFTMs)
-				retEval = append(retEval, t.Evaluated)
+				retEval = append(retEval, float64(t.Evaluated))
 			}
 		}
-		mr := medianF(ret)
+		mr := percentile(ret, 0.5)
 		ratio := "–"
 		if mr > 0 {
 			ratio = fmt.Sprintf("%.0f×", cold/mr)
 		}
 		fmt.Fprintf(b, "| %s | %s | %s | %.0f ms (%s tokens) | %.0f ms | %.0f ms (%d returns) | %s | %s tokens |\n",
-			p.Name, p.Model, bytesMiB(p.PlannedBytes), cold, thousands(prompt), warm, mr, len(ret), ratio, thousands(medianI(retEval)))
+			p.Name, p.Model, bytesMiB(p.PlannedBytes), cold, thousands(prompt), warm, mr, len(ret), ratio, thousands(int(percentile(retEval, 0.5))))
 	}
 	fmt.Fprintf(b, "\n%d evacuations and %d restores; %d asks failed, %d were truncated. Peak resident memory of every llama-server together, sampled every %.0f ms (%d samples): %s, against the budget of %s; ctxd's plan peaked at %s.",
 		g.Evacuations, g.Restores, len(g.Errors), g.Truncated, g.SampleMs, g.Samples, bytesMiB(g.PeakRSS), bytesMiB(g.BudgetBytes), bytesMiB(g.PeakPlanned))
@@ -543,24 +525,6 @@ func (r *Report) personasMarkdown(b *strings.Builder) {
 }
 
 func bytesMiB(n int64) string { return fmt.Sprintf("%s MiB", thousands(int(n>>20))) }
-
-func medianF(xs []float64) float64 {
-	if len(xs) == 0 {
-		return 0
-	}
-	s := slices.Clone(xs)
-	slices.Sort(s)
-	return s[len(s)/2]
-}
-
-func medianI(xs []int) int {
-	if len(xs) == 0 {
-		return 0
-	}
-	s := slices.Clone(xs)
-	slices.Sort(s)
-	return s[len(s)/2]
-}
 
 // freePort is a loopback port nothing listens on now.
 func freePort() (int, error) {

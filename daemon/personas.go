@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"strconv"
 	"strings"
 	"time"
 
@@ -204,7 +203,7 @@ func (ps *personas) checkMemory(d *Daemon) {
 		if !ok || e.Model.PID == nil {
 			continue
 		}
-		rss := residentBytes(e.Model.PID())
+		rss := hostenv.ProcessRSS(e.Model.PID())
 		if share := float64(rss-st.PlannedBytes) / float64(st.PlannedBytes); rss > 0 && share > raiseShare {
 			raised := rss + rss/20
 			evacuated := ps.pool.SetPlanned(st.Name, raised)
@@ -219,27 +218,6 @@ func (ps *personas) checkMemory(d *Daemon) {
 // before the plan is raised to it.
 const raiseShare = 0.02
 
-// residentBytes is a process's resident memory (VmRSS), 0 if unknown.
-func residentBytes(pid int) int64 {
-	if pid <= 0 {
-		return 0
-	}
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
-	if err != nil {
-		return 0
-	}
-	for line := range strings.SplitSeq(string(b), "\n") {
-		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-			f := strings.Fields(rest)
-			if len(f) >= 1 {
-				kb, _ := strconv.ParseInt(f[0], 10, 64)
-				return kb << 10
-			}
-		}
-	}
-	return 0
-}
-
 // status is every persona's state, plan and resident memory, for status;
 // nil when only the default persona is configured.
 func (ps *personas) status(d *Daemon) *httpapi.PersonasStatus {
@@ -253,7 +231,7 @@ func (ps *personas) status(d *Daemon) *httpapi.PersonasStatus {
 		if e, ok := ps.pool.Peek(st.Name); ok {
 			p.Model = e.Model.TokenizerID
 			if st.State == persona.Resident && e.Model.PID != nil {
-				p.RSS = residentBytes(e.Model.PID())
+				p.RSS = hostenv.ProcessRSS(e.Model.PID())
 			}
 		}
 		if p.RSS > 0 && st.PlannedBytes > 0 {
