@@ -420,6 +420,10 @@ func (d *Daemon) start(ctx context.Context) error {
 // engineConfig is the request path's configuration for c (the daemon's,
 // or a persona's) under limits.
 func (d *Daemon) engineConfig(c config.Config, limits governor.Limits) engine.Config {
+	log := d.log
+	if len(d.cfg.Personas) > 0 { // several: each line says whose
+		log = log.With("persona", c.Backend.Model)
+	}
 	return engine.Config{
 		Identity: runcontext.Identity{Name: c.Identity.Name, Persona: c.Identity.Persona},
 		Codex:    c.Codex, Karma: c.Karma, LowPowerAnswerReserve: c.Limits.LowPowerAnswerReserve,
@@ -435,7 +439,7 @@ func (d *Daemon) engineConfig(c config.Config, limits governor.Limits) engine.Co
 				api.PublishCodex(plan)
 			}
 		},
-		Logger: d.log.With("persona", c.Backend.Model),
+		Logger: log,
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/ctxd/ctxd"
@@ -97,9 +98,9 @@ func (d *Daemon) openPersona(ctx context.Context, pc config.Config, server *brin
 	if err := os.MkdirAll(pc.Daemon.StateDir, 0o700); err != nil {
 		return nil, fmt.Errorf("persona %q: %w", pc.Backend.Model, err)
 	}
-	var e *engine.Engine
+	var built atomic.Pointer[engine.Engine] // set once the request path is; the supervisor may call onRestart before
 	onRestart := func() {
-		if e != nil {
+		if e := built.Load(); e != nil {
 			e.Sched.Forget()
 		}
 	}
@@ -114,8 +115,12 @@ func (d *Daemon) openPersona(ctx context.Context, pc config.Config, server *brin
 	d.reloadMu.Lock()
 	limits := d.live.Load().limits(m.Window.NumCtx)
 	d.reloadMu.Unlock()
-	e, err = engine.New(ctx, d.engineConfig(pc, limits), m)
-	return e, err
+	e, err := engine.New(ctx, d.engineConfig(pc, limits), m)
+	if err != nil {
+		return nil, err
+	}
+	built.Store(e)
+	return e, nil
 }
 
 // Persona is the request path of the persona a request names ("": the
