@@ -208,12 +208,12 @@ func (ps *personas) checkMemory(d *Daemon) {
 		if !ok || e.Model.PID == nil {
 			continue
 		}
-		rss := hostenv.ProcessRSS(e.Model.PID())
+		rss, what := d.serverBytes(e.Model.PID())
 		if share := float64(rss-st.PlannedBytes) / float64(st.PlannedBytes); rss > 0 && share > raiseShare {
 			raised := rss + rss/20
 			evacuated := ps.pool.SetPlanned(st.Name, raised)
 			d.log.Warn("a persona's server holds more memory than planned: its plan is raised to it", "persona", st.Name,
-				"resident_mib", rss>>20, "planned_mib", st.PlannedBytes>>20, "off_by", fmt.Sprintf("%+.0f%%", 100*share),
+				"holds_mib", rss>>20, "of", what, "planned_mib", st.PlannedBytes>>20, "off_by", fmt.Sprintf("%+.0f%%", 100*share),
 				"now_planned_mib", raised>>20, "evacuated", strings.Join(evacuated, " "))
 		}
 	}
@@ -236,11 +236,13 @@ func (ps *personas) status(d *Daemon) *httpapi.PersonasStatus {
 		if e, ok := ps.pool.Peek(st.Name); ok {
 			p.Model = e.Model.TokenizerID
 			if st.State == persona.Resident && e.Model.PID != nil {
-				p.RSS = hostenv.ProcessRSS(e.Model.PID())
+				pid := e.Model.PID()
+				p.RSS = hostenv.ProcessRSS(pid)
+				p.VRAM, _ = d.probe.ProcessVRAM(pid)
 			}
 		}
-		if p.RSS > 0 && st.PlannedBytes > 0 {
-			p.OffBy = fmt.Sprintf("%+.0f%%", 100*float64(p.RSS-st.PlannedBytes)/float64(st.PlannedBytes))
+		if held, _ := d.heldOf(p.RSS, p.VRAM); held > 0 && st.PlannedBytes > 0 {
+			p.OffBy = fmt.Sprintf("%+.0f%%", 100*float64(held-st.PlannedBytes)/float64(st.PlannedBytes))
 		}
 		out.Personas = append(out.Personas, p)
 	}
@@ -256,4 +258,21 @@ func memoryBudget(l config.Limits, rd hostenv.Reading, defPlanned int64) int64 {
 		return int64(l.MemoryBudgetMB) << 20
 	}
 	return max(0, int64(rd.FreeBytes)+defPlanned-int64(l.MemoryHeadroomMB)<<20)
+}
+
+// serverBytes is what a model server holds of the memory the budget is
+// of: on a GPU read through NVML, the VRAM NVML says the process uses;
+// otherwise its resident memory.
+func (d *Daemon) serverBytes(pid int) (int64, string) {
+	vram, _ := d.probe.ProcessVRAM(pid)
+	return d.heldOf(hostenv.ProcessRSS(pid), vram)
+}
+
+// heldOf chooses between a server's resident memory and its VRAM by where
+// the budget's memory is read.
+func (d *Daemon) heldOf(rss, vram int64) (int64, string) {
+	if _, rd := d.probe.Latest(); rd.Source == "nvml" {
+		return vram, "vram"
+	}
+	return rss, "rss"
 }

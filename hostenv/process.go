@@ -4,6 +4,8 @@ import (
 	"os"
 	"strconv"
 	"strings"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
 )
 
 // ProcessRSS is a process's resident memory (VmRSS in /proc/PID/status),
@@ -26,4 +28,40 @@ func ProcessRSS(pid int) int64 {
 		}
 	}
 	return 0
+}
+
+// ProcessVRAM is the GPU memory NVML says the process uses, summed over
+// the GPUs (their compute processes), and whether NVML could say: false
+// without a GPU read through NVML, or when a device does not list its
+// processes (then only the process's resident memory is known).
+func (p *Probe) ProcessVRAM(pid int) (int64, bool) {
+	p.readMu.Lock()
+	defer p.readMu.Unlock()
+	if pid <= 0 || p.cfg.NVML == nil || p.nvmlDead {
+		return 0, false
+	}
+	if _, _, err := p.gpusLocked(); err != nil { // initializes NVML the first time
+		return 0, false
+	}
+	count, ret := p.cfg.NVML.DeviceGetCount()
+	if ret != nvml.SUCCESS {
+		return 0, false
+	}
+	var sum int64
+	for i := range count {
+		dev, ret := p.cfg.NVML.DeviceGetHandleByIndex(i)
+		if ret != nvml.SUCCESS {
+			return 0, false
+		}
+		procs, ret := dev.GetComputeRunningProcesses()
+		if ret != nvml.SUCCESS {
+			return 0, false
+		}
+		for _, pr := range procs {
+			if int(pr.Pid) == pid {
+				sum += int64(pr.UsedGpuMemory)
+			}
+		}
+	}
+	return sum, true
 }

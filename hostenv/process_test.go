@@ -3,6 +3,11 @@ package hostenv
 import (
 	"os"
 	"testing"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/NVIDIA/go-nvml/pkg/nvml/mock"
+
+	"github.com/ctxd/ctxd/internal/nvmltest"
 )
 
 // TestProcessRSS: this process holds some memory; no process holds none.
@@ -15,5 +20,32 @@ func TestProcessRSS(t *testing.T) {
 	}
 	if n := ProcessRSS(0); n != 0 {
 		t.Errorf("pid 0: %d", n)
+	}
+}
+
+// TestProcessVRAM: NVML's per-process figures, summed over the GPUs, for
+// the process asked about; none without NVML or where a device does not
+// list its processes.
+func TestProcessVRAM(t *testing.T) {
+	withProcs := func(dev *mock.Device, procs ...nvml.ProcessInfo) *mock.Device {
+		dev.GetComputeRunningProcessesFunc = func() ([]nvml.ProcessInfo, nvml.Return) { return procs, nvml.SUCCESS }
+		return dev
+	}
+	a := withProcs(nvmltest.Device("a", 24*gib, 10*gib), nvml.ProcessInfo{Pid: 42, UsedGpuMemory: 3 * gib}, nvml.ProcessInfo{Pid: 7, UsedGpuMemory: gib})
+	b := withProcs(nvmltest.Device("b", 24*gib, 10*gib), nvml.ProcessInfo{Pid: 42, UsedGpuMemory: 2 * gib})
+	p := New(Config{NVML: nvmltest.Library(a, b), HostMemory: hostMem(64*gib, 32*gib), SysRoot: t.TempDir()})
+	if n, ok := p.ProcessVRAM(42); !ok || n != 5*gib {
+		t.Errorf("pid 42: %d bytes (%v), want 5 GiB over two GPUs", n, ok)
+	}
+	if n, ok := p.ProcessVRAM(99); !ok || n != 0 {
+		t.Errorf("pid 99 on no GPU: %d (%v), want 0, known", n, ok)
+	}
+	unlisted := nvmltest.Device("c", 24*gib, 10*gib)
+	unlisted.GetComputeRunningProcessesFunc = func() ([]nvml.ProcessInfo, nvml.Return) { return nil, nvml.ERROR_NOT_SUPPORTED }
+	if _, ok := New(Config{NVML: nvmltest.Library(unlisted), HostMemory: hostMem(64*gib, 32*gib), SysRoot: t.TempDir()}).ProcessVRAM(42); ok {
+		t.Error("a device that does not list its processes was taken as knowing")
+	}
+	if _, ok := New(Config{NVML: nvmltest.Missing(), HostMemory: hostMem(64*gib, 32*gib), SysRoot: t.TempDir()}).ProcessVRAM(42); ok {
+		t.Error("no NVML, yet a figure")
 	}
 }

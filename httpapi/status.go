@@ -62,11 +62,12 @@ type PersonasStatus struct {
 // its server really holds.
 type PersonaStatus struct {
 	persona.Status
-	Model  string `json:"model"`            // its model file
-	NumCtx int    `json:"num_ctx"`          // its window per slot
-	Slots  int    `json:"slots"`            // its slots
-	RSS    int64  `json:"rss_bytes"`        // its server's resident memory now (0: not running)
-	OffBy  string `json:"off_by,omitempty"` // how far RSS is from the plan, when it is running
+	Model  string `json:"model"`                // its model file
+	NumCtx int    `json:"num_ctx"`              // its window per slot
+	Slots  int    `json:"slots"`                // its slots
+	RSS    int64  `json:"rss_bytes"`            // its server's resident memory now (0: not running)
+	VRAM   int64  `json:"vram_bytes,omitempty"` // the GPU memory NVML says its server uses, on a GPU
+	OffBy  string `json:"off_by,omitempty"`     // how far what it holds (VRAM on a GPU, else RSS) is from the plan, when it is running
 }
 
 // SigilStatus is one configured sigil as status shows it: never a token

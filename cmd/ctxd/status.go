@@ -109,7 +109,10 @@ func formatStatus(st httpapi.Status) string {
 		o.line("personas", "%s planned of a %s memory budget", bytesIEC(ps.PlannedBytes), bytesIEC(ps.BudgetBytes))
 		for _, p := range ps.Personas {
 			line := fmt.Sprintf("%s: %s · %s planned (num_ctx %d × %s)", p.Name, p.State, bytesIEC(p.PlannedBytes), p.NumCtx, plural(p.Slots, "slot"))
-			if p.RSS > 0 {
+			switch {
+			case p.VRAM > 0:
+				line += fmt.Sprintf(" · server holds %s of VRAM (%s), %s resident", bytesIEC(p.VRAM), p.OffBy, bytesIEC(p.RSS))
+			case p.RSS > 0:
 				line += fmt.Sprintf(" · server holds %s (%s)", bytesIEC(p.RSS), p.OffBy)
 			}
 			if p.Evacuations > 0 {
