@@ -235,6 +235,7 @@ func (ps *personas) status(d *Daemon) *httpapi.PersonasStatus {
 		p := httpapi.PersonaStatus{Status: st, NumCtx: ps.plans[st.Name].NumCtx, Slots: ps.plans[st.Name].Slots}
 		if e, ok := ps.pool.Peek(st.Name); ok {
 			p.Model = e.Model.TokenizerID
+			p.SavedSlots, p.SavedTokens, p.SavedBytes = e.OnDisk()
 			if st.State == persona.Resident && e.Model.PID != nil {
 				pid := e.Model.PID()
 				p.RSS = hostenv.ProcessRSS(pid)

@@ -234,6 +234,24 @@ func (e *Engine) Restore(ctx context.Context) error {
 	return nil
 }
 
+// OnDisk is what Evacuate saved and Restore has not yet restored: the
+// slots, the tokens they hold, and their files' bytes (0 where ctxd cannot
+// see the server's slot directory).
+func (e *Engine) OnDisk() (slots, tokens int, bytes int64) {
+	e.evacMu.Lock()
+	defer e.evacMu.Unlock()
+	for _, s := range e.saved {
+		slots++
+		tokens += len(s.held.Tokens)
+		if w := e.Model.Warm; w != nil && w.Dir != "" {
+			if info, err := os.Stat(filepath.Join(w.Dir, s.file)); err == nil {
+				bytes += info.Size()
+			}
+		}
+	}
+	return slots, tokens, bytes
+}
+
 // Close stops the codex service and then the model; the store is not
 // the engine's.
 func (e *Engine) Close() error {

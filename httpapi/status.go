@@ -68,6 +68,11 @@ type PersonaStatus struct {
 	RSS    int64  `json:"rss_bytes"`            // its server's resident memory now (0: not running)
 	VRAM   int64  `json:"vram_bytes,omitempty"` // the GPU memory NVML says its server uses, on a GPU
 	OffBy  string `json:"off_by,omitempty"`     // how far what it holds (VRAM on a GPU, else RSS) is from the plan, when it is running
+	// On disk while it is evacuated: its saved slots, the tokens they
+	// hold, and their files' bytes.
+	SavedSlots  int   `json:"saved_slots,omitempty"`
+	SavedTokens int   `json:"saved_tokens,omitempty"`
+	SavedBytes  int64 `json:"saved_bytes,omitempty"`
 }
 
 // SigilStatus is one configured sigil as status shows it: never a token

@@ -108,6 +108,11 @@ func TestPersonasUnderOneBudget(t *testing.T) {
 		}
 		t.Logf("persona %+v", p)
 	}
+	for _, p := range ps.Personas {
+		if p.State == persona.Evacuated && (p.SavedSlots != 1 || p.SavedTokens == 0 || p.SavedBytes == 0) {
+			t.Errorf("persona %s is evacuated, and status shows on disk %d slots, %d tokens, %d bytes: want its slot", p.Name, p.SavedSlots, p.SavedTokens, p.SavedBytes)
+		}
+	}
 	if evacuations < 2 || restores < 2 {
 		t.Errorf("%d evacuations, %d restores: want at least two of each", evacuations, restores)
 	}

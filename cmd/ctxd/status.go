@@ -115,6 +115,9 @@ func formatStatus(st httpapi.Status) string {
 			case p.RSS > 0:
 				line += fmt.Sprintf(" · server holds %s (%s)", bytesIEC(p.RSS), p.OffBy)
 			}
+			if p.SavedSlots > 0 {
+				line += fmt.Sprintf(" · on disk: %s, %d tokens, %s", plural(p.SavedSlots, "slot"), p.SavedTokens, bytesIEC(p.SavedBytes))
+			}
 			if p.Evacuations > 0 {
 				line += fmt.Sprintf(" · evacuated %s", times(p.Evacuations))
 				if p.Restores > 0 {

@@ -36,7 +36,8 @@ var statusCases = []struct {
 	{"status-personas", []string{
 		"personas     688.2 MiB planned of a 700.0 MiB memory budget",
 		"coder: resident · 246.8 MiB planned (num_ctx 4096 × 1 slot) · server holds 216.5 MiB (-12%) · evacuated once, restored once · default",
-		"reviewer: evacuated · 246.8 MiB planned", "writer: resident · 441.4 MiB planned",
+		"reviewer: evacuated · 246.8 MiB planned (num_ctx 4096 × 1 slot) · on disk: 1 slot, 2494 tokens, 54.9 MiB · evacuated once",
+		"writer: resident · 441.4 MiB planned",
 	}},
 	{"status-starting", []string{"starting: backend not ready: ollama: version: ollama is not reachable", "external · model ctxd-demo", "log level    info"}},
 }
