@@ -144,6 +144,33 @@ func (d *Daemon) Persona(ctx context.Context, name, sigil string, progress func(
 	return ps.pool.Acquire(ctx, name, sigil, progress)
 }
 
+// PersonaPeek checks that the persona exists and sigil may use it, and
+// returns its request path if it was ever loaded and whether it is
+// resident now; it loads nothing.
+func (d *Daemon) PersonaPeek(name, sigil string) (*engine.Engine, bool, error) {
+	ps := d.personas.Load()
+	if ps == nil {
+		e, release, err := d.Persona(context.Background(), name, sigil, nil)
+		if err != nil {
+			return nil, false, err
+		}
+		release()
+		return e, true, nil
+	}
+	if name == "ctxd" || strings.TrimSuffix(name, ":latest") == strings.TrimSuffix(d.cfg.Backend.Model, ":latest") {
+		name = ""
+	}
+	name, err := ps.pool.Resolve(name, sigil)
+	if err != nil {
+		return nil, false, err
+	}
+	e, ok := ps.pool.Peek(name)
+	if !ok {
+		return nil, false, nil
+	}
+	return e, ps.pool.State(name) == persona.Resident, nil
+}
+
 // PersonaNames are the personas a sigil may use, the default first, with
 // the window planned for each.
 func (d *Daemon) PersonaNames(sigil string) []httpapi.PersonaInfo {

@@ -24,11 +24,22 @@ func (srv *Server) doors() *frontdoor.Doors {
 		WriteTimeout: srv.cfg.Daemon.WriteTimeout.Duration,
 		Logger:       srv.log,
 	}
-	if _, ok := srv.core.(Personas); ok {
+	if ps, ok := srv.core.(Personas); ok {
 		cfg.Persona = func(r *http.Request, model string) (frontdoor.Engine, frontdoor.Model, func(), error) {
 			sg, err := srv.doorSigil(r)
 			if err != nil {
 				return nil, frontdoor.Model{}, nil, err
+			}
+			// An evacuated persona is restored once the door's stream has
+			// begun, so that a streaming client hears its keep-alives while
+			// it waits; a cold one (its model unknown yet) loads now.
+			e, resident, err := ps.PersonaPeek(model, sg.Name)
+			if err != nil {
+				return nil, frontdoor.Model{}, nil, err
+			}
+			if e != nil && !resident {
+				lazy := &lazyPersona{srv: srv, name: model}
+				return lazy, doorModel(e), lazy.done, nil
 			}
 			e, release, err := srv.persona(r.Context(), model, sg.Name, nil)
 			if err != nil {

@@ -5,6 +5,7 @@ import (
 
 	"github.com/ctxd/ctxd"
 	"github.com/ctxd/ctxd/engine"
+	"github.com/ctxd/ctxd/runcontext"
 )
 
 // Personas is a Core that serves several personas: Persona makes the one a
@@ -14,6 +15,11 @@ import (
 type Personas interface {
 	Persona(ctx context.Context, name, sigil string, progress func(string)) (*engine.Engine, func(), error)
 	PersonaNames(sigil string) []PersonaInfo
+	// PersonaPeek checks that the persona exists and the sigil may use it
+	// (the errors Persona would give) and returns its request path if it
+	// was ever loaded (nil otherwise), and whether it is resident now,
+	// without loading anything.
+	PersonaPeek(name, sigil string) (*engine.Engine, bool, error)
 }
 
 // PersonaInfo is one persona as the doors list it: its request path when
@@ -49,4 +55,29 @@ func (srv *Server) personaNames(sigil string) []PersonaInfo {
 		return p.PersonaNames(sigil)
 	}
 	return nil
+}
+
+// lazyPersona is an evacuated persona's request path as a door's engine:
+// the persona is restored when the ask runs, once the door has begun its
+// stream (whose keep-alives then flow while it waits), not before.
+type lazyPersona struct {
+	srv     *Server
+	name    string
+	release func() // the restored persona's, once AskAs took it
+}
+
+func (l *lazyPersona) AskAs(ctx context.Context, sigil runcontext.Sigil, req ctxd.AskRequest, onToken func(string) error) (*ctxd.Summary, error) {
+	e, release, err := l.srv.persona(ctx, l.name, sigil.Name, nil)
+	if err != nil {
+		return nil, err
+	}
+	l.release = release
+	return e.Orch.AskAs(ctx, sigil, req, onToken)
+}
+
+// done lets the persona go, if AskAs took it.
+func (l *lazyPersona) done() {
+	if l.release != nil {
+		l.release()
+	}
 }

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 
@@ -143,6 +144,20 @@ func TestPersonasUnderOneBudget(t *testing.T) {
 	code, body := socketPost(t, cfg.Daemon.Socket, "/v1/ask", `{"session":"p","query":"Hello?","persona":"`+evacuated+`"}`)
 	if code != 200 || !strings.Contains(string(body), `{"type":"progress","text":"restoring persona \"`+evacuated+`\" from disk"}`) {
 		t.Errorf("an ask of the evacuated persona %q: %d %s, want a progress event saying it is restored", evacuated, code, body)
+	}
+	// At the OpenAI door an evacuated persona is restored once the stream
+	// has begun: a streaming agent is answered as by a resident one.
+	for _, p := range status().Personas {
+		if p.State == persona.Evacuated {
+			evacuated = p.Name
+		}
+	}
+	code, body = socketPost(t, cfg.Daemon.Socket, "/v1/chat/completions", `{"model":"`+evacuated+`","stream":true,"messages":[{"role":"user","content":"Hello?"}],"max_tokens":4}`)
+	if code != 200 || !strings.Contains(string(body), "data: [DONE]") || !strings.Contains(string(body), `"model":"`+evacuated+`"`) {
+		t.Errorf("a streamed chat with the evacuated persona %q: %d %s", evacuated, code, body)
+	}
+	if s := status(); slices.IndexFunc(s.Personas, func(p httpapi.PersonaStatus) bool { return p.Name == evacuated && p.State == persona.Resident }) < 0 {
+		t.Errorf("persona %q was not restored by the door's ask: %+v", evacuated, s.Personas)
 	}
 	// Ollama's door lists every persona, and as running only those loaded.
 	for path, want := range map[string]int{"/api/tags": 3, "/api/ps": 2} {

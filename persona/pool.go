@@ -135,15 +135,26 @@ func (p *Pool[E]) Default() string { return p.def }
 // Names are the personas' names, the default first.
 func (p *Pool[E]) Names() []string { return slices.Clone(p.order) }
 
-// Resolve is the persona name asks for: the default for "".
-func (p *Pool[E]) Resolve(name string) (string, error) {
+// Resolve is the persona a request of sigil names ("": the default), or
+// an error that names it and lists the personas sigil may use (a persona
+// sigil may not use is refused as such, naming no other sigil).
+func (p *Pool[E]) Resolve(name, sigil string) (string, error) {
 	if name == "" {
-		return p.def, nil
+		name = p.def
 	}
-	if _, ok := p.members[name]; ok {
-		return name, nil
+	if _, ok := p.members[name]; !ok {
+		var open []string
+		for _, n := range p.order {
+			if p.Allowed(n, sigil) {
+				open = append(open, n)
+			}
+		}
+		return "", ctxd.Errorf(ctxd.KindNotFound, "persona %q not found; this ctxd serves %s to sigil %q", name, strings.Join(open, ", "), sigil)
 	}
-	return "", ctxd.Errorf(ctxd.KindNotFound, "persona %q not found; this ctxd serves %s", name, strings.Join(p.order, ", "))
+	if !p.Allowed(name, sigil) {
+		return "", ctxd.Errorf(ctxd.KindForbidden, "persona %q is not open to sigil %q (its [[persona]] sigils)", name, sigil)
+	}
+	return name, nil
 }
 
 // Allowed reports whether sigil may use the persona.
@@ -182,12 +193,9 @@ func (p *Pool[E]) Peek(name string) (E, bool) {
 // fit the budget even alone, or a sigil not allowed, is refused at once.
 func (p *Pool[E]) Acquire(ctx context.Context, name, sigil string, progress func(string)) (E, func(), error) {
 	var zero E
-	name, err := p.Resolve(name)
+	name, err := p.Resolve(name, sigil)
 	if err != nil {
 		return zero, nil, err
-	}
-	if !p.Allowed(name, sigil) {
-		return zero, nil, ctxd.Errorf(ctxd.KindForbidden, "persona %q is not open to sigil %q (its sigils: %s)", name, sigil, strings.Join(p.members[name].spec.Sigils, ", "))
 	}
 	if progress == nil {
 		progress = func(string) {}
