@@ -198,6 +198,11 @@ func (d *Doors) open(w http.ResponseWriter, r *http.Request, req any, model *str
 			return sent, nil, Model{}, func() {}, ctxd.Errorf(ctxd.KindInvalid, "model: required; name a persona of this ctxd (GET /v1/models lists them) or say \"ctxd\"")
 		}
 		eng, m, release, err := d.cfg.Persona(r, strings.TrimSuffix(*model, ":latest"))
+		if ctxd.KindOf(err) == ctxd.KindNotFound { // in the door's words: its clients name models
+			if ms, lerr := d.models(r); lerr == nil {
+				err = notServed(*model, ms)
+			}
+		}
 		if err != nil {
 			return sent, nil, Model{}, func() {}, err
 		}
@@ -237,11 +242,17 @@ func (d *Doors) model(r *http.Request, name string) (Model, error) {
 			return m, nil
 		}
 	}
+	return Model{}, notServed(name, ms)
+}
+
+// notServed is the error for a model the doors do not serve, naming those
+// they do.
+func notServed(name string, ms []Model) error {
 	names := make([]string, len(ms))
 	for i, m := range ms {
-		names[i] = m.Name
+		names[i] = strconv.Quote(m.Name)
 	}
-	return Model{}, ctxd.Errorf(ctxd.KindNotFound, "model %q not found; this ctxd serves %s (or say \"ctxd\")", name, strings.Join(names, ", "))
+	return ctxd.Errorf(ctxd.KindNotFound, "model %q not found; this ctxd serves %s (or say \"ctxd\")", name, strings.Join(names, ", "))
 }
 
 // answerCap is the cap on the answer's length a client asked for, if ctxd
