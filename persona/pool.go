@@ -201,11 +201,18 @@ func (p *Pool[E]) Acquire(ctx context.Context, name, sigil string, progress func
 		progress = func(string) {}
 	}
 	said := ""
-	say := func(msg string) {
-		if msg != said {
-			said = msg
-			progress(msg)
+	// say tells progress msg unless it was the last thing said, with the
+	// lock let go (progress may write to a slow client); it reports
+	// whether it did, and the caller then looks at the state again.
+	say := func(msg string) bool {
+		if msg == said {
+			return false
 		}
+		said = msg
+		p.mu.Unlock()
+		progress(msg)
+		p.mu.Lock()
+		return true
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -213,6 +220,11 @@ func (p *Pool[E]) Acquire(ctx context.Context, name, sigil string, progress func
 	for {
 		if p.closed {
 			return zero, nil, ctxd.Errorf(ctxd.KindUnavailable, "persona %q: the daemon is stopping", name)
+		}
+		if m.lastErr != "" && (m.state == Cold || m.state == Evacuated) {
+			err := ctxd.Errorf(ctxd.KindUnavailable, "persona %q: %s", name, m.lastErr)
+			m.lastErr = ""
+			return zero, nil, err
 		}
 		switch m.state {
 		case Resident:
@@ -222,37 +234,43 @@ func (p *Pool[E]) Acquire(ctx context.Context, name, sigil string, progress func
 			var once sync.Once
 			return m.eng, func() { once.Do(func() { p.release(m) }) }, nil
 		case Cold, Evacuated:
-			if victim, wait, err := p.roomLocked(m); err != nil {
+			victim, wait, err := p.roomLocked(m)
+			if err != nil {
 				return zero, nil, err
-			} else if victim != nil {
-				say(fmt.Sprintf("evacuating persona %q (idle longest) to make room for %q", victim.spec.Name, name))
+			}
+			var msg string
+			switch {
+			case victim != nil:
+				msg = fmt.Sprintf("evacuating persona %q (idle longest) to make room for %q", victim.spec.Name, name)
+			case wait:
+				msg = fmt.Sprintf("persona %q waits for room: every resident persona it could displace is in use", name)
+			case m.state == Cold:
+				msg = fmt.Sprintf("loading persona %q", name)
+			default:
+				msg = fmt.Sprintf("restoring persona %q from disk", name)
+			}
+			if say(msg) {
+				continue
+			}
+			switch {
+			case victim != nil:
 				if err := p.evacuateLocked(victim, "to make room for "+name); err != nil {
 					return zero, nil, ctxd.Errorf(ctxd.KindUnavailable, "persona %q: no room: evacuating persona %q failed: %v", name, victim.spec.Name, err)
 				}
-				continue
-			} else if wait {
-				say(fmt.Sprintf("persona %q waits for room: every resident persona it could displace is in use", name))
+			case wait:
 				if err := p.waitLocked(ctx); err != nil {
 					return zero, nil, err
 				}
+			default:
+				p.loadLocked(m)
+			}
+		default:
+			if say(fmt.Sprintf("waiting: persona %q is %s", name, m.state)) {
 				continue
 			}
-			if m.state == Cold {
-				say(fmt.Sprintf("loading persona %q", name))
-			} else {
-				say(fmt.Sprintf("restoring persona %q from disk", name))
-			}
-			p.loadLocked(m)
-		default:
-			say(fmt.Sprintf("waiting: persona %q is %s", name, m.state))
 			if err := p.waitLocked(ctx); err != nil {
 				return zero, nil, err
 			}
-		}
-		if m.lastErr != "" && (m.state == Cold || m.state == Evacuated) {
-			err := ctxd.Errorf(ctxd.KindUnavailable, "persona %q: %s", name, m.lastErr)
-			m.lastErr = ""
-			return zero, nil, err
 		}
 	}
 }

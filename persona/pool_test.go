@@ -260,3 +260,31 @@ func TestEvacuateIdle(t *testing.T) {
 		t.Fatalf("evacuated %v, want [idle]", got)
 	}
 }
+
+// TestProgressOutsideTheLock: progress may block (it writes to a client),
+// so it is told with the pool's lock let go: the pool answers meanwhile.
+func TestProgressOutsideTheLock(t *testing.T) {
+	w := &world{resident: map[string]int64{}}
+	p, err := New(Config{Budget: 1 << 30}, spec(w, "a", false), spec(w, "b", false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	calls := 0
+	_, r, err := p.Acquire(t.Context(), "b", "", func(string) {
+		calls++
+		done := make(chan struct{})
+		go func() { p.Statuses(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the pool was locked while progress ran")
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r()
+	if calls == 0 {
+		t.Fatal("loading b said nothing")
+	}
+}
