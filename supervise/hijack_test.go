@@ -249,22 +249,8 @@ func TestRestartRefusesAnImpostor(t *testing.T) {
 // which hold the model in memory) dies with it when it crashes, before
 // the restart.
 func TestCrashKillsTheGroup(t *testing.T) {
-	addr := freeAddr(t)
 	pidFile := filepath.Join(t.TempDir(), "child.pid")
-	restarted := make(chan struct{}, 10)
-	p, err := Start(t.Context(), Config{
-		Name:    "helper",
-		Command: func() *exec.Cmd { return helper(addr, childEnv+"="+pidFile) },
-		LogPath: filepath.Join(t.TempDir(), "log"),
-		Ready:   ready(addr),
-		Network: "tcp", Addr: addr,
-		OnRestart: func() { restarted <- struct{}{} },
-		Backoff:   10 * time.Millisecond,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
+	p, restarted := startHelper(t, childEnv+"="+pidFile)
 	b, err := os.ReadFile(pidFile)
 	if err != nil {
 		t.Fatal(err)
@@ -285,6 +271,29 @@ func TestCrashKillsTheGroup(t *testing.T) {
 			t.Fatalf("the crashed server's child %d outlived it", runner)
 		}
 	}
+}
+
+// startHelper starts the helper server (with env) supervised on a free
+// port, restarting after 10 ms; restarted hears each restart. The test's
+// end closes it.
+func startHelper(t *testing.T, env ...string) (p *Process, restarted chan struct{}) {
+	t.Helper()
+	addr := freeAddr(t)
+	restarted = make(chan struct{}, 10)
+	p, err := Start(t.Context(), Config{
+		Name:    "helper",
+		Command: func() *exec.Cmd { return helper(addr, env...) },
+		LogPath: filepath.Join(t.TempDir(), "log"),
+		Ready:   ready(addr),
+		Network: "tcp", Addr: addr,
+		OnRestart: func() { restarted <- struct{}{} },
+		Backoff:   10 * time.Millisecond,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	return p, restarted
 }
 
 // alive reports whether pid runs (a zombie does not).
@@ -347,21 +356,8 @@ func TestOwnershipCheckedOncePerConnection(t *testing.T) {
 // exit is no crash); Resume starts it again, and after that a crash is
 // restarted as before.
 func TestPauseAndResume(t *testing.T) {
-	addr := freeAddr(t)
-	restarted := make(chan struct{}, 10)
-	p, err := Start(t.Context(), Config{
-		Name:    "helper",
-		Command: func() *exec.Cmd { return helper(addr) },
-		LogPath: filepath.Join(t.TempDir(), "log"),
-		Ready:   ready(addr),
-		Network: "tcp", Addr: addr,
-		OnRestart: func() { restarted <- struct{}{} },
-		Backoff:   10 * time.Millisecond,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
+	p, restarted := startHelper(t)
+	addr := p.cfg.Addr
 	first := p.PID()
 	if err := p.Pause(); err != nil {
 		t.Fatal(err)
