@@ -368,6 +368,7 @@ type wsAsk struct {
 	System    string      `json:"system"`
 	History   []ctxd.Turn `json:"history"`
 	MaxTokens int         `json:"max_tokens"`
+	Persona   string      `json:"persona"`
 }
 
 // ask starts an ask in its own goroutine, or refuses it.
@@ -396,7 +397,7 @@ func (c *wsConn) ask(b []byte, id string) {
 		return
 	}
 	req := ctxd.AskRequest{Session: m.Session, Query: m.Query, Sigil: sigil.Name, Pin: m.Pin, System: m.System, History: m.History,
-		MaxTokens: m.MaxTokens, Scopes: sigil.Scopes}
+		MaxTokens: m.MaxTokens, Scopes: sigil.Scopes, Persona: m.Persona}
 
 	c.mu.Lock()
 	select {

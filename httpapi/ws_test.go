@@ -386,6 +386,7 @@ func TestWSBadMessages(t *testing.T) {
 		{"unknown field", `{"type":"ask","id":"a4","session":"s","query":"hi","temperature":2}`, "a4", ctxd.KindInvalid, "temperature"},
 		{"bad session id", `{"type":"ask","id":"a5","session":"../etc","query":"hi"}`, "a5", ctxd.KindInvalid, "session"},
 		{"unknown sigil", `{"type":"ask","id":"a6","session":"s","query":"hi","sigil":"root"}`, "a6", ctxd.KindForbidden, "root"},
+		{"unknown persona", `{"type":"ask","id":"a7","session":"s","query":"hi","persona":"nobody"}`, "a7", ctxd.KindNotFound, `persona "nobody" not found`},
 		{"feedback, unknown field", `{"type":"feedback","id":"f1","turn":1,"score":1}`, "f1", ctxd.KindInvalid, `unknown field "turn"`},
 		{"feedback, no trace", `{"type":"feedback","id":"f2","action":"verify"}`, "f2", ctxd.KindInvalid, `"trace"`},
 		{"feedback, karma off", `{"type":"feedback","id":"f3","trace":1,"action":"verify"}`, "f3", ctxd.KindForbidden, `lacks the "karma:write" scope`},

@@ -314,7 +314,7 @@ func TestAsk(t *testing.T) {
 		t.Errorf("second ask's text: %q", mcptest.Text(res))
 	}
 	var named askOutput
-	structured(t, mcptest.Call(t, cs, "ask", map[string]any{"query": "hi", "session": "mine.1"}), &named)
+	structured(t, mcptest.Call(t, cs, "ask", map[string]any{"query": "hi", "session": "mine.1", "persona": "writer"}), &named)
 	if named.Session != "mine.1" || named.Turn != 1 {
 		t.Errorf("ask in a named session: %+v", named)
 	}
@@ -325,7 +325,7 @@ func TestAsk(t *testing.T) {
 		t.Errorf("second connection's session %q, first's %q", other.Session, first.Session)
 	}
 	asks := f.asked()
-	if len(asks) != 4 || !asks[1].Pin || asks[0].Pin || asks[0].Sigil != "" {
+	if len(asks) != 4 || !asks[1].Pin || asks[0].Pin || asks[0].Sigil != "" || asks[2].Persona != "writer" || asks[0].Persona != "" {
 		t.Errorf("the daemon was asked %+v", asks)
 	}
 }

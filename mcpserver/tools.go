@@ -20,6 +20,7 @@ type askInput struct {
 	Query   string `json:"query"`
 	Session string `json:"session,omitempty"`
 	Pin     bool   `json:"pin,omitempty"`
+	Persona string `json:"persona,omitempty"` // the persona that answers ("": the default)
 }
 
 // askOutput is the ask tool's structured result: the summary's headline
@@ -48,7 +49,8 @@ var askTool = &mcp.Tool{
 		"query": {"type": "string", "minLength": 1, "description": "the question"},
 		"session": {"type": "string", "pattern": ` + quote(ctxd.SessionIDPattern.String()) + `,
 			"description": "the conversation to continue or start (default: one fixed for this MCP connection)"},
-		"pin": {"type": "boolean", "description": "keep this turn verbatim: never compacted or condensed"}
+		"pin": {"type": "boolean", "description": "keep this turn verbatim: never compacted or condensed"},
+		"persona": {"type": "string", "description": "the persona that answers, where the daemon serves several (default: its default one)"}
 	},
 	"required": ["query"],
 	"additionalProperties": false
@@ -67,7 +69,7 @@ func (s *Server) ask(ctx context.Context, req *mcp.CallToolRequest, in askInput)
 		return nil, nil, fmt.Errorf("ask: %w", err)
 	}
 	var answer strings.Builder
-	sum, err := s.daemon.Ask(ctx, ctxd.AskRequest{Session: session, Query: in.Query, Pin: in.Pin}, func(t string) { answer.WriteString(t) })
+	sum, err := s.daemon.Ask(ctx, ctxd.AskRequest{Session: session, Query: in.Query, Pin: in.Pin, Persona: in.Persona}, func(t string) { answer.WriteString(t) })
 	if err != nil {
 		s.log.Warn("ask failed", "session", session, "err", err)
 		return nil, nil, fmt.Errorf("ask failed: %s", describe(err))
