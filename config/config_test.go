@@ -170,6 +170,7 @@ func TestValidateNamesField(t *testing.T) {
 		"persona[0].num_ctx":      func(c *Config) { c.Personas = []Persona{{Name: "w", GGUF: "/m.gguf", NumCtx: -1}} },
 		"persona[0].gguf":         func(c *Config) { c.Backend.GGUF, c.Personas = "", []Persona{{Name: "w"}} },
 		"limits.memory_budget_mb": func(c *Config) { c.Limits.MemoryBudgetMB = -1 },
+		"persona[0].name   ":      func(c *Config) { c.Personas = []Persona{{Name: "Writer", GGUF: "/m.gguf"}} }, // Ollama: lower case
 	}
 	for field, mutate := range cases {
 		c := Default(env)

@@ -39,8 +39,8 @@ func (c Config) Validate() error {
 
 // validatePersonas checks [[persona]]: names unique, none the default's,
 // each usable in a URL's path and a directory's name; sigils configured;
-// sizes not negative; and a backend ctxd runs itself, which it can stop
-// and start again (managed llama-server).
+// sizes not negative; and a backend ctxd runs itself (managed), whose
+// servers or models it can stop and start again.
 func (c Config) validatePersonas(p *problems) {
 	if len(c.Personas) == 0 {
 		return
@@ -56,6 +56,9 @@ func (c Config) validatePersonas(p *problems) {
 			p.bad(field+".name", "%q must be 1 to 64 letters, digits, '.', '_' or '-', not starting with '.'", ps.Name)
 		case seen[ps.Name]:
 			p.bad(field+".name", "%q is taken (by the default persona, backend.model %q, by \"ctxd\", or by another persona)", ps.Name, c.Backend.Model)
+		}
+		if c.Backend.Kind == "ollama" && ps.Name != strings.ToLower(ps.Name) {
+			p.bad(field+".name", "%q: on Ollama a persona's model is imported under its name, which Ollama keeps in lower case; name it %q", ps.Name, strings.ToLower(ps.Name))
 		}
 		seen[ps.Name] = true
 		if ps.NumCtx < 0 {
