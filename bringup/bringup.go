@@ -41,6 +41,10 @@ type Model struct {
 	// Server is the model server this load runs on, for other personas'
 	// models to run on it too (Ollama); nil where each model has its own.
 	Server *Server
+	// Planned is what this load holds as planned (PlannedBytes: weights,
+	// KV windows, host prompt cache, the server's own); 0 where ctxd did not
+	// plan it (an external server).
+	Planned int64
 	// PID is the model server's process id now (0 while it is stopped),
 	// for its resident memory; nil where ctxd does not run the server.
 	PID func() int

@@ -91,6 +91,7 @@ func (c Config) startLlamaServer(ctx context.Context, m *Model, cl *closers, opt
 	if m.Facts, m.Window, err = c.planWindow(facts); err != nil {
 		return nil, "", err
 	}
+	m.Planned = PlannedBytes(m.Window, VocabSize(facts.Info), b.CacheRAMMB)
 	dir := filepath.Join(c.StateDir, "llamacpp")
 	slotDir := filepath.Join(dir, "slots")
 	addr := b.Listen

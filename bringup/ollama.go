@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 
 	"github.com/ctxd/ctxd"
 	"github.com/ctxd/ctxd/governor"
@@ -88,6 +89,7 @@ func (c Config) openOllama(ctx context.Context, onRestart func()) (_ *Model, err
 	if m.Facts, m.Window, err = c.planWindow(facts); err != nil {
 		return nil, err
 	}
+	m.Planned = PlannedBytes(m.Window, VocabSize(facts.Info), 0)
 	if m.Facts.SlidingWindow > 0 {
 		c.Logger.Warn("the model attends over a sliding window, and Ollama's cache keeps only the window in those layers: a new session over the same codex, and any turn that does not extend the last, evaluate their whole prompt; llama-server (backend.kind = \"llamacpp\"), which ctxd starts with --swa-full, reuses them (docs/models.md)",
 			"sliding_window", m.Facts.SlidingWindow, "swa_layers", m.Facts.SWALayers, "layers", m.Facts.BlockCount)
@@ -118,7 +120,15 @@ func (c Config) openOllama(ctx context.Context, onRestart func()) (_ *Model, err
 	// evaluates its prompt again); restored: loaded again.
 	m.Suspend, m.Resume = client.Unload, client.Load
 	if b.Mode == "managed" || c.Shared != nil {
-		m.PID = func() int { return runnerPID(facts.GGUFPath) }
+		var last atomic.Int64 // the runner found last: checked first, so that most reads scan nothing
+		m.PID = func() int {
+			if pid := int(last.Load()); pid > 0 && isRunner(pid, facts.GGUFPath) {
+				return pid
+			}
+			pid := runnerPID(facts.GGUFPath)
+			last.Store(int64(pid))
+			return pid
+		}
 	}
 	return m, nil
 }
@@ -129,17 +139,22 @@ func (c Config) openOllama(ctx context.Context, onRestart func()) (_ *Model, err
 func runnerPID(path string) int {
 	procs, _ := filepath.Glob("/proc/[0-9]*")
 	for _, p := range procs {
-		b, err := os.ReadFile(filepath.Join(p, "cmdline"))
-		if err != nil {
-			continue
-		}
-		args := strings.Split(strings.TrimRight(string(b), "\x00"), "\x00")
-		if len(args) > 2 && args[1] == "runner" && slices.Contains(args, path) {
-			pid, _ := strconv.Atoi(filepath.Base(p))
+		if pid, _ := strconv.Atoi(filepath.Base(p)); isRunner(pid, path) {
 			return pid
 		}
 	}
 	return 0
+}
+
+// isRunner reports whether process pid is an Ollama runner serving the
+// model file at path.
+func isRunner(pid int, path string) bool {
+	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "cmdline"))
+	if err != nil {
+		return false
+	}
+	args := strings.Split(strings.TrimRight(string(b), "\x00"), "\x00")
+	return len(args) > 2 && args[1] == "runner" && slices.Contains(args, path)
 }
 
 // kvCacheEnv is the managed server's environment for a KV cache type:

@@ -15,7 +15,6 @@ import (
 	"github.com/ctxd/ctxd/governor"
 	"github.com/ctxd/ctxd/hostenv"
 	"github.com/ctxd/ctxd/httpapi"
-	"github.com/ctxd/ctxd/llamacpp"
 	"github.com/ctxd/ctxd/persona"
 )
 
@@ -39,13 +38,10 @@ func (readOnlyMemory) SetPlan(uint64, bool) {}
 // and what the default persona planned, less the headroom.
 func (d *Daemon) newPersonas(def *engine.Engine, took time.Duration) (*personas, error) {
 	cfg := d.cfg
-	vocab := 0
-	if cfg.Backend.Kind == "llamacpp" && cfg.Backend.GGUF != "" {
-		if info, _, err := llamacpp.ModelInfo(cfg.Backend.GGUF); err == nil {
-			vocab = bringup.VocabSize(info)
-		}
+	defPlanned := def.Model.Planned
+	if defPlanned == 0 { // not planned by ctxd: its window, as the server reports it
+		defPlanned = bringup.PlannedBytes(def.Model.Window, 0, cfg.Backend.CacheRAMMB)
 	}
-	defPlanned := bringup.PlannedBytes(def.Model.Window, vocab, cfg.Backend.CacheRAMMB)
 	ps := &personas{plans: map[string]governor.WindowPlan{cfg.Backend.Model: def.Model.Window}}
 	specs := []persona.Spec[*engine.Engine]{{Name: cfg.Backend.Model, Pinned: cfg.Limits.DefaultPinned, Planned: defPlanned}}
 	for i := range cfg.Personas {
@@ -127,48 +123,49 @@ func (d *Daemon) openPersona(ctx context.Context, pc config.Config, server *brin
 // default), made resident first if it is not (progress hears what that
 // waits for), and what to call once the request is done with it.
 func (d *Daemon) Persona(ctx context.Context, name, sigil string, progress func(string)) (*engine.Engine, func(), error) {
-	ps := d.personas.Load()
-	if ps == nil {
-		e, err := d.Engine()
-		if err == nil && name != "" && name != "ctxd" && strings.TrimSuffix(name, ":latest") != strings.TrimSuffix(d.cfg.Backend.Model, ":latest") {
-			err = ctxd.Errorf(ctxd.KindNotFound, "persona %q not found; this ctxd serves %s", name, d.cfg.Backend.Model)
-		}
-		if err != nil {
-			return nil, nil, err
-		}
-		return e, func() {}, nil
+	ps, err := d.readyPersonas()
+	if err != nil {
+		return nil, nil, err
 	}
-	if name == "ctxd" || strings.TrimSuffix(name, ":latest") == strings.TrimSuffix(d.cfg.Backend.Model, ":latest") {
-		name = ""
-	}
-	return ps.pool.Acquire(ctx, name, sigil, progress)
+	return ps.pool.Acquire(ctx, d.personaName(name), sigil, progress)
 }
 
 // PersonaPeek checks that the persona exists and sigil may use it, and
 // returns its request path if it was ever loaded and whether it is
 // resident now; it loads nothing.
 func (d *Daemon) PersonaPeek(name, sigil string) (*engine.Engine, bool, error) {
-	ps := d.personas.Load()
-	if ps == nil {
-		e, release, err := d.Persona(context.Background(), name, sigil, nil)
-		if err != nil {
-			return nil, false, err
-		}
-		release()
-		return e, true, nil
+	ps, err := d.readyPersonas()
+	if err != nil {
+		return nil, false, err
 	}
-	if name == "ctxd" || strings.TrimSuffix(name, ":latest") == strings.TrimSuffix(d.cfg.Backend.Model, ":latest") {
-		name = ""
-	}
-	name, err := ps.pool.Resolve(name, sigil)
+	name, err = ps.pool.Resolve(d.personaName(name), sigil)
 	if err != nil {
 		return nil, false, err
 	}
 	e, ok := ps.pool.Peek(name)
-	if !ok {
-		return nil, false, nil
+	return e, ok && ps.pool.State(name) == persona.Resident, nil
+}
+
+// readyPersonas is the personas once the backend is ready, or the error that says
+// why there are none yet (they are set just before the default's engine).
+func (d *Daemon) readyPersonas() (*personas, error) {
+	if ps := d.personas.Load(); ps != nil {
+		return ps, nil
 	}
-	return e, ps.pool.State(name) == persona.Resident, nil
+	_, err := d.Engine()
+	if err == nil { // between the two stores, or stopping
+		err = ctxd.Errorf(ctxd.KindUnavailable, "backend is starting")
+	}
+	return nil, err
+}
+
+// personaName is the pool's name for what a request names: "" (the
+// default) for "ctxd" and for backend.model, with or without ":latest".
+func (d *Daemon) personaName(name string) string {
+	if name == "ctxd" || strings.TrimSuffix(name, ":latest") == strings.TrimSuffix(d.cfg.Backend.Model, ":latest") {
+		return ""
+	}
+	return name
 }
 
 // PersonaNames are the personas a sigil may use, the default first, with
@@ -195,6 +192,9 @@ func (d *Daemon) PersonaNames(sigil string) []httpapi.PersonaInfo {
 // (before an allocation can fail), and logs a persona whose server's
 // resident memory differs from its plan, until ctx ends.
 func (d *Daemon) watchPressure(ctx context.Context, every time.Duration) {
+	if len(d.cfg.Personas) == 0 { // one persona: nothing to evacuate, no plan to correct
+		return
+	}
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
@@ -223,9 +223,6 @@ func (d *Daemon) watchPressure(ctx context.Context, every time.Duration) {
 // Less than planned is normal (a KV cache is touched as it fills) and only
 // shown in status.
 func (ps *personas) checkMemory(d *Daemon) {
-	if len(d.cfg.Personas) == 0 {
-		return
-	}
 	sts, _, _ := ps.pool.Statuses()
 	for _, st := range sts {
 		if st.State != persona.Resident || st.PlannedBytes <= 0 {

@@ -37,10 +37,7 @@ func ProcessRSS(pid int) int64 {
 func (p *Probe) ProcessVRAM(pid int) (int64, bool) {
 	p.readMu.Lock()
 	defer p.readMu.Unlock()
-	if pid <= 0 || p.cfg.NVML == nil || p.nvmlDead {
-		return 0, false
-	}
-	if _, _, err := p.gpusLocked(); err != nil { // initializes NVML the first time
+	if pid <= 0 || p.nvmlLocked() != nil {
 		return 0, false
 	}
 	count, ret := p.cfg.NVML.DeviceGetCount()

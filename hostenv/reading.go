@@ -107,20 +107,8 @@ type Connectivity struct {
 // cannot be read (lost, reset) fails the whole GPU reading, and the memory
 // falls back to the host's for that reading. p.readMu is held.
 func (p *Probe) gpusLocked() (devs []GPU, state string, err error) {
-	if p.cfg.NVML == nil {
-		return nil, NVMLUnavailable, errors.New("no NVML library")
-	}
-	if p.nvmlDead {
-		return nil, NVMLUnavailable, p.nvmlErr
-	}
-	if !p.nvmlReady {
-		if ret := p.cfg.NVML.Init(); ret != nvml.SUCCESS {
-			p.nvmlDead = true
-			p.nvmlErr = fmt.Errorf("nvml init: %s", nvmlError(ret))
-			p.log.Info("NVML unavailable; budgeting against host memory", "reason", nvmlError(ret))
-			return nil, NVMLUnavailable, p.nvmlErr
-		}
-		p.nvmlReady = true
+	if err := p.nvmlLocked(); err != nil {
+		return nil, NVMLUnavailable, err
 	}
 	count, ret := p.cfg.NVML.DeviceGetCount()
 	if ret != nvml.SUCCESS {
@@ -142,6 +130,28 @@ func (p *Probe) gpusLocked() (devs []GPU, state string, err error) {
 		devs = append(devs, g)
 	}
 	return devs, NVMLOK, nil
+}
+
+// nvmlLocked initializes NVML the first time; a library that is missing
+// or fails to initialize is reported once and not retried. p.readMu is
+// held.
+func (p *Probe) nvmlLocked() error {
+	if p.cfg.NVML == nil {
+		return errors.New("no NVML library")
+	}
+	if p.nvmlDead {
+		return p.nvmlErr
+	}
+	if !p.nvmlReady {
+		if ret := p.cfg.NVML.Init(); ret != nvml.SUCCESS {
+			p.nvmlDead = true
+			p.nvmlErr = fmt.Errorf("nvml init: %s", nvmlError(ret))
+			p.log.Info("NVML unavailable; budgeting against host memory", "reason", nvmlError(ret))
+			return p.nvmlErr
+		}
+		p.nvmlReady = true
+	}
+	return nil
 }
 
 // readGPU reads one device: its memory, which it must, and its name,

@@ -28,7 +28,7 @@ type Spec[E Evacuable] struct {
 	Pinned bool     // never evacuated
 	Sigils []string // the sigils that may use it; empty: every sigil
 	// Planned is the memory it holds while resident: weights, KV windows,
-	// host prompt cache.
+	// host prompt cache, its server's own.
 	Planned int64
 	// Open loads it the first time; the pool calls it once at most, unless
 	// it fails.
@@ -128,9 +128,6 @@ func (p *Pool[E]) Adopt(name string, eng E, took time.Duration) error {
 	p.changedLocked()
 	return nil
 }
-
-// Default is the default persona's name.
-func (p *Pool[E]) Default() string { return p.def }
 
 // Names are the personas' names, the default first.
 func (p *Pool[E]) Names() []string { return slices.Clone(p.order) }
