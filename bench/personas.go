@@ -196,19 +196,14 @@ func personasPhase(ctx context.Context, cfg Config) (PersonasRun, error) {
 		if err != nil {
 			return err
 		}
+		// A persona's first turn is cold (the default's server is up from
+		// the start, its prompt never evaluated); a later one returns if the
+		// persona was evacuated, and is warm otherwise.
 		kind := "warm"
-		for _, p := range before.Personas {
-			if p.Name == name {
-				switch p.State {
-				case persona.Cold:
-					kind = "cold"
-				case persona.Evacuated:
-					kind = "return"
-				}
-			}
-		}
-		if !asked[name] { // the default persona is resident from the start, its prompt never evaluated
+		if !asked[name] {
 			kind = "cold"
+		} else if slices.ContainsFunc(before.Personas, func(p httpapi.PersonaStatus) bool { return p.Name == name && p.State == persona.Evacuated }) {
+			kind = "return"
 		}
 		asked[name] = true
 		pt := PersonaTurn{Persona: name, Kind: kind}
