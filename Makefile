@@ -40,7 +40,7 @@ RUN_MODEL   := $(REAL_MODEL)
 SERVE_FLAGS  =
 endif
 
-.PHONY: all build ollama models run readme-demo bench-quality swa-table run-llamacpp test systemd-analyze install bench bench-agents bench-edits bench-drift bench-reuse bench-personas bench-rollback reliability fuzz vet fmt clean FORCE
+.PHONY: all build ollama models run readme-demo bench-quality swa-table run-llamacpp test systemd-analyze install bench bench-agents bench-edits bench-drift bench-reuse bench-personas bench-dashboard bench-rollback reliability fuzz vet fmt clean chromium dashboard-vendor screenshots FORCE
 all: build
 
 build: $(CTXD)
@@ -90,7 +90,8 @@ LLAMA_SERVER ?= $(or $(CTXD_LLAMA_SERVER),$(wildcard ../shared/bin/llama-server)
 # with, the examples' (an openai agent, an ollama chat), and the real coding agents (opencode, Qwen
 # Code with the Node 22 it wants), pinned in their package-lock.json files.
 NODE_CLIENTS := integration/node/node_modules/.package-lock.json examples/openai-agent/node_modules/.package-lock.json \
-	examples/ollama-chat/node_modules/.package-lock.json integration/agents/node_modules/.package-lock.json
+	examples/ollama-chat/node_modules/.package-lock.json integration/agents/node_modules/.package-lock.json \
+	dashboard/node_modules/.package-lock.json
 %/node_modules/.package-lock.json: %/package.json %/package-lock.json
 	cd $* && npm ci --no-audit --no-fund
 # Qwen Code lists clipboard builds for other platforms among its optional
@@ -110,8 +111,8 @@ integration/agents/node_modules/.package-lock.json: integration/agents/package.j
 COMPAT_VERSION := v0.17.4
 E2E_PKGS  := ./integration/ ./reliability/
 RACE_PKGS  = $(shell $(GO) list ./... | grep -v -e '/integration$$' -e '/reliability$$')
-TEST_ENV   = CTXD_REQUIRE_OLLAMA=1 CTXD_REQUIRE_NODE=1 CTXD_REQUIRE_SYSTEMD=1 CTXD_OLLAMA_BIN=$(abspath $(OLLAMA))
-test: ollama $(BIN)/ollama-$(COMPAT_VERSION) $(NODE_CLIENTS) systemd-analyze
+TEST_ENV   = CTXD_REQUIRE_OLLAMA=1 CTXD_REQUIRE_NODE=1 CTXD_REQUIRE_SYSTEMD=1 CTXD_REQUIRE_CHROMIUM=1 CTXD_OLLAMA_BIN=$(abspath $(OLLAMA))
+test: ollama $(BIN)/ollama-$(COMPAT_VERSION) $(NODE_CLIENTS) systemd-analyze chromium
 	scripts/fetch-models || echo "make test: a trained model could not be fetched (see above): the tests that need it skip, and fail in CI"
 	$(TEST_ENV) $(GO) test -race -count=1 -timeout 30m $(RACE_PKGS)
 	$(TEST_ENV) $(GO) test -count=1 -timeout 45m $(E2E_PKGS)
@@ -144,7 +145,7 @@ models:
 # allocations, cold/warm TTFT, depth policies). BENCH_FLAGS="--phases agents"
 # measures some phases and keeps the others.
 bench: build $(CTXD_BENCH) ollama models
-	$(CTXD_BENCH) --ollama $(OLLAMA) --ollama-version $(OLLAMA_VERSION) --llama-server "$(LLAMA_SERVER)" \
+	$(CTXD_BENCH) --ollama $(OLLAMA) --ollama-version $(OLLAMA_VERSION) --llama-server "$(LLAMA_SERVER)" --ctxd $(CTXD) \
 		--out docs/bench --doc docs/benchmarks.md --readme README.md $(BENCH_FLAGS)
 	$(GO) test -run '^$$' -bench Compose -benchmem ./runcontext/
 	CTXD_REQUIRE_OLLAMA=1 CTXD_OLLAMA_BIN=$(abspath $(OLLAMA)) $(GO) test -count=1 -run '^$$' -bench . -benchtime 1x -timeout 60m ./integration/
@@ -198,6 +199,24 @@ bench-quality: build $(CTXD_BENCH) ollama $(REAL_MODEL)
 bench-reuse: build $(CTXD_BENCH) $(REAL_MODEL)
 	$(CTXD_BENCH) --phases reuse --llama-server "$(LLAMA_SERVER)" --out docs/bench --doc docs/benchmarks.md $(BENCH_FLAGS)
 
+# The dashboard's cost: the many-agents workload through the ctxd binary
+# with none, one and 16 dashboard pages open, the daemon's CPU per page and
+# how soon a page hears each turn (a few minutes).
+bench-dashboard: build $(CTXD_BENCH) ollama
+	$(CTXD_BENCH) --phases dashboard --ollama $(OLLAMA) --ollama-version $(OLLAMA_VERSION) --ctxd $(CTXD) --out docs/bench --doc docs/benchmarks.md $(BENCH_FLAGS)
+
+# The dashboard's screenshots in docs/ (the README shows them), taken by
+# its browser test during a real session on SmolLM2.
+screenshots: ollama $(REAL_MODEL) integration/node/node_modules/.package-lock.json chromium
+	CTXD_REQUIRE_OLLAMA=1 CTXD_REQUIRE_CHROMIUM=1 CTXD_OLLAMA_BIN=$(abspath $(OLLAMA)) CTXD_SCREENSHOTS=$(abspath docs) \
+		$(GO) test -count=1 -v -timeout 20m -run '^TestDashboardInBrowser$$' ./integration/
+
+# The dashboard's chart library (uPlot, pinned in dashboard/package-lock.json)
+# copied into the page the daemon embeds; its test checks the copy.
+dashboard-vendor: dashboard/node_modules/.package-lock.json
+	cp dashboard/node_modules/uplot/dist/uPlot.esm.js dashboard/node_modules/uplot/dist/uPlot.min.css \
+		dashboard/node_modules/uplot/LICENSE dashboard/web/vendor/
+
 # Three personas over two trained models under a memory budget that holds
 # two: cold, warm and return-after-evacuation turns, evacuations, peak
 # memory; and llama-server's router mode beside a server per model (a few
@@ -221,6 +240,10 @@ fuzz:
 
 systemd-analyze:
 	./scripts/ensure-systemd.sh
+
+# Headless Chromium for the dashboard's browser test (Debian's package).
+chromium:
+	./scripts/ensure-chromium.sh
 
 # ctxd as a systemd user service, so that README "Running under systemd"
 # works as written: the binary to BINDIR; the pinned Ollama it manages and

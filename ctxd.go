@@ -13,6 +13,7 @@ package ctxd
 import (
 	"encoding/json"
 	"regexp"
+	"time"
 )
 
 // AskRequest is one query of one session: the body of POST /v1/ask.
@@ -301,4 +302,21 @@ type SigilInfo struct {
 	Scopes        []string `json:"scopes"`
 	Authenticated bool     `json:"authenticated"` // by a token; otherwise trusted as the socket's peer (uid)
 	Description   string   `json:"description,omitempty"`
+}
+
+// DashboardToken is the answer of POST /v1/dashboard/token: a short-lived
+// token that opens the dashboard, and only the dashboard, as Sigil.
+type DashboardToken struct {
+	Sigil string `json:"sigil"`
+	Token string `json:"token"`
+	// Path opens the dashboard with the token on a TCP listener.
+	Path string `json:"path"`
+	// Expires is when the token expires if no page uses it; an open page
+	// keeps it alive, up to MaxUntil.
+	Expires  time.Time `json:"expires"`
+	MaxUntil time.Time `json:"max_until"`
+	// The listeners that serve the page to a browser: the dashboard's own
+	// and the TCP listener ("" for none).
+	Dashboard string `json:"dashboard_listen,omitempty"`
+	TCP       string `json:"tcp_listen,omitempty"`
 }

@@ -83,6 +83,10 @@ type Config struct {
 	// and warm and ctxd − raw, on trained models.
 	RealModels []RealModel
 
+	// The dashboard phase (skipped without CtxdBin): the many-agents
+	// workload through the ctxd binary, with dashboard pages open.
+	CtxdBin string
+
 	Phases []string // phases to run (see AllPhases); empty: all
 	Log    func(format string, args ...any)
 }
@@ -101,10 +105,11 @@ const (
 	PhaseReal      = "real-models"
 	PhaseReuse     = "reuse"
 	PhasePersonas  = "personas"
+	PhaseDashboard = "dashboard"
 )
 
 // AllPhases are the phases in the order they run.
-var AllPhases = []string{PhaseMultiTurn, PhaseOverhead, PhaseCompose, PhaseScaling, PhaseAgents, PhaseLlama, PhaseRAG, PhaseDrift, PhaseQuality, PhaseReal, PhaseReuse, PhasePersonas}
+var AllPhases = []string{PhaseMultiTurn, PhaseOverhead, PhaseCompose, PhaseScaling, PhaseAgents, PhaseLlama, PhaseRAG, PhaseDrift, PhaseQuality, PhaseReal, PhaseReuse, PhasePersonas, PhaseDashboard}
 
 // DefaultConfig is the harness as `make bench` runs it: a 28M-parameter
 // model whose cold prompt evaluation takes visible time on a 2-core CPU.
@@ -373,6 +378,18 @@ func Run(ctx context.Context, cfg Config, prev *Report) (*Report, error) {
 			}
 			r.Reuse = &run
 			r.Ran[PhaseReuse] = now
+		}
+	}
+	if want(PhaseDashboard) {
+		if cfg.CtxdBin == "" {
+			cfg.Log("dashboard phase skipped: no ctxd binary (--ctxd)")
+		} else {
+			run, err := dashboardPhase(ctx, cfg)
+			if err != nil {
+				return nil, fmt.Errorf("bench: dashboard: %w", err)
+			}
+			r.Dashboard = &run
+			r.Ran[PhaseDashboard] = now
 		}
 	}
 	if want(PhasePersonas) {

@@ -47,6 +47,7 @@ type Report struct {
 	Real          []RealRun      `json:"real_models,omitempty"`
 	Reuse         *ReuseRun      `json:"reuse,omitempty"`
 	Personas      *PersonasRun   `json:"personas,omitempty"`
+	Dashboard     *DashboardRun  `json:"dashboard,omitempty"`
 }
 
 // PreviousOverhead is an earlier run's overhead and when it ran.
@@ -275,6 +276,7 @@ func (r *Report) Markdown(dir string) string {
 	r.qualityMarkdown(&b)
 	r.reuseMarkdown(&b)
 	r.personasMarkdown(&b)
+	r.dashboardMarkdown(&b)
 	return b.String()
 }
 

@@ -453,6 +453,25 @@ func (c *Client) Reload(ctx context.Context, v any) error {
 	return json.NewDecoder(resp.Body).Decode(v)
 }
 
+// DashboardToken asks for a short-lived token that opens the dashboard as
+// sigil ("" for the client's own: its token's, or the default).
+func (c *Client) DashboardToken(ctx context.Context, sigil string) (*ctxd.DashboardToken, error) {
+	path := "/v1/dashboard/token"
+	if sigil != "" {
+		path += "?sigil=" + url.QueryEscape(sigil)
+	}
+	resp, err := c.do(ctx, http.MethodPost, path, nil)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	var out ctxd.DashboardToken
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+		return nil, fmt.Errorf("ctxd: dashboard token: %w", err)
+	}
+	return &out, nil
+}
+
 // LogLevel returns the daemon's log level; with level set, it changes it
 // first (PUT /v1/log/level; the admin scope).
 func (c *Client) LogLevel(ctx context.Context, level string) (string, error) {

@@ -156,6 +156,13 @@ type Daemon struct {
 	// all sigils' together. Past a bound the next is refused (429, naming
 	// the key): one sigil cannot hold what every other needs.
 	MaxWebSocketsPerSigil int `toml:"max_websockets_per_sigil"`
+	// DashboardListen is an optional loopback TCP address (host:port)
+	// that serves the dashboard alone, every request with a token (a
+	// sigil's, or a short-lived one `ctxd dashboard` asks for); off when
+	// "". The dashboard is on the socket (and tcp_listen) regardless.
+	DashboardListen string `toml:"dashboard_listen"`
+	// MaxDashboardsPerSigil caps the dashboard pages one sigil holds open.
+	MaxDashboardsPerSigil int `toml:"max_dashboards_per_sigil"`
 	// MaxUnauthenticated caps the connections of each listener none of
 	// whose requests has yet passed authentication: past it the oldest is
 	// closed. HeaderTimeout is how long a client may take to send a
@@ -361,7 +368,7 @@ func Default(env Env) Config {
 			MaxBodyBytes: 1 << 20, DefaultSigil: "default", ShutdownGrace: Duration{10 * time.Second},
 			WriteTimeout:   Duration{30 * time.Second},
 			MaxConnections: 1024, BodyTimeout: Duration{30 * time.Second}, IdleTimeout: Duration{2 * time.Minute},
-			MaxWebSocketsPerSigil: 64, MaxMCPSessionsPerSigil: 64, MaxMCPSessions: 512,
+			MaxWebSocketsPerSigil: 64, MaxDashboardsPerSigil: 8, MaxMCPSessionsPerSigil: 64, MaxMCPSessions: 512,
 			MaxUnauthenticated: 64, HeaderTimeout: Duration{5 * time.Second},
 			MaxAsksPerSigil: 256, MaxSessionsPerSigil: 100000,
 			StoreTimeout: Duration{10 * time.Second}, DisallowedTools: "refuse",

@@ -130,7 +130,7 @@ func (c Config) validateDaemon(p *problems) {
 	for _, b := range []struct {
 		key string
 		n   int
-	}{{"daemon.max_websockets_per_sigil", d.MaxWebSocketsPerSigil},
+	}{{"daemon.max_websockets_per_sigil", d.MaxWebSocketsPerSigil}, {"daemon.max_dashboards_per_sigil", d.MaxDashboardsPerSigil},
 		{"daemon.max_mcp_sessions_per_sigil", d.MaxMCPSessionsPerSigil}, {"daemon.max_mcp_sessions", d.MaxMCPSessions},
 		{"daemon.max_unauthenticated", d.MaxUnauthenticated}, {"daemon.max_asks_per_sigil", d.MaxAsksPerSigil}} {
 		if b.n < 1 || b.n > 1<<16 {
@@ -182,6 +182,18 @@ func (c Config) validateListeners(p *problems) {
 			p.bad("daemon.metrics_listen", "%q is not a loopback address: the metrics listener has no tokens, so it serves this machine only", a)
 		case a == d.TCPListen:
 			p.bad("daemon.metrics_listen", "%q is also daemon.tcp_listen; give each its own port", a)
+		}
+	}
+	if a := d.DashboardListen; a != "" {
+		host, port, err := net.SplitHostPort(a)
+		ip := net.ParseIP(host)
+		switch {
+		case err != nil:
+			p.bad("daemon.dashboard_listen", "%q is not host:port: %v", a, err)
+		case host != "localhost" && (ip == nil || !ip.IsLoopback()):
+			p.bad("daemon.dashboard_listen", "%q is not a loopback address: the dashboard listener serves this machine only (a remote viewer uses daemon.tcp_listen, with a token)", a)
+		case port != "0" && (a == d.TCPListen || a == d.MetricsListen):
+			p.bad("daemon.dashboard_listen", "%q is also daemon.tcp_listen or daemon.metrics_listen; give each its own port", a)
 		}
 	}
 	if a := d.TCPListen; a != "" {

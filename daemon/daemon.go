@@ -19,6 +19,7 @@ import (
 	"github.com/ctxd/ctxd/bringup"
 	"github.com/ctxd/ctxd/codex"
 	"github.com/ctxd/ctxd/config"
+	"github.com/ctxd/ctxd/dashboard"
 	"github.com/ctxd/ctxd/engine"
 	"github.com/ctxd/ctxd/formatters"
 	"github.com/ctxd/ctxd/formatters/standard"
@@ -75,6 +76,7 @@ type Daemon struct {
 	formatters *formatters.Registry
 	level      *slog.LevelVar
 	metrics    *metrics.Metrics
+	feed       *dashboard.Feed // the dashboard's turns and band changes
 
 	live       atomic.Pointer[live]                 // what a reload may change
 	startLive  *live                                // what was read at start; guarded by reloadMu
@@ -122,6 +124,7 @@ func New(cfg config.Config, opts Options) (*Daemon, error) {
 	d.startLive = &live{cfg: cfg}
 	d.live.Store(d.startLive)
 	d.metrics = metrics.New(d.metricsSnapshot)
+	d.feed = dashboard.NewFeed(0)
 	return d, nil
 }
 
@@ -242,7 +245,7 @@ func (d *Daemon) apiConfig() httpapi.Config {
 		roots = append([]string{d.cfg.Codex.Path}, roots...)
 	}
 	return httpapi.Config{Daemon: d.cfg.Daemon, LoadRoots: roots, Version: d.version, Sigils: d.sigils,
-		Store: d.store, Karma: d.karma, KarmaBounds: d.cfg.Karma, Sensor: d.sensor, Metrics: d.metrics, Logger: d.log}
+		Store: d.store, Karma: d.karma, KarmaBounds: d.cfg.Karma, Sensor: d.sensor, Metrics: d.metrics, Feed: d.feed, Logger: d.log}
 }
 
 // checkCodex fails fast on a codex path or settings file that cannot work.
@@ -420,9 +423,9 @@ func (d *Daemon) start(ctx context.Context) error {
 // engineConfig is the request path's configuration for c (the daemon's,
 // or a persona's) under limits.
 func (d *Daemon) engineConfig(c config.Config, limits governor.Limits) engine.Config {
-	log := d.log
+	log, persona := d.log, ""
 	if len(d.cfg.Personas) > 0 { // several: each line says whose
-		log = log.With("persona", c.Backend.Model)
+		log, persona = log.With("persona", c.Backend.Model), c.Backend.Model
 	}
 	return engine.Config{
 		Identity: runcontext.Identity{Name: c.Identity.Name, Persona: c.Identity.Persona},
@@ -432,8 +435,11 @@ func (d *Daemon) engineConfig(c config.Config, limits governor.Limits) engine.Co
 		MaxAsksPerSigil: c.Daemon.MaxAsksPerSigil, MaxSessionsPerSigil: c.Daemon.MaxSessionsPerSigil,
 		LeaveOutTools: c.Daemon.DisallowedTools == "leave_out", Limits: limits, Sigils: d.sigils, Formatters: d.formatters,
 		Store: d.store, KarmaStore: d.karma, Sensor: d.sensor,
-		Observe: func(_ context.Context, sum *ctxd.Summary) { d.metrics.Answer(sum) },
-		Spent:   d.metrics.Spent,
+		Observe: func(_ context.Context, sigil string, sum *ctxd.Summary) {
+			d.metrics.Answer(sum)
+			d.feed.Record(sigil, persona, *sum, time.Now())
+		},
+		Spent: d.metrics.Spent,
 		OnCodex: func(plan ctxd.CodexPlan) {
 			if api := d.api.Load(); api != nil {
 				api.PublishCodex(plan)
@@ -469,6 +475,15 @@ func (d *Daemon) startLimits(numCtx int) (*live, governor.Limits) {
 func (d *Daemon) MetricsAddr() string {
 	if api := d.api.Load(); api != nil {
 		return api.MetricsAddr()
+	}
+	return ""
+}
+
+// DashboardAddr is the dashboard listener's address ("" when there is
+// none).
+func (d *Daemon) DashboardAddr() string {
+	if api := d.api.Load(); api != nil {
+		return api.DashboardAddr()
 	}
 	return ""
 }

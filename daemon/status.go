@@ -26,7 +26,7 @@ func (d *Daemon) Status(context.Context) httpapi.Status {
 	} else if msg := d.initErr.Load(); msg != nil {
 		st.Error = *msg
 	}
-	st.Listeners = httpapi.Listeners{Socket: d.cfg.Daemon.Socket, TCP: d.TCPAddr(),
+	st.Listeners = httpapi.Listeners{Socket: d.cfg.Daemon.Socket, TCP: d.TCPAddr(), Dashboard: d.DashboardAddr(),
 		Trust: "no sigil has a token: requests are trusted by uid only (the socket is its owner's, mode 0600) and act as the sigil they name; sigils with uids or gids are checked against the socket peer's"}
 	if d.sigils.HasTokens() {
 		st.Listeners.Trust = "a request with a token acts as its sigil; one without, on the socket only, is trusted by uid (the socket's owner) and acts as the sigil it names; sigils with uids or gids are checked against the socket peer's"

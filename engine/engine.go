@@ -68,7 +68,7 @@ type Config struct {
 	KarmaStore            ctxd.KarmaStore // nil: no karma
 	Sensor                ctxd.Sensor
 	// Observe is told of every answer's summary; nil: nobody.
-	Observe func(ctx context.Context, sum *ctxd.Summary)
+	Observe func(ctx context.Context, sigil string, sum *ctxd.Summary)
 	// Spent is told of what the backend read for a request that ended
 	// without an answer (orchestrator.Config.Spent); nil: nobody.
 	Spent func(evaluated, reused int)

@@ -25,6 +25,7 @@ var allowed = map[string]string{
 	"/v1/ws": "GET", "/v1/mcp": "GET, POST, DELETE",
 	"/v1/karma": "GET", "/v1/karma/{id}": "GET", "/v1/karma/{id}/{action}": "POST", "/v1/sessions/{id}/karma": "GET",
 	"/metrics": "GET", "/v1/log/level": "GET, PUT", "/v1/reload": "POST",
+	"/dashboard": "GET", "/dashboard/{file...}": "GET", "/v1/dashboard/events": "GET", "/v1/dashboard/token": "POST",
 }
 
 // routes is every route of both listeners: the native API under /v1/ and
@@ -59,6 +60,7 @@ func (srv *Server) routes(tokens bool) http.Handler {
 	mux.HandleFunc("GET /v1/log/level", own.handleLogLevel)
 	mux.HandleFunc("PUT /v1/log/level", own.handleLogLevel)
 	mux.HandleFunc("POST /v1/reload", own.handleReload)
+	dashRoutes{srv}.register(mux, true)
 	for _, m := range []string{"GET", "POST", "DELETE"} {
 		mux.Handle(m+" /v1/mcp", mcp)
 	}
@@ -71,7 +73,7 @@ func (srv *Server) routes(tokens bool) http.Handler {
 		})
 	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, ctxd.Errorf(ctxd.KindUnknownRoute, "no route %s %s; ctxd's own routes are under /v1/ (health, status, schema, ask, sessions, codex, sigil, karma, ws, mcp, log/level, reload) and /metrics, the OpenAI door's are /v1/chat/completions, /v1/completions and /v1/models, the Ollama door's under /api/", r.Method, r.URL.Path))
+		writeError(w, ctxd.Errorf(ctxd.KindUnknownRoute, "no route %s %s; ctxd's own routes are under /v1/ (health, status, schema, ask, sessions, codex, sigil, karma, ws, mcp, log/level, reload, dashboard), /metrics and the dashboard's page at /dashboard/, the OpenAI door's are /v1/chat/completions, /v1/completions and /v1/models, the Ollama door's under /api/", r.Method, r.URL.Path))
 	})
 	h := patterns(mux)
 	return srv.instrument(srv.track(srv.authenticate(srv.recoverer(h), tokens))) // the recoverer logs paths: it sees none with a token

@@ -7,8 +7,10 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/ctxd/ctxd"
+	"github.com/ctxd/ctxd/dashboard"
 	"github.com/ctxd/ctxd/frontdoor"
 	"github.com/ctxd/ctxd/runcontext"
 	"github.com/ctxd/ctxd/sigils"
@@ -28,6 +30,9 @@ type authInfo struct {
 	// that outlives a reload (a WebSocket, an MCP session) loses its
 	// sigil's authority when the reload revokes the token.
 	token string
+	// dashboard: the token is a dashboard token (it opens the dashboard
+	// only, and expires).
+	dashboard bool
 }
 
 // authenticated is the name of the sigil the request is bound to (its
@@ -80,6 +85,10 @@ func (srv *Server) authenticate(next http.Handler, required bool) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
+		if strings.HasPrefix(tok, dashboard.TokenPrefix) {
+			srv.authenticateDashboard(next, w, r, tok)
+			return
+		}
 		s, err := srv.cfg.Sigils.Authenticate(tok)
 		if err != nil {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="ctxd", error="invalid_token"`)
@@ -95,6 +104,26 @@ func (srv *Server) authenticate(next http.Handler, required bool) http.Handler {
 		connAuthenticated(r)
 		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), authKey{}, authInfo{name: s.Name, byToken: true, token: tok})))
 	})
+}
+
+// authenticateDashboard serves a request that carries a dashboard token:
+// on the dashboard's paths, as the token's sigil; anywhere else, or with
+// a token expired or unknown, it is refused.
+func (srv *Server) authenticateDashboard(next http.Handler, w http.ResponseWriter, r *http.Request, tok string) {
+	name, ok := srv.dashTokens.Check(tok, time.Now())
+	if !ok {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="ctxd", error="invalid_token"`)
+		w.Header().Set("Connection", "close")
+		srv.log.WarnContext(r.Context(), "request refused: token", "why", "dashboard token unknown or expired", "path", r.URL.Path)
+		writeErrorFor(w, r, ctxd.Errorf(ctxd.KindUnauthorized, "Authorization: the dashboard token is unknown or has expired (a token lives %v after its last use); run `ctxd dashboard` for a new address", dashboard.TokenIdle))
+		return
+	}
+	if !isDashboardPath(r.URL.Path) {
+		writeErrorFor(w, r, ctxd.Errorf(ctxd.KindForbidden, "a dashboard token opens the dashboard only (/dashboard/ and /v1/dashboard/events), not %s", r.URL.Path))
+		return
+	}
+	connAuthenticated(r)
+	next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), authKey{}, authInfo{name: name, byToken: true, token: tok, dashboard: true})))
 }
 
 // tokenPathPrefix starts a path that carries a token: /t/TOKEN/...
@@ -161,7 +190,7 @@ func (srv *Server) actor(r *http.Request, named string) (runcontext.Sigil, error
 // actorScoped is actor narrowed to scopes instead of the request's.
 func (srv *Server) actorScoped(r *http.Request, named string, scopes []string) (runcontext.Sigil, error) {
 	name := named
-	if a, _ := r.Context().Value(authKey{}).(authInfo); a.token != "" {
+	if a, _ := r.Context().Value(authKey{}).(authInfo); a.token != "" && !a.dashboard { // a dashboard token was checked as the request came
 		if err := srv.stillHolds(a, "connection"); err != nil {
 			return runcontext.Sigil{}, err
 		}

@@ -12,6 +12,7 @@ import (
 	"github.com/ctxd/ctxd"
 	"github.com/ctxd/ctxd/client"
 	"github.com/ctxd/ctxd/config"
+	"github.com/ctxd/ctxd/dashboard"
 	"github.com/ctxd/ctxd/engine"
 	"github.com/ctxd/ctxd/formatters"
 	"github.com/ctxd/ctxd/governor"
@@ -36,6 +37,7 @@ type fixture struct {
 	srv     *Server
 	core    *testCore
 	eng     *engine.Engine
+	feed    *dashboard.Feed
 	stopped chan struct{} // closed when a stop (cancel) has returned
 }
 
@@ -160,12 +162,13 @@ func newFixture(t testing.TB, o fixtureOptions) *fixture {
 		return v
 	})
 	f.core = &testCore{sigils: reg, reread: o.reread}
+	f.feed = dashboard.NewFeed(0)
 	var roots []string
 	if cfg.Codex.Path != "" {
 		roots = append(roots, cfg.Codex.Path)
 	}
 	f.srv = New(Config{Daemon: cfg.Daemon, LoadRoots: append(roots, cfg.Codex.LoadRoots...), Version: "test", Sigils: reg,
-		Store: f.store, Karma: karma, KarmaBounds: cfg.Karma, Sensor: f.sensor, Metrics: met, Logger: log}, f.core)
+		Store: f.store, Karma: karma, KarmaBounds: cfg.Karma, Sensor: f.sensor, Metrics: met, Feed: f.feed, Logger: log}, f.core)
 	lim := governor.Limits{MaxChars: cfg.Limits.MaxChars, NumCtx: o.numCtx, AnswerReserve: cfg.Limits.AnswerReserve,
 		MaxDepth: cfg.Limits.MaxDepth, CompactTo: cfg.Limits.CompactTo}
 	eng, err := engine.New(t.Context(), engine.Config{
@@ -173,7 +176,10 @@ func newFixture(t testing.TB, o fixtureOptions) *fixture {
 		Codex:    cfg.Codex, Karma: cfg.Karma, StateDir: cfg.Daemon.StateDir, Limits: lim,
 		LeaveOutTools: cfg.Daemon.DisallowedTools == "leave_out",
 		Sigils:        reg, Formatters: o.formatters, Store: f.store, KarmaStore: karma, Sensor: f.sensor,
-		Observe: func(_ context.Context, sum *ctxd.Summary) { met.Answer(sum) },
+		Observe: func(_ context.Context, sigil string, sum *ctxd.Summary) {
+			met.Answer(sum)
+			f.feed.Record(sigil, "", *sum, time.Now())
+		},
 		OnCodex: f.srv.PublishCodex, Logger: log,
 	}, model)
 	if err != nil {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/ctxd/ctxd"
 	"github.com/ctxd/ctxd/config"
+	"github.com/ctxd/ctxd/dashboard"
 	"github.com/ctxd/ctxd/engine"
 	"github.com/ctxd/ctxd/metrics"
 	"github.com/ctxd/ctxd/sigils"
@@ -50,7 +51,10 @@ type Config struct {
 	KarmaBounds config.Karma
 	Sensor      ctxd.Sensor // WebSocket sessions hear of its band changes
 	Metrics     *metrics.Metrics
-	Logger      *slog.Logger
+	// Feed is the dashboard's feed of turns; nil: the dashboard's event
+	// stream is unavailable.
+	Feed   *dashboard.Feed
+	Logger *slog.Logger
 }
 
 // Server serves the HTTP surface on the daemon's listeners.
@@ -62,6 +66,8 @@ type Server struct {
 	mcp  *mcpHTTP // the MCP endpoint's sessions
 
 	websockets *holds // the WebSocket sessions each sigil holds open
+	dashboards *holds // the dashboard pages each sigil holds open
+	dashTokens *dashboard.Tokens
 
 	stopping     chan struct{}   // closed when the server begins to stop
 	stopOnce     sync.Once       //
@@ -70,6 +76,7 @@ type Server struct {
 
 	tcpAddr     atomic.Pointer[string] // the TCP listener's address, once it listens
 	metricsAddr atomic.Pointer[string] // the metrics listener's address, once it listens
+	dashAddr    atomic.Pointer[string] // the dashboard listener's address, once it listens
 
 	mu          sync.Mutex     // guards srvs, draining, stopMetrics; handled.Add happens under it
 	srvs        []*http.Server // the servers of the socket and the TCP listener
@@ -84,10 +91,12 @@ func New(cfg Config, core Core) *Server {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	srv := &Server{cfg: cfg, core: core, log: cfg.Logger, stopping: make(chan struct{}), serveErr: make(chan error, 2)}
+	srv := &Server{cfg: cfg, core: core, log: cfg.Logger, stopping: make(chan struct{}), serveErr: make(chan error, 3)}
 	srv.requests, srv.stopRequests = context.WithCancelCause(context.Background())
 	srv.hub = newHub(srv.stopping, cfg.Sensor, cfg.Logger)
 	srv.websockets = newHolds("WebSocket sessions", "daemon.max_websockets_per_sigil", cfg.Daemon.MaxWebSocketsPerSigil)
+	srv.dashboards = newHolds("dashboard pages", "daemon.max_dashboards_per_sigil", cfg.Daemon.MaxDashboardsPerSigil)
+	srv.dashTokens = dashboard.NewTokens()
 	srv.mcp = newMCPHTTP(srv)
 	return srv
 }
@@ -119,11 +128,23 @@ func (srv *Server) Serve(sock net.Listener) error {
 			return fmt.Errorf("httpapi: daemon.tcp_listen: %w", err)
 		}
 	}
+	var dln net.Listener
+	if addr := srv.cfg.Daemon.DashboardListen; addr != "" {
+		var err error
+		if dln, err = net.Listen("tcp", addr); err != nil {
+			if tln != nil {
+				tln.Close()
+			}
+			return fmt.Errorf("httpapi: daemon.dashboard_listen: %w", err)
+		}
+	}
 	if addr := srv.cfg.Daemon.MetricsListen; addr != "" {
 		stop, err := srv.serveMetrics(addr)
 		if err != nil {
-			if tln != nil {
-				tln.Close()
+			for _, ln := range []net.Listener{tln, dln} {
+				if ln != nil {
+					ln.Close()
+				}
 			}
 			return err
 		}
@@ -149,6 +170,17 @@ func (srv *Server) Serve(sock net.Listener) error {
 			srv.serveErr <- serveCapped(tcp, tln, srv.cfg.Daemon.MaxConnections, srv.cfg.Daemon.MaxUnauthenticated)
 		}()
 		srv.log.Info("listening", "tcp", addr, "tokens", "required")
+	}
+	if dln != nil {
+		addr := dln.Addr().String()
+		srv.dashAddr.Store(&addr)
+		ds := newServer(true)
+		ds.Handler = srv.bodyDeadline(srv.dashboardHandler())
+		srv.srvs = append(srv.srvs, ds)
+		go func() {
+			srv.serveErr <- serveCapped(ds, dln, srv.cfg.Daemon.MaxConnections, srv.cfg.Daemon.MaxUnauthenticated)
+		}()
+		srv.log.Info("listening", "dashboard", addr, "tokens", "required")
 	}
 	return nil
 }

@@ -91,7 +91,10 @@ type SigilStatus struct {
 type Listeners struct {
 	Socket string `json:"socket"`
 	TCP    string `json:"tcp,omitempty"` // every request on it needs a sigil's token
-	Trust  string `json:"trust"`
+	// Dashboard is daemon.dashboard_listen's address: the dashboard only,
+	// with a token.
+	Dashboard string `json:"dashboard,omitempty"`
+	Trust     string `json:"trust"`
 }
 
 // ReloadStatus is how the last reload went (status's "reload", and the
@@ -207,12 +210,14 @@ func (srv *Server) bounds(viewer string, admin bool) []Bound {
 		return &total, by
 	}
 	ws, wsBy := share(srv.websockets.counts())
+	dash, dashBy := share(srv.dashboards.counts())
 	mcpBy := srv.mcp.bySigilCounts()
 	mcpTotal, mcpMine := share(mcpBy)
 	out := []Bound{
 		{Key: "daemon.max_connections", Limit: int64(d.MaxConnections)},
 		{Key: "daemon.max_body_bytes", Limit: d.MaxBodyBytes},
 		{Key: "daemon.max_websockets_per_sigil", Limit: int64(d.MaxWebSocketsPerSigil), InUse: ws, BySigil: wsBy},
+		{Key: "daemon.max_dashboards_per_sigil", Limit: int64(d.MaxDashboardsPerSigil), InUse: dash, BySigil: dashBy},
 		{Key: "daemon.max_mcp_sessions_per_sigil", Limit: int64(d.MaxMCPSessionsPerSigil), BySigil: mcpMine},
 		{Key: "daemon.max_mcp_sessions", Limit: int64(d.MaxMCPSessions), InUse: mcpTotal},
 		{Key: "daemon.max_unauthenticated", Limit: int64(d.MaxUnauthenticated)},

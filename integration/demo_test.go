@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"net/http"
 	"net/url"
 	"os"
 	"os/exec"
@@ -54,6 +55,7 @@ func TestReadmeDemo(t *testing.T) {
 		{`binary = "bin/ollama"`, `binary = "` + ollamatest.Binary(t) + `"`},
 		{`gguf = "var/models/` + demoModel + `"`, `gguf = "` + model + `"`},
 		{`path = "."`, `path = "` + root + `"`},
+		{`dashboard_listen = "127.0.0.1:7480"`, `dashboard_listen = "127.0.0.1:0"`}, // a port of its own
 	} {
 		if !strings.Contains(cfg, r.old) {
 			t.Fatalf("ctxd.toml no longer says %s, which this test relocates", r.old)
@@ -80,6 +82,9 @@ func TestReadmeDemo(t *testing.T) {
 	var summaries []string
 	for i, l := range lines {
 		stdout, stderr := runLine(t, root, sock, strings.Replace(l, "bin/ctxd", bin, 1))
+		if strings.HasPrefix(l, "bin/ctxd dashboard") {
+			checkDashboardAddress(t, stdout)
+		}
 		if i >= 2 {
 			continue
 		}
@@ -243,7 +248,8 @@ func runLine(t *testing.T, root, sock, line string) (string, string) {
 	var stdout, stderr bytes.Buffer
 	cmd := exec.CommandContext(ctx, "bash", "-euo", "pipefail", "-c", line)
 	cmd.Dir, cmd.Stdout, cmd.Stderr = root, &stdout, &stderr
-	cmd.Env = append(os.Environ(), "CTXD_SOCKET="+sock)
+	// No desktop: `ctxd dashboard` prints its address and opens nothing.
+	cmd.Env = append(os.Environ(), "CTXD_SOCKET="+sock, "DISPLAY=", "WAYLAND_DISPLAY=")
 	if err := cmd.Run(); err != nil {
 		t.Fatalf("%s: %v\n%s%s", line, err, stdout.String(), stderr.String())
 	}
@@ -305,5 +311,24 @@ func writeDemo(t *testing.T, path, exchange string) {
 	s = s[:i+len(begin)] + text + s[j:]
 	if err := os.WriteFile(path, []byte(s), 0o644); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// checkDashboardAddress checks what `ctxd dashboard` printed: the
+// dashboard listener's address with a short-lived token, which opens the
+// page.
+func checkDashboardAddress(t *testing.T, stdout string) {
+	t.Helper()
+	addr := strings.TrimSpace(stdout)
+	if !regexp.MustCompile(`^http://127\.0\.0\.1:\d+/t/ctxd-dash-[A-Za-z0-9_-]+/dashboard/$`).MatchString(addr) {
+		t.Fatalf("ctxd dashboard printed %q, not the dashboard listener's address with a token", addr)
+	}
+	resp, err := http.Get(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/html") {
+		t.Fatalf("GET the printed address: %s %s", resp.Status, resp.Header.Get("Content-Type"))
 	}
 }

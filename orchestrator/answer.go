@@ -352,7 +352,7 @@ func (a *answering) answered() {
 	o, sum := a.o, a.sum
 	o.last.Store(sum)
 	if o.cfg.Observe != nil {
-		o.cfg.Observe(a.ctx, sum)
+		o.cfg.Observe(a.ctx, a.p.rc.Sigil.Name, sum)
 	}
 	o.log.InfoContext(a.ctx, "answered", "session", sum.Session, "turn", sum.Turn, "slot", sum.Slot, "prompt_tokens", sum.PromptTokens,
 		"cached_tokens", sum.CachedTokens, "ttft_ms", sum.TTFTMillis, "queue_wait_ms", sum.QueueWaitMs,

@@ -39,9 +39,9 @@ type Config struct {
 	// LowPowerReserve caps every answer at this many tokens while the
 	// environment's power band is low_battery or low_power; 0: no cap.
 	LowPowerReserve int
-	// Observe is told of every answer's summary (the daemon's metrics);
-	// nil: nobody. It must not block.
-	Observe func(ctx context.Context, sum *ctxd.Summary)
+	// Observe is told of every answer's summary and the sigil that asked
+	// (the daemon's metrics and dashboard); nil: nobody. It must not block.
+	Observe func(ctx context.Context, sigil string, sum *ctxd.Summary)
 	// Spent is told of the prompt tokens the backend read for a request
 	// that ended without an answer (stopped, cancelled or failed), as far
 	// as the backend reported them (llama-server's progress): evaluated,

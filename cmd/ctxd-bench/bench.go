@@ -31,6 +31,7 @@ func cmdBench(args []string, stdout, stderr io.Writer) error {
 	fs.IntVar(&cfg.Agents, "agents", cfg.Agents, "agents of the many-agents phase")
 	fs.IntVar(&cfg.AgentTurns, "agent-turns", cfg.AgentTurns, "turns per agent")
 	fs.StringVar(&cfg.LlamaServerBin, "llama-server", os.Getenv("CTXD_LLAMA_SERVER"), "llama.cpp's llama-server, for the llamacpp phase (default $CTXD_LLAMA_SERVER; none: the phase is skipped)")
+	fs.StringVar(&cfg.CtxdBin, "ctxd", "", "the ctxd binary, for the dashboard phase (none: the phase is skipped)")
 	fs.IntVar(&cfg.Turns, "turns", cfg.Turns, "turns of the multi-turn session")
 	fs.IntVar(&cfg.ColdRepeats, "cold-repeats", cfg.ColdRepeats, "cold first turns to measure (the session's own included)")
 	fs.IntVar(&cfg.NumCtx, "num-ctx", cfg.NumCtx, "context window")

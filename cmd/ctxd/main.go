@@ -40,6 +40,7 @@ Usage:
   ctxd serve    [--config FILE] [--socket PATH] [--model NAME --gguf FILE --num-ctx N] [--backend-url URL]   run the daemon
   ctxd ask      [--session S] [--sigil NAME] [--pin] [--refresh-karma] [--json] QUESTION
   ctxd status   [--json]                          the daemon's state: an overview, or the JSON of GET /v1/status
+  ctxd dashboard [--sigil NAME] [--no-open]       the address of the live dashboard (with a short-lived token); opens it on a desktop
   ctxd reload   [--token T]                       have the daemon read its config, sigils and codex settings again (as SIGHUP)
   ctxd log-level [--token T] [LEVEL]              show the daemon's log level, or change it (debug, info, warn, error)
   ctxd sessions [--token T | --sigil NAME]        list the sessions of a sigil (an agent's: its token, or its name on the socket)
@@ -81,6 +82,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = cmdAsk(args[1:], stdout, stderr)
 	case "status":
 		err = cmdStatus(args[1:], stdout)
+	case "dashboard":
+		err = cmdDashboard(args[1:], stdout, stderr)
 	case "reload":
 		err = cmdReload(args[1:], stdout)
 	case "log-level":

@@ -1,0 +1,56 @@
+package dashboard
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestTokens: a token opens as its sigil, slides its idle expiry with
+// each use, expires when idle and at its maximum age, and a sigil's 17th
+// retires its oldest.
+func TestTokens(t *testing.T) {
+	ts := NewTokens()
+	now := time.Unix(1_000_000, 0)
+	tok, exp, err := ts.Issue("alice", now)
+	if err != nil || !strings.HasPrefix(tok, TokenPrefix) || !exp.Equal(now.Add(TokenIdle)) {
+		t.Fatalf("Issue: %q %v %v", tok, exp, err)
+	}
+	if s, ok := ts.Check(tok, now.Add(TokenIdle-time.Second)); !ok || s != "alice" {
+		t.Fatalf("a fresh token: %q %v", s, ok)
+	}
+	// Used just before expiry, it lives TokenIdle from then.
+	if _, ok := ts.Check(tok, now.Add(2*TokenIdle-2*time.Second)); !ok {
+		t.Fatal("a used token expired at its first idle expiry")
+	}
+	if _, ok := ts.Check(tok, now.Add(4*TokenIdle)); ok {
+		t.Fatal("an idle token still holds")
+	}
+	if _, ok := ts.Check(tok, now); ok {
+		t.Fatal("an expired token is forgotten, not revived")
+	}
+	for _, bad := range []string{"", "ctxd-dash-nope", "sk-something"} {
+		if _, ok := ts.Check(bad, now); ok {
+			t.Errorf("%q opened the dashboard", bad)
+		}
+	}
+	// Kept alive, a token still ends at TokenMax.
+	long, _, _ := ts.Issue("alice", now)
+	for at := now; at.Before(now.Add(TokenMax)); at = at.Add(TokenIdle / 2) {
+		if _, ok := ts.Check(long, at); !ok {
+			t.Fatalf("a token in use expired at %v", at.Sub(now))
+		}
+	}
+	if _, ok := ts.Check(long, now.Add(TokenMax)); ok {
+		t.Fatal("a token outlived TokenMax")
+	}
+	first, _, _ := ts.Issue("bob", now)
+	for i := range maxTokensPerSigil {
+		if _, _, err := ts.Issue("bob", now.Add(time.Duration(i+1)*time.Second)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, ok := ts.Check(first, now.Add(time.Minute)); ok {
+		t.Fatalf("bob's oldest token should be retired by his %dth", maxTokensPerSigil+1)
+	}
+}
