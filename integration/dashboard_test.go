@@ -271,7 +271,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	}
 
 	// The operator's view: every agent's sessions, during a real session.
-	br.do(map[string]any{"op": "open", "url": url("ops"), "width": 1280, "height": 900})
+	br.do(map[string]any{"op": "open", "url": url("ops"), "width": 1280, "height": 1100})
 	br.wait(`body[data-state="live"]`, "", 15*time.Second)
 	ask(bob, "bob", "bob-2", "Summarize the README.")
 	br.wait(`.session[data-sigil="bob"][data-session="bob-2"] .turn[data-turn="1"]`, "", 10*time.Second)

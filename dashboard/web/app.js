@@ -498,6 +498,16 @@ function chartData() {
   return [ser.map((x) => x.start), ser.map((x) => x.reused), ser.map((x) => x.evaluated), ser.map((x) => x.requests)];
 }
 
+const MIN_VIEW_BUCKETS = 12;
+
+function viewStart(max) {
+  const b = state.bucketS;
+  const full = max - (MAX_BUCKETS - 1) * b;
+  const first = state.series.find((x) => x.requests > 0);
+  if (!first) return full;
+  return Math.max(full, Math.min(first.start - b, max - (MIN_VIEW_BUCKETS - 1) * b));
+}
+
 function makePlot() {
   const wrap = $('#activity-chart');
   if (plot) { plot.destroy(); plot = null; }
@@ -512,8 +522,10 @@ function makePlot() {
     legend: { show: false },
     cursor: { drag: { x: false, y: false, setScale: false }, points: { size: 7 } },
     scales: {
-      // a fixed window of MAX_BUCKETS buckets ending with the newest, filled from the right
-      x: { time: true, range: (u, min, max) => [max - (MAX_BUCKETS - 1) * state.bucketS, max + state.bucketS] },
+      // the window from the first active bucket (at least MIN_VIEW_BUCKETS,
+      // at most MAX_BUCKETS) to the newest: a new daemon's first minutes
+      // are not squeezed into the right edge of ten
+      x: { time: true, range: (u, min, max) => [viewStart(max), max + state.bucketS] },
       tok: { range: (u, min, max) => [0, Math.max(10, max || 0) * 1.08] },
       req: { range: (u, min, max) => [0, Math.max(2, max || 0) * 1.08] },
     },
@@ -673,8 +685,15 @@ function renderBackend() {
   }
 }
 
+// sessionWho names a session of the status: an admin's status names each
+// by the daemon's id, the client's id then "@" and its sigil's name.
+function sessionWho(id) {
+  const i = state.viewer && state.viewer.admin ? id.lastIndexOf('@') : -1;
+  return i > 0 ? `session ${id.slice(0, i)} · sigil ${id.slice(i + 1)}` : 'session ' + id;
+}
+
 function slotWho(s) {
-  if (s.session) return 'session ' + s.session;
+  if (s.session) return sessionWho(s.session);
   if (s.busy || (s.held_tokens || 0) > 0) return "another sigil's session";
   return 'no session held';
 }
@@ -715,7 +734,7 @@ function renderSlots() {
   const waiting = Array.isArray(sch.waiting) ? sch.waiting : [];
   if (waiting.length) {
     body.append(h('ol', { class: 'queue' }, waiting.map((w) => h('li', null,
-      h('span', null, w.session ? 'session ' + w.session : "another sigil's request"), ' — waiting ' + dur(w.waiting_ms)))));
+      h('span', null, w.session ? sessionWho(w.session) : "another sigil's request"), ' — waiting ' + dur(w.waiting_ms)))));
   } else {
     body.append(h('p', { class: 'muted small' }, 'No request is waiting for a slot.'));
   }
