@@ -159,18 +159,24 @@ func TestValidateNamesField(t *testing.T) {
 			c.Daemon.TCPListen = "0.0.0.0:11435"
 			c.Sigils["default"] = Sigil{Scopes: []string{"ask"}, TokenSHA256: strings.Repeat("a", 64)}
 		},
-		"daemon.tcp_listen  ":     func(c *Config) { c.Daemon.TCPListen = "11435" },
-		"persona":                 func(c *Config) { c.Backend.Mode, c.Personas = "external", []Persona{{Name: "w", GGUF: "/m.gguf"}} },
-		"persona[0].name":         func(c *Config) { c.Personas = []Persona{{Name: "ctxd", GGUF: "/m.gguf"}} },
-		"persona[1].name":         func(c *Config) { c.Personas = []Persona{{Name: "w", GGUF: "/m.gguf"}, {Name: "w", GGUF: "/m.gguf"}} },
-		"persona[0].name ":        func(c *Config) { c.Personas = []Persona{{Name: "../etc", GGUF: "/m.gguf"}} },
-		"persona[0].name  ":       func(c *Config) { c.Personas = []Persona{{Name: c.Backend.Model, GGUF: "/m.gguf"}} },
-		"persona[0].sigils":       func(c *Config) { c.Personas = []Persona{{Name: "w", GGUF: "/m.gguf", Sigils: []string{"nobody"}}} },
-		"persona[0].slots":        func(c *Config) { c.Personas = []Persona{{Name: "w", GGUF: "/m.gguf", Slots: 2}} }, // Ollama: the server's
-		"persona[0].num_ctx":      func(c *Config) { c.Personas = []Persona{{Name: "w", GGUF: "/m.gguf", NumCtx: -1}} },
-		"persona[0].gguf":         func(c *Config) { c.Backend.GGUF, c.Personas = "", []Persona{{Name: "w"}} },
-		"limits.memory_budget_mb": func(c *Config) { c.Limits.MemoryBudgetMB = -1 },
-		"persona[0].name   ":      func(c *Config) { c.Personas = []Persona{{Name: "Writer", GGUF: "/m.gguf"}} }, // Ollama: lower case
+		"daemon.tcp_listen  ":      func(c *Config) { c.Daemon.TCPListen = "11435" },
+		"daemon.dashboard_listen":  func(c *Config) { c.Daemon.DashboardListen = "0.0.0.0:7480" },
+		"daemon.dashboard_listen ": func(c *Config) { c.Daemon.DashboardListen = "7480" },
+		"daemon.dashboard_listen  ": func(c *Config) {
+			c.Daemon.DashboardListen, c.Daemon.MetricsListen = "127.0.0.1:7480", "127.0.0.1:7480"
+		},
+		"daemon.max_dashboards_per_sigil": func(c *Config) { c.Daemon.MaxDashboardsPerSigil = 0 },
+		"persona":                         func(c *Config) { c.Backend.Mode, c.Personas = "external", []Persona{{Name: "w", GGUF: "/m.gguf"}} },
+		"persona[0].name":                 func(c *Config) { c.Personas = []Persona{{Name: "ctxd", GGUF: "/m.gguf"}} },
+		"persona[1].name":                 func(c *Config) { c.Personas = []Persona{{Name: "w", GGUF: "/m.gguf"}, {Name: "w", GGUF: "/m.gguf"}} },
+		"persona[0].name ":                func(c *Config) { c.Personas = []Persona{{Name: "../etc", GGUF: "/m.gguf"}} },
+		"persona[0].name  ":               func(c *Config) { c.Personas = []Persona{{Name: c.Backend.Model, GGUF: "/m.gguf"}} },
+		"persona[0].sigils":               func(c *Config) { c.Personas = []Persona{{Name: "w", GGUF: "/m.gguf", Sigils: []string{"nobody"}}} },
+		"persona[0].slots":                func(c *Config) { c.Personas = []Persona{{Name: "w", GGUF: "/m.gguf", Slots: 2}} }, // Ollama: the server's
+		"persona[0].num_ctx":              func(c *Config) { c.Personas = []Persona{{Name: "w", GGUF: "/m.gguf", NumCtx: -1}} },
+		"persona[0].gguf":                 func(c *Config) { c.Backend.GGUF, c.Personas = "", []Persona{{Name: "w"}} },
+		"limits.memory_budget_mb":         func(c *Config) { c.Limits.MemoryBudgetMB = -1 },
+		"persona[0].name   ":              func(c *Config) { c.Personas = []Persona{{Name: "Writer", GGUF: "/m.gguf"}} }, // Ollama: lower case
 	}
 	for field, mutate := range cases {
 		c := Default(env)

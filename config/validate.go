@@ -3,6 +3,7 @@ package config
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"net"
 	"path/filepath"
@@ -167,35 +168,16 @@ func (c Config) validateDaemon(p *problems) {
 	}
 }
 
-// validateListeners checks daemon.metrics_listen (loopback only: it has no
-// tokens) and daemon.tcp_listen (loopback unless allowed, and only with a
-// sigil that has a token to use it).
+// validateListeners checks daemon.metrics_listen and
+// daemon.dashboard_listen (loopback only: this machine's) and
+// daemon.tcp_listen (loopback unless allowed, and only with a sigil that
+// has a token to use it).
 func (c Config) validateListeners(p *problems) {
 	d := c.Daemon
-	if a := d.MetricsListen; a != "" {
-		host, _, err := net.SplitHostPort(a)
-		ip := net.ParseIP(host)
-		switch {
-		case err != nil:
-			p.bad("daemon.metrics_listen", "%q is not host:port: %v", a, err)
-		case host != "localhost" && (ip == nil || !ip.IsLoopback()):
-			p.bad("daemon.metrics_listen", "%q is not a loopback address: the metrics listener has no tokens, so it serves this machine only", a)
-		case a == d.TCPListen:
-			p.bad("daemon.metrics_listen", "%q is also daemon.tcp_listen; give each its own port", a)
-		}
-	}
-	if a := d.DashboardListen; a != "" {
-		host, port, err := net.SplitHostPort(a)
-		ip := net.ParseIP(host)
-		switch {
-		case err != nil:
-			p.bad("daemon.dashboard_listen", "%q is not host:port: %v", a, err)
-		case host != "localhost" && (ip == nil || !ip.IsLoopback()):
-			p.bad("daemon.dashboard_listen", "%q is not a loopback address: the dashboard listener serves this machine only (a remote viewer uses daemon.tcp_listen, with a token)", a)
-		case port != "0" && (a == d.TCPListen || a == d.MetricsListen):
-			p.bad("daemon.dashboard_listen", "%q is also daemon.tcp_listen or daemon.metrics_listen; give each its own port", a)
-		}
-	}
+	loopbackOnly(p, "daemon.metrics_listen", d.MetricsListen, "the metrics listener has no tokens, so it serves this machine only",
+		map[string]string{"daemon.tcp_listen": d.TCPListen})
+	loopbackOnly(p, "daemon.dashboard_listen", d.DashboardListen, "the dashboard listener serves this machine only (a remote viewer uses daemon.tcp_listen, with a token)",
+		map[string]string{"daemon.tcp_listen": d.TCPListen, "daemon.metrics_listen": d.MetricsListen})
 	if a := d.TCPListen; a != "" {
 		host, _, err := net.SplitHostPort(a)
 		ip := net.ParseIP(host)
@@ -431,5 +413,28 @@ func (k Karma) validate(p *problems) {
 	}
 	if k.MaxJudgements < 1 || k.MaxJudgements > 1<<16 {
 		p.bad("karma.max_judgements", "%d must be between 1 and 65536", k.MaxJudgements)
+	}
+}
+
+// loopbackOnly checks the listener key's address a ("" for none): host:port
+// on a loopback address (why says why it must be), on a port none of the
+// others' addresses has (port 0, any free one, is never shared).
+func loopbackOnly(p *problems, key, a, why string, others map[string]string) {
+	if a == "" {
+		return
+	}
+	host, port, err := net.SplitHostPort(a)
+	if err != nil {
+		p.bad(key, "%q is not host:port: %v", a, err)
+		return
+	}
+	if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
+		p.bad(key, "%q is not a loopback address: %s", a, why)
+		return
+	}
+	for _, other := range slices.Sorted(maps.Keys(others)) {
+		if port != "0" && a == others[other] {
+			p.bad(key, "%q is also %s; give each its own port", a, other)
+		}
 	}
 }

@@ -30,16 +30,7 @@ func tcpFixture(t *testing.T) (*fixture, string, string) {
 		c.Daemon.TCPListen = "127.0.0.1:0"
 		c.Sigils["coder"] = config.Sigil{Scopes: []string{"ask", "search_codex"}, TokenSHA256: hash}
 	}})
-	var base string
-	for deadline := time.Now().Add(10 * time.Second); base == "" && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-		if a := f.srv.TCPAddr(); a != "" {
-			base = "http://" + a
-		}
-	}
-	if base == "" {
-		t.Fatal("the TCP listener never listened")
-	}
-	return f, base, tok
+	return f, listening(t, f.srv.TCPAddr), tok
 }
 
 func tcpDo(t *testing.T, method, url, token, body string) (int, string) {

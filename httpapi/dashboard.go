@@ -34,7 +34,7 @@ const dashboardCSP = "default-src 'self'; style-src 'self' 'unsafe-inline'; img-
 // dashRoutes serve the dashboard.
 type dashRoutes struct{ *Server }
 
-// registerDashboard adds the dashboard's routes to mux: the page, its
+// register adds the dashboard's routes to mux: the page, its
 // event stream, and (where tokens are issued) the token route.
 func (srv dashRoutes) register(mux *http.ServeMux, issue bool) {
 	mux.HandleFunc("GET /dashboard", func(w http.ResponseWriter, r *http.Request) {
@@ -350,6 +350,7 @@ func (p *dashPage) event(name string, b []byte) error {
 // stops reading is treated as gone.
 func (p *dashPage) write(b []byte) error {
 	_ = p.rc.SetWriteDeadline(time.Now().Add(p.srv.cfg.Daemon.WriteTimeout.Duration))
+	defer func() { _ = p.rc.SetWriteDeadline(time.Time{}) }() // none between events, nor for the connection's next request
 	if _, err := p.w.Write(b); err != nil {
 		return err
 	}

@@ -107,15 +107,20 @@ func dashFixture(t *testing.T) (f *fixture, tcp, dash string, tokens map[string]
 		c.Sigils["bob"] = config.Sigil{Scopes: []string{"ask"}, TokenSHA256: hashes["bob"]}
 		c.Sigils["ops"] = config.Sigil{Scopes: []string{"ask", sigils.ScopeAdmin}, TokenSHA256: hashes["ops"]}
 	}})
-	for deadline := time.Now().Add(10 * time.Second); (tcp == "" || dash == "") && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-		if a, d := f.srv.TCPAddr(), f.srv.DashboardAddr(); a != "" && d != "" {
-			tcp, dash = "http://"+a, "http://"+d
+	return f, listening(t, f.srv.TCPAddr), listening(t, f.srv.DashboardAddr), tokens
+}
+
+// listening is "http://" and the address addr reports once its listener
+// listens.
+func listening(t *testing.T, addr func() string) string {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if a := addr(); a != "" {
+			return "http://" + a
 		}
 	}
-	if tcp == "" {
-		t.Fatal("the listeners never listened")
-	}
-	return f, tcp, dash, tokens
+	t.Fatal("the listener never listened")
+	return ""
 }
 
 func tcpAsk(t *testing.T, base, token, session, query string) {
@@ -299,12 +304,7 @@ func TestDashboardPagesPerSigil(t *testing.T) {
 		c.Daemon.TCPListen, c.Daemon.MaxDashboardsPerSigil = "127.0.0.1:0", 1
 		c.Sigils["alice"] = config.Sigil{Scopes: []string{"ask"}, TokenSHA256: hash}
 	}})
-	var base string
-	for deadline := time.Now().Add(10 * time.Second); base == "" && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-		if a := f.srv.TCPAddr(); a != "" {
-			base = "http://" + a
-		}
-	}
+	base := listening(t, f.srv.TCPAddr)
 	ctx, cancel := context.WithCancel(t.Context())
 	req, _ := http.NewRequestWithContext(ctx, "GET", base+"/v1/dashboard/events", nil)
 	req.Header.Set("Authorization", "Bearer "+tok)
@@ -348,12 +348,7 @@ func TestDashboardStreamEndsWhenItsTokenIsRevoked(t *testing.T) {
 		}
 		return c, nil
 	}})
-	var base string
-	for deadline := time.Now().Add(10 * time.Second); base == "" && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-		if a := f.srv.TCPAddr(); a != "" {
-			base = "http://" + a
-		}
-	}
+	base := listening(t, f.srv.TCPAddr)
 	events := openEvents(t, base+"/v1/dashboard/events", tok)
 	next(t, events, "snapshot")
 	revoked.Store(true)
