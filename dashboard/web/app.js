@@ -495,7 +495,10 @@ function cssVar(name) {
 
 function chartData() {
   const ser = state.series;
-  return [ser.map((x) => x.start), ser.map((x) => x.reused), ser.map((x) => x.evaluated), ser.map((x) => x.requests)];
+  // The steps hold each bucket's value to the next bucket's start: a point
+  // at the end of the last bucket draws the last one as wide as the others.
+  const pts = ser.length ? [...ser, { ...ser[ser.length - 1], start: ser[ser.length - 1].start + state.bucketS }] : ser;
+  return [pts.map((x) => x.start), pts.map((x) => x.reused), pts.map((x) => x.evaluated), pts.map((x) => x.requests)];
 }
 
 const MIN_VIEW_BUCKETS = 12;
@@ -525,12 +528,12 @@ function makePlot() {
       // the window from the first active bucket (at least MIN_VIEW_BUCKETS,
       // at most MAX_BUCKETS) to the newest: a new daemon's first minutes
       // are not squeezed into the right edge of ten
-      x: { time: true, range: (u, min, max) => [viewStart(max), max + state.bucketS] },
+      x: { time: true, range: (u, min, max) => [viewStart(max - state.bucketS), max] },
       tok: { range: (u, min, max) => [0, Math.max(10, max || 0) * 1.08] },
       req: { range: (u, min, max) => [0, Math.max(2, max || 0) * 1.08] },
     },
     axes: [
-      { ...axis, space: 70 },
+      { ...axis, space: 70, values: (u, splits) => splits.map((v) => clock(new Date(v * 1000))) }, // local HH:MM:SS: no date line to clip
       { ...axis, scale: 'tok', size: 46, values: (u, splits) => splits.map(compact) },
       { ...axis, scale: 'req', side: 1, size: 34, grid: { show: false }, values: (u, splits) => splits.map((v) => (Number.isInteger(v) ? String(v) : '')) },
     ],
