@@ -171,12 +171,16 @@ func (d *Daemon) Run(ctx context.Context, ln net.Listener, ready func()) error {
 	}()
 	defer func() { stopProbe(); <-probeDone }()
 	watchCtx, stopWatch := context.WithCancel(context.WithoutCancel(ctx))
-	watchDone := make(chan struct{})
+	watchDone, bandsDone := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(watchDone)
 		d.watchPressure(watchCtx, max(time.Second, d.cfg.Env.Interval.Duration))
 	}()
-	stopWatching := sync.OnceFunc(func() { stopWatch(); <-watchDone })
+	go func() {
+		defer close(bandsDone)
+		d.watchBands(watchCtx, time.Second)
+	}()
+	stopWatching := sync.OnceFunc(func() { stopWatch(); <-watchDone; <-bandsDone })
 	defer stopWatching()
 	countCtx, stopCount := context.WithCancel(context.WithoutCancel(ctx))
 	d.sessions.start(countCtx, d.store, d.log)
@@ -517,5 +521,22 @@ func (d *Daemon) SetLogLevel(l slog.Level) {
 	if old := d.level.Level(); old != l {
 		d.level.Set(l)
 		d.log.Warn("log level changed", "from", strings.ToLower(old.String()), "to", strings.ToLower(l.String()))
+	}
+}
+
+// watchBands records each change of the environment bands in the
+// dashboard's feed, until ctx ends. The sensor answers from its latest
+// reading, so a look is cheap.
+func (d *Daemon) watchBands(ctx context.Context, every time.Duration) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	d.feed.NoteEnvironment(d.sensor.Environment(), time.Now())
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-t.C:
+			d.feed.NoteEnvironment(d.sensor.Environment(), now)
+		}
 	}
 }

@@ -54,7 +54,8 @@ type Feed struct {
 	max int
 
 	mu     sync.Mutex
-	turns  []Turn // oldest first, at most max
+	turns  []Turn           // oldest first, at most max
+	series map[string]*ring // each sigil's activity, counted as turns are recorded
 	seq    int64
 	bands  []BandChange // oldest first, at most keptBands
 	env    ctxd.Environment
@@ -67,7 +68,21 @@ func NewFeed(max int) *Feed {
 	if max <= 0 {
 		max = DefaultTurns
 	}
-	return &Feed{max: max, subs: map[*Sub]struct{}{}}
+	return &Feed{max: max, series: map[string]*ring{}, subs: map[*Sub]struct{}{}}
+}
+
+// ring is one sigil's last SeriesBuckets buckets, each in the place its
+// start gives it.
+type ring [SeriesBuckets]Bucket
+
+// Reused is the prompt tokens a turn reused from the server's cache: what
+// the server says it reused where it says (llama-server's cache_n), else
+// what ctxd expected it to hold. The page counts them alike.
+func Reused(sum ctxd.Summary) int {
+	if sum.BackendCachedTokens != nil {
+		return *sum.BackendCachedTokens
+	}
+	return sum.CachedTokens
 }
 
 // Record notes a finished answer of sigil's (answered by persona, "" for
@@ -86,6 +101,20 @@ func (f *Feed) Record(sigil, persona string, sum ctxd.Summary, at time.Time) {
 		f.turns = f.turns[:len(f.turns)-1]
 	}
 	f.turns = append(f.turns, t)
+	r := f.series[sigil]
+	if r == nil {
+		r = &ring{}
+		f.series[sigil] = r
+	}
+	start := at.Unix() - at.Unix()%BucketSeconds
+	if b := &r[(start/BucketSeconds)%SeriesBuckets]; start >= b.Start { // an older turn than its place holds is past the window
+		if start > b.Start {
+			*b = Bucket{Start: start}
+		}
+		b.Requests++
+		b.Evaluated += sum.EvaluatedTokens
+		b.Reused += Reused(sum)
+	}
 	for s := range f.subs {
 		s.offer(Event{Turn: &t})
 	}
@@ -132,9 +161,10 @@ func (f *Feed) Turns(visible func(sigil string) bool, n int) []Turn {
 	return out
 }
 
-// Series is the activity of the kept turns visible says a viewer may see:
+// Series is the activity of the sigils visible says a viewer may see:
 // SeriesBuckets contiguous buckets of BucketSeconds, the last one holding
-// now, oldest first.
+// now, oldest first. It is counted as turns are recorded, so it covers the
+// whole window however many turns the feed keeps.
 func (f *Feed) Series(visible func(sigil string) bool, now time.Time) []Bucket {
 	last := now.Unix() - now.Unix()%BucketSeconds
 	first := last - (SeriesBuckets-1)*BucketSeconds
@@ -144,15 +174,19 @@ func (f *Feed) Series(visible func(sigil string) bool, now time.Time) []Bucket {
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	for _, t := range f.turns {
-		at := t.At.Unix()
-		if at < first || at >= last+BucketSeconds || !visible(t.Sigil) {
+	for sigil, r := range f.series {
+		if !visible(sigil) {
 			continue
 		}
-		b := &out[(at-first)/BucketSeconds]
-		b.Requests++
-		b.Evaluated += t.Summary.EvaluatedTokens
-		b.Reused += t.Summary.PromptTokens - t.Summary.EvaluatedTokens
+		for _, b := range r {
+			if b.Requests == 0 || b.Start < first || b.Start > last {
+				continue
+			}
+			o := &out[(b.Start-first)/BucketSeconds]
+			o.Requests += b.Requests
+			o.Evaluated += b.Evaluated
+			o.Reused += b.Reused
+		}
 	}
 	return out
 }

@@ -8,7 +8,7 @@ import (
 )
 
 func sum(session string, turn, prompt, evaluated int) ctxd.Summary {
-	return ctxd.Summary{Session: session, Turn: turn, PromptTokens: prompt, EvaluatedTokens: evaluated}
+	return ctxd.Summary{Session: session, Turn: turn, PromptTokens: prompt, CachedTokens: prompt - evaluated, EvaluatedTokens: evaluated}
 }
 
 // TestFeedFiltersAndBounds: a viewer gets only the turns it may see, in
@@ -49,7 +49,10 @@ func TestFeedSeries(t *testing.T) {
 	f.Record("alice", "", sum("a", 2, 120, 20), now)
 	f.Record("alice", "", sum("a", 3, 130, 10), now)
 	f.Record("bob", "", sum("b", 1, 500, 500), now)
-	f.Record("alice", "", sum("a", 0, 999, 999), now.Add(-time.Hour)) // too old for the series
+	f.Record("alice", "", sum("a", 0, 999, 999), now.Add(-time.Hour)) // too old for the series, and for its place in the ring
+	measured := sum("b", 2, 500, 20)
+	measured.BackendCachedTokens = new(470) // the server's word: 470 reused, not the 480 ctxd expected
+	f.Record("bob", "", measured, now)
 	s := f.Series(func(s string) bool { return s == "alice" }, now)
 	if len(s) != SeriesBuckets || s[len(s)-1].Start != 1_000_000 || s[0].Start != 1_000_000-(SeriesBuckets-1)*BucketSeconds {
 		t.Fatalf("buckets: %d, last starts %d", len(s), s[len(s)-1].Start)
@@ -60,6 +63,18 @@ func TestFeedSeries(t *testing.T) {
 	}
 	if prev.Requests != 1 || prev.Evaluated != 100 || prev.Reused != 0 {
 		t.Errorf("the bucket before: %+v", prev)
+	}
+	if b := f.Series(func(s string) bool { return s == "bob" }, now); b[len(b)-1].Requests != 2 || b[len(b)-1].Reused != 470 {
+		t.Errorf("bob's last bucket: %+v, want 2 requests, 470 reused (the server's count)", b[len(b)-1])
+	}
+	// The series outlives the kept turns: a feed that keeps one turn still
+	// counts every one.
+	small := NewFeed(1)
+	for i := range 5 {
+		small.Record("alice", "", sum("a", i, 10, 10), now)
+	}
+	if b := small.Series(func(string) bool { return true }, now); b[len(b)-1].Requests != 5 {
+		t.Errorf("a feed of one turn counted %d requests, want 5", b[len(b)-1].Requests)
 	}
 }
 

@@ -34,18 +34,29 @@ type Tokens struct {
 }
 
 type issued struct {
-	sigil   string
+	Grant
 	born    time.Time
 	expires time.Time
+}
+
+// Grant is what a token opens the dashboard as: a sigil, narrowed to
+// Scopes when the request that made it narrowed its own (none: the
+// sigil's, whatever they are when the page reads), and the sigil token
+// that made it ("" for a request on the socket without one), which must
+// still hold for it to.
+type Grant struct {
+	Sigil  string
+	Scopes []string
+	Issuer string
 }
 
 // NewTokens is an empty set.
 func NewTokens() *Tokens { return &Tokens{by: map[[32]byte]*issued{}} }
 
-// Issue makes a token for sigil, valid from now for TokenIdle after each
-// use and TokenMax at most; it returns the token and when it expires if
-// not used.
-func (t *Tokens) Issue(sigil string, now time.Time) (string, time.Time, error) {
+// Issue makes a token of g, valid from now for TokenIdle after each use
+// and TokenMax at most; it returns the token and when it expires if not
+// used.
+func (t *Tokens) Issue(g Grant, now time.Time) (string, time.Time, error) {
 	var b [32]byte
 	if _, err := rand.Read(b[:]); err != nil {
 		return "", time.Time{}, err
@@ -57,7 +68,7 @@ func (t *Tokens) Issue(sigil string, now time.Time) (string, time.Time, error) {
 	var oldest [32]byte
 	n := 0
 	for h, is := range t.by {
-		if is.sigil != sigil {
+		if is.Sigil != g.Sigil {
 			continue
 		}
 		if n++; n == 1 || is.born.Before(t.by[oldest].born) {
@@ -67,31 +78,31 @@ func (t *Tokens) Issue(sigil string, now time.Time) (string, time.Time, error) {
 	if n >= maxTokensPerSigil {
 		delete(t.by, oldest)
 	}
-	is := &issued{sigil: sigil, born: now, expires: now.Add(TokenIdle)}
+	is := &issued{Grant: g, born: now, expires: now.Add(TokenIdle)}
 	t.by[sha256.Sum256([]byte(tok))] = is
 	return tok, is.expires, nil
 }
 
-// Check is the sigil tok opens the dashboard as, and true; or false for a
+// Check is what tok opens the dashboard as, and true; or false for a
 // token unknown, expired or not a dashboard token. A good token's idle
 // expiry moves to TokenIdle from now (an open page keeps its token alive).
-func (t *Tokens) Check(tok string, now time.Time) (string, bool) {
+func (t *Tokens) Check(tok string, now time.Time) (Grant, bool) {
 	if !strings.HasPrefix(tok, TokenPrefix) {
-		return "", false
+		return Grant{}, false
 	}
 	h := sha256.Sum256([]byte(tok))
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	is, ok := t.by[h]
 	if !ok {
-		return "", false
+		return Grant{}, false
 	}
 	if !now.Before(is.expires) || !now.Before(is.born.Add(TokenMax)) {
 		delete(t.by, h)
-		return "", false
+		return Grant{}, false
 	}
 	is.expires = now.Add(TokenIdle)
-	return is.sigil, true
+	return is.Grant, true
 }
 
 // sweep forgets expired tokens. Called with the lock held.

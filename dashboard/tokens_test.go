@@ -12,12 +12,16 @@ import (
 func TestTokens(t *testing.T) {
 	ts := NewTokens()
 	now := time.Unix(1_000_000, 0)
-	tok, exp, err := ts.Issue("alice", now)
+	tok, exp, err := ts.Issue(Grant{Sigil: "alice"}, now)
 	if err != nil || !strings.HasPrefix(tok, TokenPrefix) || !exp.Equal(now.Add(TokenIdle)) {
 		t.Fatalf("Issue: %q %v %v", tok, exp, err)
 	}
-	if s, ok := ts.Check(tok, now.Add(TokenIdle-time.Second)); !ok || s != "alice" {
-		t.Fatalf("a fresh token: %q %v", s, ok)
+	if g, ok := ts.Check(tok, now.Add(TokenIdle-time.Second)); !ok || g.Sigil != "alice" {
+		t.Fatalf("a fresh token: %+v %v", g, ok)
+	}
+	narrow, _, _ := ts.Issue(Grant{Sigil: "ops", Scopes: []string{"ask"}, Issuer: "ctxd_x"}, now)
+	if g, ok := ts.Check(narrow, now); !ok || g.Sigil != "ops" || len(g.Scopes) != 1 || g.Issuer != "ctxd_x" {
+		t.Fatalf("a token keeps its grant: %+v %v", g, ok)
 	}
 	// Used just before expiry, it lives TokenIdle from then.
 	if _, ok := ts.Check(tok, now.Add(2*TokenIdle-2*time.Second)); !ok {
@@ -35,7 +39,7 @@ func TestTokens(t *testing.T) {
 		}
 	}
 	// Kept alive, a token still ends at TokenMax.
-	long, _, _ := ts.Issue("alice", now)
+	long, _, _ := ts.Issue(Grant{Sigil: "alice"}, now)
 	for at := now; at.Before(now.Add(TokenMax)); at = at.Add(TokenIdle / 2) {
 		if _, ok := ts.Check(long, at); !ok {
 			t.Fatalf("a token in use expired at %v", at.Sub(now))
@@ -44,9 +48,9 @@ func TestTokens(t *testing.T) {
 	if _, ok := ts.Check(long, now.Add(TokenMax)); ok {
 		t.Fatal("a token outlived TokenMax")
 	}
-	first, _, _ := ts.Issue("bob", now)
+	first, _, _ := ts.Issue(Grant{Sigil: "bob"}, now)
 	for i := range maxTokensPerSigil {
-		if _, _, err := ts.Issue("bob", now.Add(time.Duration(i+1)*time.Second)); err != nil {
+		if _, _, err := ts.Issue(Grant{Sigil: "bob"}, now.Add(time.Duration(i+1)*time.Second)); err != nil {
 			t.Fatal(err)
 		}
 	}

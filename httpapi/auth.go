@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -110,7 +111,7 @@ func (srv *Server) authenticate(next http.Handler, required bool) http.Handler {
 // on the dashboard's paths, as the token's sigil; anywhere else, or with
 // a token expired or unknown, it is refused.
 func (srv *Server) authenticateDashboard(next http.Handler, w http.ResponseWriter, r *http.Request, tok string) {
-	name, ok := srv.dashTokens.Check(tok, time.Now())
+	g, ok := srv.dashTokens.Check(tok, time.Now())
 	if !ok {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="ctxd", error="invalid_token"`)
 		w.Header().Set("Connection", "close")
@@ -123,7 +124,28 @@ func (srv *Server) authenticateDashboard(next http.Handler, w http.ResponseWrite
 		return
 	}
 	connAuthenticated(r)
-	next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), authKey{}, authInfo{name: name, byToken: true, token: tok, dashboard: true})))
+	next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), authKey{}, authInfo{name: g.Sigil, byToken: true, token: tok, dashboard: true})))
+}
+
+// dashboardGrant checks again a dashboard token a stream opened with: it
+// must not have expired, and the sigil token that made it, if one did,
+// must still hold (a reload may have revoked it). It returns what the
+// token grants.
+func (srv *Server) dashboardGrant(a authInfo) (dashboard.Grant, error) {
+	g, ok := srv.dashTokens.Check(a.token, time.Now())
+	if !ok {
+		return g, ctxd.Errorf(ctxd.KindUnauthorized, "the dashboard token has expired (a token lives %v after its last use, %v at most); run `ctxd dashboard` for a new address", dashboard.TokenIdle, dashboard.TokenMax)
+	}
+	if g.Issuer != "" {
+		s, err := srv.cfg.Sigils.Authenticate(g.Issuer)
+		if err == nil && s.Name != g.Sigil {
+			err = fmt.Errorf("it now belongs to sigil %q", s.Name)
+		}
+		if err != nil {
+			return g, ctxd.Errorf(ctxd.KindUnauthorized, "the sigil token this dashboard token was made with no longer holds: %v", err)
+		}
+	}
+	return g, nil
 }
 
 // tokenPathPrefix starts a path that carries a token: /t/TOKEN/...
@@ -190,7 +212,16 @@ func (srv *Server) actor(r *http.Request, named string) (runcontext.Sigil, error
 // actorScoped is actor narrowed to scopes instead of the request's.
 func (srv *Server) actorScoped(r *http.Request, named string, scopes []string) (runcontext.Sigil, error) {
 	name := named
-	if a, _ := r.Context().Value(authKey{}).(authInfo); a.token != "" && !a.dashboard { // a dashboard token was checked as the request came
+	a, _ := r.Context().Value(authKey{}).(authInfo)
+	var grant []string // a dashboard token's scopes
+	switch {
+	case a.dashboard:
+		g, err := srv.dashboardGrant(a)
+		if err != nil {
+			return runcontext.Sigil{}, err
+		}
+		grant = g.Scopes
+	case a.token != "":
 		if err := srv.stillHolds(a, "connection"); err != nil {
 			return runcontext.Sigil{}, err
 		}
@@ -213,6 +244,14 @@ func (srv *Server) actorScoped(r *http.Request, named string, scopes []string) (
 	}
 	if s, err = sigils.Narrow(s, scopes); err != nil {
 		return s, ctxd.Errorf(ctxd.KindForbidden, "%v", err)
+	}
+	if grant != nil {
+		// What the token was made with, of what the sigil holds now: a
+		// sigil whose scopes a reload cut sees less, never more.
+		s.Scopes = slices.DeleteFunc(slices.Clone(s.Scopes), func(sc string) bool { return !slices.Contains(grant, sc) })
+		if len(s.Scopes) == 0 {
+			return s, ctxd.Errorf(ctxd.KindForbidden, "sigil %q no longer holds any of the scopes its dashboard token was made with (%s)", s.Name, strings.Join(grant, " "))
+		}
 	}
 	return s, nil
 }

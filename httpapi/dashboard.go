@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io/fs"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -20,9 +21,10 @@ import (
 // only when it changed, karma's counts at most once per karmaEvery after
 // a turn, and a keep-alive comment after a quiet pingEvery.
 const (
-	dashTick   = time.Second
-	karmaEvery = 5 * time.Second
-	pingEvery  = 15 * time.Second
+	dashTick      = time.Second
+	karmaEvery    = 5 * time.Second
+	pingEvery     = 15 * time.Second
+	hardwareEvery = 10 * time.Second // the status with a fresh hardware reading, at least this often
 	// dashTurns is how many of the latest turns a page opens with.
 	dashTurns = 400
 )
@@ -40,7 +42,11 @@ func (srv dashRoutes) register(mux *http.ServeMux, issue bool) {
 	mux.HandleFunc("GET /dashboard", func(w http.ResponseWriter, r *http.Request) {
 		// Relative, and set by hand: http.Redirect would make it absolute
 		// from a path the token was already taken off.
-		w.Header().Set("Location", "dashboard/")
+		loc := "dashboard/"
+		if r.URL.RawQuery != "" {
+			loc += "?" + r.URL.RawQuery // ?sigil= stays
+		}
+		w.Header().Set("Location", loc)
 		w.WriteHeader(http.StatusMovedPermanently)
 	})
 	mux.HandleFunc("GET /dashboard/{file...}", srv.handlePage)
@@ -97,8 +103,15 @@ func (srv dashRoutes) handleToken(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
+	g := dashboard.Grant{Sigil: who.Name}
+	if len(requestScopes(r)) > 0 {
+		g.Scopes = who.Scopes // narrowed: the token opens no more than the request could see
+	}
+	if a, _ := r.Context().Value(authKey{}).(authInfo); a.token != "" {
+		g.Issuer = a.token // revoked, it takes the dashboard token with it
+	}
 	now := time.Now()
-	tok, exp, err := srv.dashTokens.Issue(who.Name, now)
+	tok, exp, err := srv.dashTokens.Issue(g, now)
 	if err != nil {
 		writeError(w, ctxd.Errorf(ctxd.KindInternal, "dashboard token: %v", err))
 		return
@@ -140,16 +153,17 @@ type DashboardKarma struct {
 
 // dashPage is one open page's stream.
 type dashPage struct {
-	srv     dashRoutes
-	w       http.ResponseWriter
-	rc      *http.ResponseController
-	r       *http.Request
-	who     runcontext.Sigil
-	admin   bool
-	last    []byte // the status last sent
-	karma   *DashboardKarma
-	karmaAt time.Time
-	sent    time.Time // when anything was last written
+	srv      dashRoutes
+	w        http.ResponseWriter
+	rc       *http.ResponseController
+	r        *http.Request
+	who      runcontext.Sigil
+	admin    bool
+	last     []byte    // the status last sent, as statusKey has it
+	statusAt time.Time // when a status was last sent
+	karma    *DashboardKarma
+	karmaAt  time.Time
+	sent     time.Time // when anything was last written
 }
 
 // handleEvents is GET /v1/dashboard/events: the page's server-sent
@@ -208,11 +222,16 @@ func (srv dashRoutes) handleEvents(w http.ResponseWriter, r *http.Request) {
 				err = p.send("band", e.Band)
 			}
 		case now := <-tick.C:
-			if err = p.stillHolds(); err != nil {
+			var changed bool
+			if changed, err = p.reresolve(); err != nil {
 				_ = p.send("refused", errorEvent(err)) // not "error": EventSource names its own failures so
 				return
 			}
-			err = p.status()
+			if changed {
+				err = p.snapshot()
+				break
+			}
+			err = p.status(now)
 			if err == nil && karmaDue && now.Sub(p.karmaAt) >= karmaEvery {
 				karmaDue = false
 				err = p.karmaCounts(true)
@@ -231,31 +250,24 @@ func (srv dashRoutes) handleEvents(w http.ResponseWriter, r *http.Request) {
 // every one for an admin (as status shows them).
 func (p *dashPage) visible(sigil string) bool { return p.admin || sigil == p.who.Name }
 
-// stillHolds checks again the token the stream opened with: a reload may
-// have revoked it, or its sigil, and a dashboard token expires.
-func (p *dashPage) stillHolds() error {
-	a, _ := p.r.Context().Value(authKey{}).(authInfo)
-	if a.token == "" {
-		return nil
+// reresolve resolves the page's sigil again, as every request does: a
+// reload may have revoked its token or its sigil, or changed its scopes,
+// and a dashboard token expires. changed: what the page may see changed,
+// so it starts again from a snapshot.
+func (p *dashPage) reresolve() (changed bool, err error) {
+	who, err := p.srv.actor(p.r, p.r.URL.Query().Get("sigil"))
+	if err != nil {
+		return false, err
 	}
-	if a.dashboard {
-		if _, ok := p.srv.dashTokens.Check(a.token, time.Now()); !ok {
-			return ctxd.Errorf(ctxd.KindUnauthorized, "the dashboard token this page opened with has expired; run `ctxd dashboard` for a new address")
-		}
-		_, err := p.srv.cfg.Sigils.Resolve(a.name)
-		if err != nil {
-			return ctxd.Errorf(ctxd.KindUnauthorized, "the dashboard token's sigil no longer holds: %v", err)
-		}
-		return nil
-	}
-	return p.srv.Server.stillHolds(a, "page")
+	changed = !slices.Equal(who.Scopes, p.who.Scopes)
+	p.who, p.admin = who, sigils.Allows(who, sigils.ScopeAdmin)
+	return changed, nil
 }
 
 // snapshot sends everything the page shows.
 func (p *dashPage) snapshot() error {
 	now := time.Now()
 	st := p.srv.statusFor(p.r.Context(), p.who)
-	p.srv.cfg.Feed.NoteEnvironment(st.Environment, now)
 	if err := p.karmaCounts(false); err != nil {
 		return err
 	}
@@ -264,23 +276,33 @@ func (p *dashPage) snapshot() error {
 		Status: st, Turns: p.srv.cfg.Feed.Turns(p.visible, dashTurns), Bands: p.srv.cfg.Feed.Bands(),
 		Series: p.srv.cfg.Feed.Series(p.visible, now), Karma: p.karma,
 	}
-	if b, err := json.Marshal(st); err == nil {
-		p.last = b
-	}
+	p.last, p.statusAt = statusKey(st), now
 	return p.send("snapshot", snap)
 }
 
-// status sends the status when it changed since the last one sent.
-func (p *dashPage) status() error {
+// status sends the status when it changed since the last one sent, or
+// hardwareEvery after it (the hardware reading, which changes at every
+// probe, does not count as a change).
+func (p *dashPage) status(now time.Time) error {
 	st := p.srv.statusFor(p.r.Context(), p.who)
-	p.srv.cfg.Feed.NoteEnvironment(st.Environment, time.Now())
-	st.Hardware = nil // a new reading every interval: what it says shows in the bands and the plan
-	b, err := json.Marshal(st)
-	if err != nil || bytes.Equal(b, p.last) {
+	key := statusKey(st)
+	if bytes.Equal(key, p.last) && now.Sub(p.statusAt) < hardwareEvery {
 		return nil
 	}
-	p.last = b
+	b, err := json.Marshal(st)
+	if err != nil {
+		return nil
+	}
+	p.last, p.statusAt = key, now
 	return p.event("status", b)
+}
+
+// statusKey is what tells one status from another: all of it but the
+// hardware reading.
+func statusKey(st Status) []byte {
+	st.Hardware = nil
+	b, _ := json.Marshal(st)
+	return b
 }
 
 // karmaCounts counts the viewer's latest traces; send: tell the page when

@@ -15,6 +15,7 @@ import (
 	"github.com/ctxd/ctxd"
 	"github.com/ctxd/ctxd/client"
 	"github.com/ctxd/ctxd/config"
+	"github.com/ctxd/ctxd/dashboard"
 	"github.com/ctxd/ctxd/internal/realmodel"
 	"github.com/ctxd/ctxd/sigils"
 )
@@ -211,8 +212,8 @@ func TestDashboardInBrowser(t *testing.T) {
 		sel := fmt.Sprintf(`%s .turn[data-turn="%d"]`, aliceSession, turn)
 		delays = append(delays, br.wait(sel, "", 10*time.Second))
 		cached := br.eval(fmt.Sprintf(`document.querySelector('%s').dataset.cached`, strings.ReplaceAll(sel, `'`, `\'`)))
-		if cached != fmt.Sprint(sum.PromptTokens-sum.EvaluatedTokens) {
-			t.Errorf("turn %d's bar says %v cached; the summary %d of %d", turn, cached, sum.PromptTokens-sum.EvaluatedTokens, sum.PromptTokens)
+		if want := dashboard.Reused(*sum); cached != fmt.Sprint(want) {
+			t.Errorf("turn %d's bar says %v cached; the summary %d", turn, cached, want)
 		}
 	}
 	t.Logf("the page showed each ask %v after its answer ended", delays)

@@ -101,8 +101,14 @@ func (a *answering) summarize(sessionWait time.Duration, followed bool) {
 		sum.PrefixNote = "the session took its client's history, which did not extend the turns it held (a new epoch)"
 	}
 	if hadPrev && lease.Previous != "" && lease.Previous != req.Session {
-		sum.SlotNote = fmt.Sprintf("slot %d served session %q since this session's last turn: this conversation's tokens after the prefix the two share were evaluated again",
-			lease.Slot, lease.Previous)
+		// Named only to the sigil that owns it: another sigil's session id
+		// is its own business (as in status).
+		who := "another sigil's session"
+		if _, owner, ok := a.o.LastPrompt(lease.Previous); ok && owner == p.rc.Sigil.Name {
+			who = fmt.Sprintf("session %q", ctxd.ClientSessionID(lease.Previous))
+		}
+		sum.SlotNote = fmt.Sprintf("slot %d served %s since this session's last turn: this conversation's tokens after the prefix the two share were evaluated again",
+			lease.Slot, who)
 	}
 	if sum.PrefixBreak != nil && sum.PrefixBreak.Block == runcontext.BlockNames[runcontext.BlockCodex] {
 		if c := codexChange(prev.codex, p.rc.Codex.Files); c != "" {

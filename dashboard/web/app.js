@@ -149,9 +149,8 @@ const sessionList = () => $('#session-list');
 
 // ---------- turns and sessions ----------
 
-/** Tokens the server reused: the prompt less what it evaluated (as the daemon's series counts them). */
+/** Tokens reused from the server's cache: what the server says it reused where it says (llama-server), else what ctxd expected it to hold (as the daemon's series counts them). */
 function cachedOf(s) {
-  if (isNum(s.prompt_tokens) && isNum(s.evaluated_tokens)) return Math.max(0, s.prompt_tokens - s.evaluated_tokens);
   return isNum(s.backend_cached_tokens) ? s.backend_cached_tokens : (isNum(s.cached_tokens) ? s.cached_tokens : 0);
 }
 function evaluatedOf(s) {
@@ -981,6 +980,8 @@ function onStatus(d) {
 
 function onBand(d) {
   if (!d) return;
+  const last = state.bands[state.bands.length - 1];
+  if (last && last.at === d.at && JSON.stringify(last.to) === JSON.stringify(d.to)) return; // in the snapshot already
   state.bands.push(d);
   if (state.bands.length > MAX_BANDS) state.bands.shift();
   renderBands();
