@@ -337,21 +337,23 @@ function addBreak(rec, t) {
   const li = h('li', { class: 'break', 'data-turn': t.turn },
     h('span', { class: 'tag tag-warn' }, '⚠ break'), ' turn ' + t.turn + ' · ',
     h('strong', null, b.block ? b.block + ' block' : 'prefix'), b.reason ? ': ' + b.reason : '');
-  rec.breaks.push({ turn: t.turn, el: li });
+  rec.breaks.push({ id: t.id, el: li });
   rec.breaksList.append(li);
   while (rec.breaks.length > MAX_BREAKS) rec.breaks.shift().el.remove();
   rec.breaksEl.hidden = false;
 }
 
-function removeBreak(rec, turnNo) {
-  const i = rec.breaks.findIndex((b) => b.turn === turnNo);
+function removeBreak(rec, id) {
+  const i = rec.breaks.findIndex((b) => b.id === id);
   if (i >= 0) { rec.breaks[i].el.remove(); rec.breaks.splice(i, 1); }
   rec.breaksEl.hidden = rec.breaks.length === 0;
 }
 
 /**
  * Adds one TURN to its session (creating the session), or replaces the row of the same
- * turn number. Touches only that session's DOM. Returns true when the turn is new.
+ * turn (its seq: the same event heard twice). Side requests outside the conversation
+ * share a turn number and still get a row each. Touches only that session's DOM.
+ * Returns true when the turn is new.
  */
 function applyTurn(ev, container) {
   const s = ev && ev.summary;
@@ -368,27 +370,27 @@ function applyTurn(ev, container) {
   if (ev.persona) rec.persona = String(ev.persona);
 
   const turnNo = isNum(s.turn) ? s.turn : (isNum(ev.seq) ? ev.seq : rec.turns.length + 1);
+  const id = isNum(ev.seq) ? 'seq' + ev.seq : 'turn' + turnNo;
   const t = {
-    turn: turnNo, seq: ev.seq, at: ev.at, summary: s,
+    id, turn: turnNo, seq: ev.seq, at: ev.at, summary: s,
     cached: cachedOf(s), evaluated: evaluatedOf(s), prompt: promptOf(s),
   };
   buildTurnRow(t);
 
-  const old = rec.turns.findIndex((x) => x.turn === turnNo);
+  const old = rec.turns.findIndex((x) => x.id === id);
   let isNew = true;
   if (old >= 0) {
-    const prev = rec.turns[old];
-    isNew = prev.seq !== t.seq;
-    prev.el.replaceWith(t.el);
+    isNew = false;
+    rec.turns[old].el.replaceWith(t.el);
     rec.turns[old] = t;
-    removeBreak(rec, turnNo);
+    removeBreak(rec, id);
   } else {
     rec.turns.push(t);
     rec.turnsEl.append(t.el);
     while (rec.turns.length > MAX_TURNS) {
       const gone = rec.turns.shift();
       gone.el.remove();
-      removeBreak(rec, gone.turn);
+      removeBreak(rec, gone.id);
     }
   }
   if (s.prefix_break) addBreak(rec, t);
