@@ -12,12 +12,12 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/ctxd/ctxd/client"
+	"github.com/ctxd/ctxd/hostenv"
 )
 
 // The dashboard phase's runs: the open pages of each, in order (a run
@@ -185,30 +185,6 @@ max_depth = 0
 	}
 }
 
-// cpuTicks is a process's user + system time, in clock ticks.
-func cpuTicks(pid int) (int64, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0, err
-	}
-	// The fields after the command name (which may hold spaces) in
-	// parentheses: utime and stime are the 14th and 15th of the line.
-	s := string(b)
-	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-	if len(f) < 13 {
-		return 0, fmt.Errorf("/proc/%d/stat: %q", pid, s)
-	}
-	u, err1 := strconv.ParseInt(f[11], 10, 64)
-	k, err2 := strconv.ParseInt(f[12], 10, 64)
-	if err1 != nil || err2 != nil {
-		return 0, fmt.Errorf("/proc/%d/stat: %q", pid, s)
-	}
-	return u + k, nil
-}
-
-// clockTicks is the kernel's USER_HZ on Linux.
-const clockTicks = 100
-
 // dashPageReader is one open page: it reads the event stream and notes
 // when each turn event came.
 type dashPageReader struct {
@@ -287,7 +263,7 @@ func dashboardOnce(ctx context.Context, cfg Config, d *daemonProcess, n, pages i
 			return ph, fmt.Errorf("a dashboard page got no snapshot in 30s")
 		}
 	}
-	before, err := cpuTicks(d.cmd.Process.Pid)
+	before, err := hostenv.ProcessCPU(d.cmd.Process.Pid)
 	if err != nil {
 		return ph, err
 	}
@@ -315,7 +291,7 @@ func dashboardOnce(ctx context.Context, cfg Config, d *daemonProcess, n, pages i
 	}
 	agents.Wait()
 	wall := time.Since(start)
-	after, err := cpuTicks(d.cmd.Process.Pid)
+	after, err := hostenv.ProcessCPU(d.cmd.Process.Pid)
 	if err != nil {
 		return ph, err
 	}
@@ -325,7 +301,7 @@ func dashboardOnce(ctx context.Context, cfg Config, d *daemonProcess, n, pages i
 	}
 	time.Sleep(2 * time.Second) // the last turns' events on their way
 	ph.Requests, ph.WallS = len(ended), wall.Seconds()
-	ph.CPUPct = 100 * float64(after-before) / clockTicks / wall.Seconds()
+	ph.CPUPct = 100 * (after - before).Seconds() / wall.Seconds()
 	var delays []float64
 	for _, pr := range readers {
 		pr.mu.Lock()

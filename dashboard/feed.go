@@ -208,13 +208,6 @@ func (f *Feed) Subscribe() *Sub {
 	return s
 }
 
-// Pages is how many pages are subscribed now.
-func (f *Feed) Pages() int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return len(f.subs)
-}
-
 // Event is a turn or a band change on its way to a page.
 type Event struct {
 	Turn *Turn

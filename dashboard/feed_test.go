@@ -111,12 +111,12 @@ func TestFeedPagesAndBehind(t *testing.T) {
 		t.Fatalf("the queue was not drained: %+v", e)
 	default:
 	}
-	if f.Pages() != 1 {
-		t.Fatalf("pages: %d", f.Pages())
+	if len(f.subs) != 1 {
+		t.Fatalf("pages: %d", len(f.subs))
 	}
 	s.Close()
 	f.Record("alice", "", sum("a", 9, 1, 1), at)
-	if f.Pages() != 0 || len(s.Events()) != 0 {
+	if len(f.subs) != 0 || len(s.Events()) != 0 {
 		t.Fatal("a closed page is still told")
 	}
 }

@@ -1,9 +1,11 @@
 package hostenv
 
 import (
+	"fmt"
 	"os"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 )
@@ -28,6 +30,29 @@ func ProcessRSS(pid int) int64 {
 		}
 	}
 	return 0
+}
+
+// ProcessCPU is the user and system CPU time a process has used so far
+// (utime and stime in /proc/PID/stat).
+func ProcessCPU(pid int) (time.Duration, error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, err
+	}
+	// After the command's name (in parentheses, which it may hold too):
+	// state is field 3 of the line, utime 14 and stime 15.
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	if len(f) < 13 {
+		return 0, fmt.Errorf("hostenv: /proc/%d/stat: %q", pid, s)
+	}
+	ut, err1 := strconv.ParseInt(f[11], 10, 64)
+	st, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		return 0, fmt.Errorf("hostenv: /proc/%d/stat: %q", pid, s)
+	}
+	const userHZ = 100 // clock ticks a second: USER_HZ, 100 on Linux
+	return time.Duration(ut+st) * time.Second / userHZ, nil
 }
 
 // ProcessVRAM is the GPU memory NVML says the process uses, summed over

@@ -3,6 +3,7 @@ package hostenv
 import (
 	"os"
 	"testing"
+	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock"
@@ -20,6 +21,28 @@ func TestProcessRSS(t *testing.T) {
 	}
 	if n := ProcessRSS(0); n != 0 {
 		t.Errorf("pid 0: %d", n)
+	}
+}
+
+// TestProcessCPU: the time this process has used grows as it works; a
+// process that is not there is an error.
+func TestProcessCPU(t *testing.T) {
+	if _, err := os.Stat("/proc/self/stat"); err != nil {
+		t.Skip("no /proc here")
+	}
+	before, err := ProcessCPU(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := 0
+	for start := time.Now(); time.Since(start) < 100*time.Millisecond; x++ { // busy: at least a clock tick
+	}
+	after, err := ProcessCPU(os.Getpid())
+	if err != nil || after <= before {
+		t.Errorf("CPU time %v, then %v after %d turns of busy work (%v)", before, after, x, err)
+	}
+	if _, err := ProcessCPU(1 << 30); err == nil {
+		t.Error("no error for a process that does not exist")
 	}
 }
 

@@ -19,6 +19,7 @@ import (
 
 	"github.com/ctxd/ctxd"
 	"github.com/ctxd/ctxd/client"
+	"github.com/ctxd/ctxd/hostenv"
 	"github.com/ctxd/ctxd/httpapi"
 	"github.com/ctxd/ctxd/internal/otheruid"
 	"github.com/ctxd/ctxd/sigils"
@@ -83,21 +84,11 @@ type trustPhase struct {
 	floodCPU          float64 // the flood helper's, likewise (another uid's process; 0 when none)
 }
 
-// cpuSeconds is a process's user and system CPU time so far, from
-// /proc/PID/stat; 0 if it cannot be read.
+// cpuSeconds is a process's user and system CPU time so far, in
+// seconds; 0 if it cannot be read.
 func cpuSeconds(pid int) float64 {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0
-	}
-	s := string(data)
-	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:]) // after the command's name: state is field 3
-	if len(f) < 13 {
-		return 0
-	}
-	ut, _ := strconv.ParseFloat(f[11], 64) // utime, field 14
-	st, _ := strconv.ParseFloat(f[12], 64) // stime, field 15
-	return (ut + st) / 100                 // clock ticks: 100 a second on Linux
+	d, _ := hostenv.ProcessCPU(pid)
+	return d.Seconds()
 }
 
 func TestTrustBoundaries(t *testing.T) {
