@@ -13,6 +13,11 @@ type GenerateRequest struct {
 	MaxTokens int      // the answer reserve: prompt + answer always fit the window
 	NumKeep   int      // tokens the backend must never shift out
 	Stop      []string // stop sequences
+	// Session names the conversation the prompt continues, and Parent the
+	// one a side request (a condensation, a one-off question) belongs to:
+	// a backend in front of a cluster routes by them ("" for none).
+	Session string
+	Parent  string
 }
 
 // Done reasons of a generation.

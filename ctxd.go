@@ -19,6 +19,11 @@ import (
 // AskRequest is one query of one session: the body of POST /v1/ask.
 type AskRequest struct {
 	Session string `json:"session"`
+	// Parent is the session this one is a side request of (a sub-agent's
+	// session, asked on behalf of its parent's conversation), "" for none:
+	// a backend in front of a cluster routes it with its parent (the doors
+	// take it from the X-Ctxd-Parent-Session header). Nothing else reads it.
+	Parent string `json:"parent,omitempty"`
 	Query   string `json:"query"`
 	Sigil   string `json:"sigil,omitempty"`
 	Pin     bool   `json:"pin,omitempty"` // keep this turn verbatim: never compacted or condensed

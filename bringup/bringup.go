@@ -67,7 +67,7 @@ type Opener func(ctx context.Context, onRestart func()) (*Model, error)
 
 // BackendInfo describes the backend once it is ready.
 type BackendInfo struct {
-	Kind         string `json:"kind"` // ollama or llamacpp
+	Kind         string `json:"kind"` // ollama, llamacpp or openai
 	Mode         string `json:"mode"`
 	URL          string `json:"url"`
 	Version      string `json:"version"`
@@ -145,8 +145,11 @@ func Open(cfg Config) Opener {
 	if cfg.Critical == nil {
 		cfg.Critical = func() bool { return false }
 	}
-	if cfg.Backend.Kind == "llamacpp" {
+	switch cfg.Backend.Kind {
+	case "llamacpp":
 		return cfg.openLlamaCpp
+	case "openai":
+		return cfg.openOpenAI
 	}
 	return cfg.openOllama
 }

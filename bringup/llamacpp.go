@@ -177,7 +177,7 @@ func checkServerWindow(m *Model, props llamacpp.Props) error {
 // model's own.
 func (c Config) llamaTokenizer(ctx context.Context, client *llamacpp.Client, props llamacpp.Props, gguf string, local bool) (llamaTok, string, error) {
 	if !local {
-		tok, err := llamacpp.NewTokenizer(ctx, client, props)
+		tok, err := llamacpp.NewTokenizer(ctx, client, props.ChatTemplate, props.BOS, props.EOS)
 		if err != nil {
 			return nil, "", err
 		}

@@ -195,7 +195,7 @@ type Daemon struct {
 
 // Backend is the model server.
 type Backend struct {
-	Kind   string `toml:"kind"`   // "ollama" or "llamacpp" (llama.cpp's llama-server)
+	Kind   string `toml:"kind"`   // "ollama", "llamacpp" (llama.cpp's llama-server) or "openai" (any server of the OpenAI completions API; external only)
 	Mode   string `toml:"mode"`   // "managed": ctxd runs the server; "external": ctxd connects to URL
 	URL    string `toml:"url"`    // external: the server's base URL (llamacpp: or a .sock path)
 	Binary string `toml:"binary"` // managed: the server binary; "": ollama, or $CTXD_LLAMA_SERVER else llama-server, by kind
@@ -216,7 +216,25 @@ type Backend struct {
 	// SlotSavePath: llamacpp, external: the server's --slot-save-path as
 	// ctxd sees it, for warm restarts ("": none). Managed: state_dir/llamacpp/slots.
 	SlotSavePath string `toml:"slot_save_path"`
-	APIKey       string `toml:"api_key"` // llamacpp: the server's --api-key, if it has one
+	APIKey       string `toml:"api_key"` // llamacpp, openai: sent as a bearer token (llama-server's --api-key), if the server wants one
+	// CAFile: openai: PEM certificates an https server's certificate must
+	// chain to ("": the system's roots).
+	CAFile string `toml:"ca_file"`
+	// Retries: openai: how often a request that cannot have reached a
+	// model (a refused connection; 429 or 503 before any answer) is sent
+	// again. Nothing the server accepted is ever sent twice.
+	Retries int `toml:"retries"`
+	// IdleTimeout: openai: a generation whose server sends nothing for
+	// this long is closed and fails (0: 10 minutes).
+	IdleTimeout Duration `toml:"idle_timeout"`
+	// Prompt: openai: how the prompt is sent: "tokens" (the ids ctxd
+	// counted), "text", or "auto" (the default: ids when the server takes
+	// them, which bring-up tries once).
+	Prompt string `toml:"prompt"`
+	// Routing: openai: the headers and body fields each request names its
+	// session in, for the engine's or router's session affinity; nil: the
+	// defaults (openai.DefaultRouting).
+	Routing *Routing `toml:"routing"`
 	// CacheRAMMB: llamacpp, managed: the server's host-memory prompt cache
 	// (--cache-ram), counted in the memory plan beside the KV cache; 0 (the
 	// default) turns it off: ctxd keeps prefixes warm in the slots and in
@@ -231,6 +249,13 @@ type Backend struct {
 	CacheReuse  int     `toml:"cache_reuse"`
 	Temperature float64 `toml:"temperature"`
 	Seed        int     `toml:"seed"`
+}
+
+// Routing is [backend.routing]: values are templates of {session} (the
+// session's opaque routing key) and {parent} (a side request's session's).
+type Routing struct {
+	Headers map[string]string `toml:"headers"`
+	Fields  map[string]string `toml:"fields"`
 }
 
 // ServerBinary is the managed server's binary: Binary, or the kind's own
@@ -376,7 +401,7 @@ func Default(env Env) Config {
 		Backend: Backend{
 			Kind: "ollama", Mode: "managed", URL: "http://127.0.0.1:11434",
 			Model: "ctxd-demo", MaxNumCtx: 32768, NumBatch: 512, Slots: 1, Format: "auto",
-			KeepAlive: Duration{-1},
+			KeepAlive: Duration{-1}, Retries: 2, Prompt: "auto",
 		},
 		Identity: Identity{
 			Name:    "ctxd",

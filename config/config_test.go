@@ -148,6 +148,17 @@ func TestValidateNamesField(t *testing.T) {
 		"backend.cache_ram_mb":        func(c *Config) { c.Backend.CacheRAMMB = 512 }, // Ollama has no such cache
 		"backend.cache_ram_mb ":       func(c *Config) { c.Backend.Kind, c.Backend.CacheRAMMB = "llamacpp", -1 },
 		"backend.cache_reuse":         func(c *Config) { c.Backend.CacheReuse = 64 }, // Ollama shifts nothing
+		"backend.mode ":               func(c *Config) { c.Backend.Kind = "openai" }, // ctxd runs no OpenAI server
+		"backend.ca_file":             func(c *Config) { c.Backend.Kind, c.Backend.Mode, c.Backend.CAFile = "openai", "external", "/ca.pem" }, // http URL
+		"backend.ca_file ":            func(c *Config) { c.Backend.CAFile = "/ca.pem" }, // not openai
+		"backend.retries":             func(c *Config) { c.Backend.Retries = -1 },
+		"backend.prompt":              func(c *Config) { c.Backend.Prompt = "ids" },
+		"backend.idle_timeout":        func(c *Config) { c.Backend.IdleTimeout = Duration{-time.Second} },
+		"backend.routing":             func(c *Config) { c.Backend.Routing = &Routing{} }, // not openai
+		"backend.routing.headers":     func(c *Config) { openAIRouting(c).Headers["Bad Name"] = "{session}" },
+		"backend.routing.headers.X-A": func(c *Config) { openAIRouting(c).Headers["X-A"] = "{sigil}" },
+		"backend.routing.fields":      func(c *Config) { openAIRouting(c).Fields["prompt"] = "{session}" },
+		"backend.routing.fields.sid":  func(c *Config) { openAIRouting(c).Fields["sid"] = "a\r\nb" },
 		"backend.cache_reuse ":        func(c *Config) { c.Backend.Kind, c.Backend.CacheReuse = "llamacpp", -1 },
 		"backend.cache_reuse  ":       func(c *Config) { c.Backend.Kind, c.Backend.CacheReuse, c.Codex.Order = "llamacpp", 64, "path" },
 		"sigils.default.token_sha256": func(c *Config) { c.Sigils["default"] = Sigil{Scopes: []string{"ask"}, TokenSHA256: "xyz"} },
@@ -225,6 +236,14 @@ func TestPersonaConfig(t *testing.T) {
 	if r.Backend.GGUF != filepath.Join(dir, "a.gguf") || r.Backend.NumCtx != 4096 || r.Identity.Persona != c.Identity.Persona || !c.Personas[1].Pinned {
 		t.Errorf("reviewer: %+v %+v", r.Backend, r.Identity)
 	}
+}
+
+// openAIRouting makes c an external OpenAI backend with empty routing,
+// for a case to spoil.
+func openAIRouting(c *Config) *Routing {
+	c.Backend.Kind, c.Backend.Mode, c.Backend.URL = "openai", "external", "https://engine:8000/v1"
+	c.Backend.Routing = &Routing{Headers: map[string]string{}, Fields: map[string]string{}}
+	return c.Backend.Routing
 }
 
 // TestRepositoryConfigs: the configurations make run and make run-llamacpp

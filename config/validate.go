@@ -7,6 +7,7 @@ import (
 	"math"
 	"net"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -246,11 +247,16 @@ func isHash(h string) bool {
 // model, the window and slots, and the sampling.
 func (b Backend) validate(p *problems) {
 	llama := b.Kind == "llamacpp"
-	if b.Kind != "ollama" && !llama {
-		p.bad("backend.kind", "%q is not one of ollama, llamacpp", b.Kind)
+	if b.Kind != "ollama" && !llama && b.Kind != "openai" {
+		p.bad("backend.kind", "%q is not one of ollama, llamacpp, openai", b.Kind)
 	}
+	b.validateOpenAI(p)
 	switch b.Mode {
 	case "managed":
+		if b.Kind == "openai" {
+			p.bad("backend.mode", "\"managed\": ctxd does not run an OpenAI-compatible server: set mode = \"external\" and url to the server (or its router)")
+			break
+		}
 		if b.Listen == "" || llama && strings.HasSuffix(b.Listen, ".sock") {
 			break // "": the default, chosen per kind at start
 		}
@@ -272,7 +278,7 @@ func (b Backend) validate(p *problems) {
 	default:
 		p.bad("backend.mode", "%q is not one of managed, external", b.Mode)
 	}
-	if b.Model == "" {
+	if b.Model == "" && b.Kind != "openai" { // openai: "" takes the server's only model
 		p.bad("backend.model", "must be set")
 	}
 	if b.NumCtx < 0 || b.MaxNumCtx <= 0 {
@@ -300,6 +306,68 @@ func (b Backend) validate(p *problems) {
 	}
 	if !(b.Temperature >= 0 && b.Temperature <= math.MaxFloat64) { // written so that NaN and Inf fail
 		p.bad("backend.temperature", "%v must be a finite number, 0 or more", b.Temperature)
+	}
+}
+
+// reservedFields are the /v1/completions fields ctxd writes itself: a
+// routing field may not replace them.
+var reservedFields = []string{"model", "prompt", "stream", "stream_options", "max_tokens", "stop", "temperature", "seed"}
+
+// headerName is an HTTP header name (RFC 9110's token).
+var headerName = regexp.MustCompile("^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
+
+// validateOpenAI checks the settings of backend.kind = "openai", and that
+// they are not set for another kind.
+func (b Backend) validateOpenAI(p *problems) {
+	openai := b.Kind == "openai"
+	switch {
+	case b.CAFile != "" && !openai:
+		p.bad("backend.ca_file", "is for backend.kind = \"openai\"")
+	case b.CAFile != "" && !strings.HasPrefix(b.URL, "https://"):
+		p.bad("backend.ca_file", "is set but backend.url %q is not https://", b.URL)
+	}
+	if b.Retries < 0 || b.Retries > 10 {
+		p.bad("backend.retries", "%d must be between 0 and 10", b.Retries)
+	}
+	if b.IdleTimeout.Duration < 0 {
+		p.bad("backend.idle_timeout", "%s must not be negative", b.IdleTimeout)
+	}
+	if !slices.Contains([]string{"auto", "tokens", "text"}, b.Prompt) {
+		p.bad("backend.prompt", "%q is not one of auto, tokens, text", b.Prompt)
+	}
+	if b.Routing == nil {
+		return
+	}
+	if !openai {
+		p.bad("backend.routing", "is for backend.kind = \"openai\"")
+	}
+	for name, v := range b.Routing.Headers {
+		if !headerName.MatchString(name) {
+			p.bad("backend.routing.headers", "%q is not an HTTP header name", name)
+		}
+		checkRouteValue(p, "backend.routing.headers."+name, v)
+	}
+	for name, v := range b.Routing.Fields {
+		if name == "" || slices.Contains(reservedFields, name) {
+			p.bad("backend.routing.fields", "%q is a field ctxd writes itself (%s)", name, strings.Join(reservedFields, ", "))
+		}
+		checkRouteValue(p, "backend.routing.fields."+name, v)
+	}
+}
+
+// routeVar finds a routing value's {variables}.
+var routeVar = regexp.MustCompile(`\{[^{}]*\}`)
+
+// checkRouteValue refuses a routing value with an unknown variable or a
+// character a header cannot carry.
+func checkRouteValue(p *problems, field, v string) {
+	for _, m := range routeVar.FindAllString(v, -1) {
+		if m != "{session}" && m != "{parent}" {
+			p.bad(field, "%q: %s is not one of {session}, {parent}", v, m)
+		}
+	}
+	if strings.ContainsAny(v, "\r\n\x00") {
+		p.bad(field, "must not hold a line break or NUL")
 	}
 }
 

@@ -278,7 +278,13 @@ func (d *Doors) ask(r *http.Request, door, model string, c conversation, tools [
 	if err != nil {
 		return ctxd.AskRequest{}, sigil, following{}, err
 	}
-	return ctxd.AskRequest{Session: session, Query: c.Query, Sigil: sigil.Name, System: c.System, History: c.History, Tools: tools,
+	parent := r.Header.Get("X-Ctxd-Parent-Session")
+	if parent != "" {
+		if err := ctxd.CheckSessionID(parent); err != nil {
+			return ctxd.AskRequest{}, sigil, following{}, ctxd.Errorf(ctxd.KindInvalid, "header X-Ctxd-Parent-Session: %v", err)
+		}
+	}
+	return ctxd.AskRequest{Session: session, Parent: parent, Query: c.Query, Sigil: sigil.Name, System: c.System, History: c.History, Tools: tools,
 		Ephemeral: c.Ephemeral, Scopes: sigil.Scopes}, sigil, f, nil
 }
 

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -43,21 +44,47 @@ func llamaConfig(t testing.TB, stateDir, codex string) config.Config {
 	return c
 }
 
+// openaiConfig is llamaConfig on the OpenAI backend: ctxd reaches an
+// external llama-server through its OpenAI routes (/v1/completions,
+// /v1/models), counting with the model file. startOpts starts that server
+// with the configuration's model, window and slots.
+func openaiConfig(t testing.TB, stateDir, codex string) config.Config {
+	t.Helper()
+	c := llamaConfig(t, stateDir, codex)
+	c.Backend.Kind, c.Backend.Mode, c.Backend.URL, c.Backend.Binary = "openai", "external", "", ""
+	return c
+}
+
+// startOpenAIServer starts the llama-server an openaiConfig names (its
+// URL empty): the model file, each slot's window (num_ctx, else
+// max_num_ctx) and the slots, and sets the URL.
+func startOpenAIServer(t testing.TB, cfg *config.Config) {
+	t.Helper()
+	b := &cfg.Backend
+	n := b.NumCtx
+	if n == 0 {
+		n = b.MaxNumCtx
+	}
+	slots := max(1, b.Slots)
+	b.URL = llamaservertest.Start(t, b.GGUF, "-c", strconv.Itoa(n*slots), "-np", strconv.Itoa(slots), "--swa-full", "--alias", b.Model)
+}
+
 // backend is a model server the socket suite runs against.
 type backend struct {
 	name   string
 	config func(t testing.TB, stateDir, codex string) config.Config
 }
 
-// forEachBackend runs fn as a subtest on Ollama and on llama-server (which
-// skips with a message where the binary is missing). Call needOllama
+// forEachBackend runs fn as a subtest on Ollama, on llama-server, and on
+// the OpenAI backend in front of llama-server (the last two skip with a
+// message where the binary is missing). Call needOllama
 // first: the Ollama subtest always runs, so the test never passes on
 // skipped subtests alone.
 func forEachBackend(t *testing.T, fn func(t *testing.T, b backend)) {
 	t.Helper()
-	for _, b := range []backend{{"ollama", baseConfig}, {"llamacpp", llamaConfig}} {
+	for _, b := range []backend{{"ollama", baseConfig}, {"llamacpp", llamaConfig}, {"openai", openaiConfig}} {
 		t.Run(b.name, func(t *testing.T) {
-			if b.name == "llamacpp" {
+			if b.name != "ollama" {
 				needLlamaServer(t)
 			}
 			fn(t, b)
@@ -148,6 +175,9 @@ func startOpts(t testing.TB, cfg config.Config, wait bool, opts daemon.Options) 
 		opts.Logger = slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: level}))
 	}
 	opts.Version = "test"
+	if cfg.Backend.Kind == "openai" && cfg.Backend.URL == "" {
+		startOpenAIServer(t, &cfg)
+	}
 	d, err := daemon.New(cfg, opts)
 	if err != nil {
 		t.Fatal(err)

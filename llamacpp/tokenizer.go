@@ -15,7 +15,7 @@ import (
 // (backend.gguf) is faster where there is one. It is safe for concurrent
 // use.
 type Tokenizer struct {
-	c       *Client
+	c       Vocabulary
 	ctx     context.Context // ended by Close: a count in flight stops
 	cancel  context.CancelFunc
 	timeout time.Duration
@@ -51,9 +51,13 @@ var markerLike = regexp.MustCompile(`<[|｜]?[^<>\s'"{}%]{1,48}[|｜]?>|\[/?[A-Z
 // token (which llama.cpp splits out of text even when not parsing special
 // tokens) from an ordinary token that happens to look like a marker, and
 // escaping one of those only adds a zero-width space.
-func NewTokenizer(ctx context.Context, c *Client, p Props) (*Tokenizer, error) {
+//
+// c is llama-server's Client, or another server's of the same
+// vocabulary calls; template is the chat template the server reports
+// ("" for none) and also lists texts probed, such as its bos and eos.
+func NewTokenizer(ctx context.Context, c Vocabulary, template string, also ...string) (*Tokenizer, error) {
 	t := &Tokenizer{c: c, timeout: tokenizeTimeout}
-	candidates := append(TemplateMarkers(p.ChatTemplate), p.BOS, p.EOS)
+	candidates := append(TemplateMarkers(template), also...)
 	candidates = append(candidates, knownSpecials...)
 	slices.Sort(candidates)
 	for _, s := range slices.Compact(candidates) {
@@ -62,7 +66,7 @@ func NewTokenizer(ctx context.Context, c *Client, p Props) (*Tokenizer, error) {
 		}
 		ids, err := c.Tokenize(ctx, s, false, true)
 		if err != nil {
-			return nil, fmt.Errorf("llamacpp: probing special tokens: %w", err)
+			return nil, fmt.Errorf("probing special tokens with the server: %w", err)
 		}
 		if len(ids) == 1 {
 			t.special = append(t.special, s)
@@ -71,6 +75,13 @@ func NewTokenizer(ctx context.Context, c *Client, p Props) (*Tokenizer, error) {
 	slices.SortStableFunc(t.special, func(a, b string) int { return len(b) - len(a) })
 	t.ctx, t.cancel = context.WithCancel(context.Background())
 	return t, nil
+}
+
+// Vocabulary is a server that tokenizes text with its model's
+// vocabulary: with the tokens a whole prompt starts with if addSpecial,
+// and special-token text parsed into those tokens if parseSpecial.
+type Vocabulary interface {
+	Tokenize(ctx context.Context, text string, addSpecial, parseSpecial bool) ([]int, error)
 }
 
 // TemplateMarkers lists the texts in a chat template that look like

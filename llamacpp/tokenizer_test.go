@@ -49,7 +49,7 @@ func TestTokenizerProbesSpecials(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tok, err := NewTokenizer(t.Context(), c, Props{ChatTemplate: "{{ '<|im_start|>' + m.role }}<b>{{ '<|im_end|>' }}", BOS: "<s>", EOS: "</s>"})
+	tok, err := NewTokenizer(t.Context(), c, "{{ '<|im_start|>' + m.role }}<b>{{ '<|im_end|>' }}", "<s>", "</s>")
 	if err != nil {
 		t.Fatal(err)
 	}

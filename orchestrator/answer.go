@@ -155,7 +155,7 @@ func lowPower(band string) bool { return band == "low_battery" || band == "low_p
 // it holds is recorded.
 func (a *answering) generateAnswer(answerCap int, onToken func(string) error) (gen ctxd.Generation, first time.Time, err error) {
 	o, ctx, p, s := a.o, a.ctx, a.p, a.slot
-	gen, streamed, err := o.generate(ctx, s.lease, p.rendered.Prompt(), p.tokens.IDs, answerCap, func(piece string) error {
+	gen, streamed, err := o.generate(ctx, s.lease, route{session: a.req.Session, parent: a.req.Parent}, p.rendered.Prompt(), p.tokens.IDs, answerCap, func(piece string) error {
 		if first.IsZero() {
 			first = o.cfg.Now()
 		}

@@ -688,7 +688,7 @@ func (g *preparation) generateAside(m measured) (ctxd.Generation, error) {
 		return ctxd.Generation{}, err
 	}
 	defer lease.Release()
-	gen, _, err := g.o.generate(g.ctx, lease, m.Rendered.Prompt(), m.tokens.IDs, g.lim.AnswerReserve, func(string) error { return nil })
+	gen, _, err := g.o.generate(g.ctx, lease, route{session: g.req.Session, parent: g.req.Parent}, m.Rendered.Prompt(), m.tokens.IDs, g.lim.AnswerReserve, func(string) error { return nil })
 	if err != nil {
 		return gen, fmt.Errorf("orchestrator: condense history: %w", err)
 	}

@@ -315,6 +315,11 @@ func checkRequest(req ctxd.AskRequest) error {
 	if err := ctxd.CheckSessionID(req.Session); err != nil {
 		return err
 	}
+	if req.Parent != "" {
+		if err := ctxd.CheckSessionID(req.Parent); err != nil {
+			return ctxd.Errorf(ctxd.KindInvalid, "parent: %v", err)
+		}
+	}
 	if strings.TrimSpace(req.Query) == "" {
 		return ctxd.Errorf(ctxd.KindInvalid, "query: required and must not be blank")
 	}
@@ -364,6 +369,12 @@ func (o *Orchestrator) ask(ctx context.Context, arrived time.Time, sigil runcont
 		return nil, err
 	}
 	req.Session = internal
+	if req.Parent != "" {
+		// The parent is named as the client knows it, like the session.
+		if req.Parent, err = o.sessions.scoped(ctx, sigil.Name, req.Parent); err != nil {
+			return nil, err
+		}
+	}
 	release, sessionWait, err := o.sched.Session(ctx, req.Session)
 	if err != nil {
 		return nil, o.stopped(ctx, req.Session, "while it waited for the session's earlier request", false, err)
@@ -435,11 +446,17 @@ func (o *Orchestrator) checkTools(sigil runcontext.Sigil, tools []ctxd.Tool) err
 		sigil.Name, strings.Join(refused, ", "), sigils.ScopeTools)
 }
 
+// route is who a generation is for, as a backend in front of a cluster
+// routes it (ctxd.GenerateRequest's Session and Parent).
+type route struct{ session, parent string }
+
 // generate sends a prompt to the lease's slot, for an answer of at most
 // maxTokens, and records what the slot holds afterwards. streamed says
 // whether any of the answer arrived.
-func (o *Orchestrator) generate(ctx context.Context, lease *scheduler.Lease, prompt string, tokens []int, maxTokens int, onToken func(string) error) (gen ctxd.Generation, streamed bool, err error) {
+func (o *Orchestrator) generate(ctx context.Context, lease *scheduler.Lease, route route, prompt string, tokens []int, maxTokens int, onToken func(string) error) (gen ctxd.Generation, streamed bool, err error) {
 	gen, err = o.backend.Generate(ctx, ctxd.GenerateRequest{
+		Session:   route.session,
+		Parent:    route.parent,
 		Prompt:    prompt,
 		Tokens:    tokens,
 		Slot:      lease.Slot,
