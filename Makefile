@@ -40,7 +40,7 @@ RUN_MODEL   := $(REAL_MODEL)
 SERVE_FLAGS  =
 endif
 
-.PHONY: all build ollama models run readme-demo bench-quality swa-table run-llamacpp test systemd-analyze install bench bench-agents bench-edits bench-drift bench-reuse bench-personas bench-dashboard bench-rollback reliability fuzz vet fmt clean chromium dashboard-vendor screenshots FORCE
+.PHONY: all build ollama models run readme-demo bench-quality swa-table run-llamacpp test systemd-analyze install bench bench-agents bench-edits bench-drift bench-reuse bench-personas bench-dashboard bench-rollback reliability fuzz vet fmt clean chromium postgres bench-scale dashboard-vendor screenshots FORCE
 all: build
 
 build: $(CTXD)
@@ -111,8 +111,8 @@ integration/agents/node_modules/.package-lock.json: integration/agents/package.j
 COMPAT_VERSION := v0.17.4
 E2E_PKGS  := ./integration/ ./reliability/
 RACE_PKGS  = $(shell $(GO) list ./... | grep -v -e '/integration$$' -e '/reliability$$')
-TEST_ENV   = CTXD_REQUIRE_OLLAMA=1 CTXD_REQUIRE_NODE=1 CTXD_REQUIRE_SYSTEMD=1 CTXD_REQUIRE_CHROMIUM=1 CTXD_OLLAMA_BIN=$(abspath $(OLLAMA))
-test: ollama $(BIN)/ollama-$(COMPAT_VERSION) $(NODE_CLIENTS) systemd-analyze chromium
+TEST_ENV   = CTXD_REQUIRE_OLLAMA=1 CTXD_REQUIRE_NODE=1 CTXD_REQUIRE_SYSTEMD=1 CTXD_REQUIRE_CHROMIUM=1 CTXD_REQUIRE_POSTGRES=1 CTXD_OLLAMA_BIN=$(abspath $(OLLAMA))
+test: ollama $(BIN)/ollama-$(COMPAT_VERSION) $(NODE_CLIENTS) systemd-analyze chromium postgres
 	scripts/fetch-models || echo "make test: a trained model could not be fetched (see above): the tests that need it skip, and fail in CI"
 	$(TEST_ENV) $(GO) test -race -count=1 -timeout 30m $(RACE_PKGS)
 	$(TEST_ENV) $(GO) test -count=1 -timeout 45m $(E2E_PKGS)
@@ -244,6 +244,17 @@ systemd-analyze:
 # Headless Chromium for the dashboard's browser test (Debian's package).
 chromium:
 	./scripts/ensure-chromium.sh
+
+# The shared store at scale: N daemons × M agents against one PostgreSQL
+# on this machine, its table written into docs/scale.md by the test that
+# measured it.
+bench-scale: postgres
+	CTXD_REQUIRE_POSTGRES=1 $(GO) test -count=1 -v -timeout 20m -run '^TestScaleSimulation$$' ./pgstore/ -args -scale-write $(abspath docs/scale.md)
+
+# PostgreSQL's server programs for the shared store's tests (pgstore;
+# Debian's package), which run a private server of their own.
+postgres:
+	./scripts/ensure-postgres.sh
 
 # ctxd as a systemd user service, so that README "Running under systemd"
 # works as written: the binary to BINDIR; the pinned Ollama it manages and

@@ -24,9 +24,9 @@ type AskRequest struct {
 	// a backend in front of a cluster routes it with its parent (the doors
 	// take it from the X-Ctxd-Parent-Session header). Nothing else reads it.
 	Parent string `json:"parent,omitempty"`
-	Query   string `json:"query"`
-	Sigil   string `json:"sigil,omitempty"`
-	Pin     bool   `json:"pin,omitempty"` // keep this turn verbatim: never compacted or condensed
+	Query  string `json:"query"`
+	Sigil  string `json:"sigil,omitempty"`
+	Pin    bool   `json:"pin,omitempty"` // keep this turn verbatim: never compacted or condensed
 	// Persona names the persona that answers ("": the default one; see
 	// the configuration's [[persona]]).
 	Persona string `json:"persona,omitempty"`

@@ -25,6 +25,7 @@ type Config struct {
 	Limits   Limits           `toml:"limits"`
 	Karma    Karma            `toml:"karma"`
 	Env      Environment      `toml:"environment"`
+	Store    Store            `toml:"store"`
 	Sigils   map[string]Sigil `toml:"sigils"`
 	// Personas are served besides the default one (the top-level
 	// [backend] model with [identity] and [codex]); a request names one by
@@ -251,6 +252,26 @@ type Backend struct {
 	Seed        int     `toml:"seed"`
 }
 
+// Store is [store]: where sessions, turns and the karma record are kept.
+type Store struct {
+	// Kind is "sqlite" (the default: one embedded database in the state
+	// directory, this daemon's alone) or "postgres" (a PostgreSQL server
+	// several daemons share: a session continued on another daemon picks
+	// up its turns, and a verification on one reaches the others' karma).
+	Kind string `toml:"kind"`
+	// URL: postgres: the connection URL or key=value string
+	// (postgres://ctxd@db.internal:5432/ctxd?sslmode=verify-full). A
+	// password is best left out of it: PGPASSWORD or a ~/.pgpass file
+	// give one, as they do to libpq.
+	URL string `toml:"url"`
+	// MaxConns: postgres: the connections this daemon's pool holds at most
+	// (0: 8).
+	MaxConns int `toml:"max_conns"`
+}
+
+// Shared reports whether the store is shared with other daemons.
+func (s Store) Shared() bool { return s.Kind == "postgres" }
+
 // Routing is [backend.routing]: values are templates of {session} (the
 // session's opaque routing key) and {parent} (a side request's session's).
 type Routing struct {
@@ -413,6 +434,7 @@ func Default(env Env) Config {
 		Karma: Karma{Enabled: true, TopK: 5, MaxChars: 4000, MaxEntryChars: 1200, HalfLife: Duration{7 * 24 * time.Hour},
 			MaxNoteBytes: 4096, MaxJudgements: 64},
 		Env:    defaultEnvironment(),
+		Store:  Store{Kind: "sqlite"},
 		Sigils: map[string]Sigil{"default": {Scopes: slices.Clone(sigils.All)}},
 	}
 }

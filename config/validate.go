@@ -35,6 +35,7 @@ func (c Config) Validate() error {
 	c.Limits.validate(&p)
 	c.Env.validate(&p)
 	c.Karma.validate(&p)
+	c.Store.validate(&p)
 	c.validatePersonas(&p)
 	return errors.Join(p...)
 }
@@ -368,6 +369,25 @@ func checkRouteValue(p *problems, field, v string) {
 	}
 	if strings.ContainsAny(v, "\r\n\x00") {
 		p.bad(field, "must not hold a line break or NUL")
+	}
+}
+
+// validate checks [store].
+func (s Store) validate(p *problems) {
+	switch s.Kind {
+	case "sqlite":
+		if s.URL != "" {
+			p.bad("store.url", "is for store.kind = \"postgres\"; the SQLite store is state_dir/ctxd.db")
+		}
+	case "postgres":
+		if !strings.HasPrefix(s.URL, "postgres://") && !strings.HasPrefix(s.URL, "postgresql://") && !strings.Contains(s.URL, "=") {
+			p.bad("store.url", "must be a PostgreSQL connection URL (postgres://user@host:5432/db) or key=value string")
+		}
+	default:
+		p.bad("store.kind", "%q is not one of sqlite, postgres", s.Kind)
+	}
+	if s.MaxConns < 0 || s.MaxConns > 1000 {
+		p.bad("store.max_conns", "%d must be between 0 (8) and 1000", s.MaxConns)
 	}
 }
 

@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -27,6 +28,7 @@ import (
 	"github.com/ctxd/ctxd/hostenv"
 	"github.com/ctxd/ctxd/httpapi"
 	"github.com/ctxd/ctxd/metrics"
+	"github.com/ctxd/ctxd/pgstore"
 	"github.com/ctxd/ctxd/reqid"
 	"github.com/ctxd/ctxd/runcontext"
 	"github.com/ctxd/ctxd/sigils"
@@ -287,6 +289,14 @@ func (d *Daemon) openStore(ctx context.Context) (func(), error) {
 	}
 	// The store opens whatever ctx says: a stop during start-up is handled
 	// after the server has started, like any other stop.
+	if d.cfg.Store.Kind == "postgres" {
+		s, err := pgstore.OpenWith(context.WithoutCancel(ctx), d.cfg.Store.URL, pgstore.OpenOptions{MaxConns: cmp.Or(d.cfg.Store.MaxConns, 8)})
+		if err != nil {
+			return nil, err
+		}
+		d.store = s
+		return func() { s.Close() }, nil
+	}
 	s, err := sqlite.Open(context.WithoutCancel(ctx), filepath.Join(d.cfg.Daemon.StateDir, "ctxd.db"))
 	if err != nil {
 		return nil, err
@@ -436,7 +446,7 @@ func (d *Daemon) engineConfig(c config.Config, limits governor.Limits) engine.Co
 		Codex:    c.Codex, Karma: c.Karma, LowPowerAnswerReserve: c.Limits.LowPowerAnswerReserve,
 		EditsLast: c.Backend.CacheReuse > 0,
 		StateDir:  c.Daemon.StateDir, StoreTimeout: c.Daemon.StoreTimeout.Duration,
-		MaxAsksPerSigil: c.Daemon.MaxAsksPerSigil, MaxSessionsPerSigil: c.Daemon.MaxSessionsPerSigil,
+		MaxAsksPerSigil: c.Daemon.MaxAsksPerSigil, MaxSessionsPerSigil: c.Daemon.MaxSessionsPerSigil, SharedStore: c.Store.Shared(),
 		LeaveOutTools: c.Daemon.DisallowedTools == "leave_out", Limits: limits, Sigils: d.sigils, Formatters: d.formatters,
 		Store: d.store, KarmaStore: d.karma, Sensor: d.sensor,
 		Observe: func(_ context.Context, sigil string, sum *ctxd.Summary) {

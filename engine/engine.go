@@ -60,6 +60,7 @@ type Config struct {
 	StoreTimeout          time.Duration   // bounds each store call of a request (0: the orchestrator's default)
 	MaxAsksPerSigil       int             // requests one sigil may have in flight (0: no bound)
 	MaxSessionsPerSigil   int             // sessions one sigil may hold (0: no bound)
+	SharedStore           bool            // other daemons write the store too (orchestrator.Config.SharedStore)
 	LeaveOutTools         bool            // tools a sigil may not offer are left out and listed, not refused
 	Limits                governor.Limits // the governor's limits on this model's window
 	Sigils                *sigils.Registry
@@ -142,7 +143,7 @@ func newOrchestrator(cfg Config, e *Engine, counter *tokencount.Counter) (*orche
 		LowPowerReserve: cfg.LowPowerAnswerReserve,
 		StoreTimeout:    cfg.StoreTimeout,
 		LeaveOutTools:   cfg.LeaveOutTools,
-		MaxAsksPerSigil: cfg.MaxAsksPerSigil, MaxSessionsPerSigil: cfg.MaxSessionsPerSigil,
+		MaxAsksPerSigil: cfg.MaxAsksPerSigil, MaxSessionsPerSigil: cfg.MaxSessionsPerSigil, SharedStore: cfg.SharedStore,
 		Room:       room{e},
 		Observe:    cfg.Observe,
 		Spent:      cfg.Spent,

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/ctxd/ctxd/internal/pgtest"
 	"github.com/ctxd/ctxd/internal/testwatch"
 )
 
@@ -18,6 +19,7 @@ func TestMain(m *testing.M) {
 	flag.Parse()
 	stop := testwatch.Watch(digest.print)
 	code := m.Run()
+	pgtest.StopShared() // the PostgreSQL the shared-store tests started, if any
 	stop()
 	digest.print()
 	os.Exit(code)

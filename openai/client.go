@@ -202,6 +202,14 @@ type request struct {
 	method, path string
 	body         any
 	header       http.Header
+	// close: the connection closes with the answer. A completion's does:
+	// a server may close a connection after a streamed answer without
+	// saying so (llama-server does), and a request sent on a pooled one it
+	// is closing fails after it was written, when ctxd cannot know whether
+	// the server began it, so it cannot be sent again. A new connection
+	// per completion costs a dial (and a TLS handshake), small beside a
+	// generation.
+	close bool
 }
 
 // send sends r and returns the server's answer, its status under 400.
@@ -247,6 +255,7 @@ func (c *Client) sendOnce(ctx context.Context, r request, payload []byte) (_ *ht
 	for k, v := range r.header {
 		req.Header[k] = v
 	}
+	req.Close = r.close
 	if payload != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}

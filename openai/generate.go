@@ -129,7 +129,7 @@ func (c *Client) Generate(ctx context.Context, req ctxd.GenerateRequest, onToken
 	idle := newWatchdog(c.opts.IdleTimeout, cancel)
 	defer idle.stop()
 	start := time.Now()
-	resp, err := c.send(ctx, request{method: http.MethodPost, path: path, body: c.body(req), header: c.headers(req)})
+	resp, err := c.send(ctx, request{method: http.MethodPost, path: path, body: c.body(req), header: c.headers(req), close: true})
 	if err != nil {
 		return gen, c.idleError(idle, path, err)
 	}

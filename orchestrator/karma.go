@@ -38,6 +38,10 @@ type karmaBook struct {
 	now      func() time.Time
 	log      *slog.Logger
 
+	// shared: other daemons write the store too, so a held snapshot is
+	// not read back (Config.SharedStore).
+	shared bool
+
 	mu        sync.Mutex                    // guards snapshots; held only to read or write it
 	snapshots map[string]ctxd.KarmaSnapshot // each session's current karma snapshot, as stored
 }
@@ -148,7 +152,7 @@ func (k *karmaBook) snapshot(ctx context.Context, session string) (ctxd.KarmaSna
 	k.mu.Lock()
 	s, ok := k.snapshots[session]
 	k.mu.Unlock()
-	if ok {
+	if ok && !k.shared {
 		return s, true, nil
 	}
 	sctx, cancel := k.deadline.ctx(ctx, false)

@@ -66,6 +66,11 @@ type Config struct {
 	// daemon.max_sessions_per_sigil). 0: no bound.
 	MaxAsksPerSigil     int
 	MaxSessionsPerSigil int
+	// SharedStore says other daemons write to the store too (PostgreSQL):
+	// a session's turns and karma snapshot are then read from the store at
+	// every request rather than held in memory between requests, since
+	// the session may have gone on at another daemon meanwhile.
+	SharedStore bool
 	// Room has the codex leave room for a client's own prompt that does
 	// not fit beside it (codexsvc.Service.MakeRoom); nil: it never does.
 	Room   Room
@@ -173,6 +178,7 @@ func New(cfg Config, backend ctxd.Backend, count *tokencount.Counter, store ctxd
 		karma:    newKarmaBook(cfg.Karma, deadline, cfg.Now, log),
 		prompts:  newLastPrompts(),
 	}
+	o.sessions.shared, o.karma.shared = cfg.SharedStore, cfg.SharedStore
 	if cfg.Karma.Store != nil {
 		opts := cfg.Karma.Options
 		opts.Now = time.Unix(1, 0) // set per choice; every other field must be valid now

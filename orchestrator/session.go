@@ -26,6 +26,9 @@ type sessions struct {
 	now      func() time.Time
 	log      *slog.Logger
 	perSigil int // sessions one sigil may hold (0: no bound)
+	// shared: other daemons write the store too, so what memory holds of
+	// a session is not read back (Config.SharedStore).
+	shared bool
 
 	mu   sync.Mutex              // guards held and owned; held only to read or write them
 	held map[string]ctxd.Session // sessions as stored, owner included, by id
@@ -79,7 +82,7 @@ func (s *sessions) get(ctx context.Context, id string) (ctxd.Session, error) {
 	s.mu.Lock()
 	sess, ok := s.held[id]
 	s.mu.Unlock()
-	if ok {
+	if ok && !s.shared {
 		sess.Turns, sess.Seqs = slices.Clone(sess.Turns), slices.Clone(sess.Seqs)
 		return sess, nil
 	}

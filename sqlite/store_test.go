@@ -9,6 +9,7 @@ import (
 
 	"github.com/ctxd/ctxd"
 	"github.com/ctxd/ctxd/internal/fake"
+	"github.com/ctxd/ctxd/internal/storetest"
 )
 
 func TestSessionsSurviveReopen(t *testing.T) {
@@ -69,45 +70,6 @@ func TestSessionsSurviveReopen(t *testing.T) {
 	}
 }
 
-func TestNewEpochKeepsTheRecord(t *testing.T) {
-	ctx := t.Context()
-	s, err := Open(ctx, filepath.Join(t.TempDir(), "ctxd.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	now := time.Unix(1700000000, 0)
-	for i := range 5 {
-		tr := ctxd.Turn{Query: string(rune('a' + i)), Answer: "x", Verbatim: i == 0}
-		if _, err := s.AppendTurn(ctx, "s", tr, nil, now); err != nil {
-			t.Fatal(err)
-		}
-	}
-	before, _ := s.Session(ctx, "s")
-	epoch, err := s.NewEpoch(ctx, "s", []int64{before.Seqs[0], before.Seqs[4]}, "they talked", now)
-	if err != nil || epoch != 1 {
-		t.Fatalf("epoch %d, %v", epoch, err)
-	}
-	if _, err := s.AppendTurn(ctx, "s", ctxd.Turn{Query: "f", Answer: "y"}, nil, now); err != nil {
-		t.Fatal(err)
-	}
-	after, err := s.Session(ctx, "s")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var qs string
-	for _, tr := range after.Turns {
-		qs += tr.Query
-	}
-	if after.Epoch != 1 || after.Summary != "they talked" || qs != "aef" {
-		t.Errorf("after compaction: epoch %d summary %q turns %q", after.Epoch, after.Summary, qs)
-	}
-	var total int
-	if err := s.db.QueryRowContext(ctx, "SELECT COUNT(*) FROM turns WHERE session_id = 's'").Scan(&total); err != nil || total != 6 {
-		t.Errorf("the record holds %d turns, want all 6 (%v)", total, err)
-	}
-}
-
 func TestRefusesNewerSchema(t *testing.T) {
 	ctx := t.Context()
 	path := filepath.Join(t.TempDir(), "ctxd.db")
@@ -135,12 +97,12 @@ func TestRefusesNewerSchema(t *testing.T) {
 func TestReadsProceedBesideAStuckWrite(t *testing.T) {
 	s := openTemp(t)
 	ctx := t.Context()
-	if _, err := s.AppendTurn(ctx, "s1", ctxd.Turn{Query: "q", Answer: "a"}, nil, t0); err != nil {
+	if _, err := s.AppendTurn(ctx, "s1", ctxd.Turn{Query: "q", Answer: "a"}, nil, storetest.T0); err != nil {
 		t.Fatal(err)
 	}
-	id := record(t, s, "dev", "q", t0)
-	event(t, s, ctxd.KarmaEvent{Trace: id, Action: ctxd.KarmaVerify, At: t0})
-	if err := s.SaveKarmaSnapshot(ctx, ctxd.KarmaSnapshot{Session: "s1", KarmaEpoch: 1, Sigil: "dev", At: t0}); err != nil {
+	id := storetest.Record(t, s, "dev", "q", storetest.T0)
+	storetest.Event(t, s, ctxd.KarmaEvent{Trace: id, Action: ctxd.KarmaVerify, At: storetest.T0})
+	if err := s.SaveKarmaSnapshot(ctx, ctxd.KarmaSnapshot{Session: "s1", KarmaEpoch: 1, Sigil: "dev", At: storetest.T0}); err != nil {
 		t.Fatal(err)
 	}
 
@@ -154,7 +116,7 @@ func TestReadsProceedBesideAStuckWrite(t *testing.T) {
 	}
 	replaced := make(chan error, 1)
 	go func() {
-		_, _, err := s.ReplaceTurns(ctx, "s1", []ctxd.Turn{{Query: "r", Answer: "b"}}, t0)
+		_, _, err := s.ReplaceTurns(ctx, "s1", []ctxd.Turn{{Query: "r", Answer: "b"}}, storetest.T0)
 		replaced <- err
 	}()
 	for deadline := time.Now().Add(10 * time.Second); s.db.Stats().WaitCount == 0; time.Sleep(time.Millisecond) {
@@ -177,7 +139,7 @@ func TestReadsProceedBesideAStuckWrite(t *testing.T) {
 	if ts, err := s.Traces(rctx, ctxd.TraceFilter{Sigil: "dev"}); err != nil || len(ts) != 1 || ts[0].Status != ctxd.TraceVerified {
 		t.Errorf("Traces beside the stuck write: %+v, %v", ts, err)
 	}
-	if ts, err := s.Traces(rctx, ctxd.TraceFilter{Sigil: "dev", At: t0}); err != nil || len(ts) != 1 {
+	if ts, err := s.Traces(rctx, ctxd.TraceFilter{Sigil: "dev", At: storetest.T0}); err != nil || len(ts) != 1 {
 		t.Errorf("Traces as of a time beside the stuck write: %+v, %v", ts, err)
 	}
 	if tr, evs, err := s.Trace(rctx, id); err != nil || tr.ID != id || len(evs) != 1 {
@@ -253,50 +215,13 @@ func TestPoolsKeepTheDurability(t *testing.T) {
 	}
 }
 
-// TestSessionCountIsTheListsLength, for the real store and the fake: a
-// session counts from its first write (a turn, a claim, a new epoch) until
-// it is deleted, as Sessions lists it.
-func TestSessionCountIsTheListsLength(t *testing.T) {
-	for _, c := range []struct {
-		name  string
-		store interface {
-			ctxd.Store
-			ctxd.SessionCounter
-		}
-	}{{"sqlite", openTemp(t)}, {"fake", fake.NewStore()}} {
-		t.Run(c.name, func(t *testing.T) {
-			ctx, s := t.Context(), c.store
-			check := func(step string, want int) {
-				t.Helper()
-				n, err := s.SessionCount(ctx)
-				list, lerr := s.Sessions(ctx)
-				if err != nil || lerr != nil || n != want || len(list) != want {
-					t.Errorf("%s: count %d (%v), list %d (%v); want %d", step, n, err, len(list), lerr, want)
-				}
-			}
-			check("empty", 0)
-			if _, err := s.Session(ctx, "unseen"); err != nil {
-				t.Fatal(err)
-			}
-			check("after reading an unknown session", 0)
-			if _, err := s.AppendTurn(ctx, "a", ctxd.Turn{Query: "q", Answer: "a"}, nil, t0); err != nil {
-				t.Fatal(err)
-			}
-			if _, err := s.AppendTurn(ctx, "a", ctxd.Turn{Query: "q2", Answer: "a"}, nil, t0); err != nil {
-				t.Fatal(err)
-			}
-			check("one session, two turns", 1)
-			if _, err := s.ClaimSession(ctx, "b", "dev", "dev", t0); err != nil {
-				t.Fatal(err)
-			}
-			if _, _, err := s.ReplaceTurns(ctx, "c", nil, t0); err != nil {
-				t.Fatal(err)
-			}
-			check("claimed and replaced", 3)
-			if err := s.DeleteSession(ctx, "a"); err != nil {
-				t.Fatal(err)
-			}
-			check("after a delete", 2)
-		})
-	}
+// TestSessionContract runs the session contract on the store and on the
+// fake the daemon's tests use in its place.
+func TestSessionContract(t *testing.T) {
+	t.Run("sqlite", func(t *testing.T) {
+		storetest.Sessions(t, func(tb testing.TB) ctxd.Store { return openTemp(tb) })
+	})
+	t.Run("fake", func(t *testing.T) {
+		storetest.Sessions(t, func(testing.TB) ctxd.Store { return fake.NewStore() })
+	})
 }
