@@ -5,9 +5,10 @@
 //
 // It is pure logic: it reads no clock (Options.Now is given), touches no
 // database and renders no prompt. Storing traces is the KarmaStore's job
-// (package sqlite; internal/fake for tests); rendering the block and
-// deciding when a new karma epoch begins belong to the packages that use
-// this one.
+// (packages sqlite and pgstore; internal/fake for tests), which store
+// bindings and fold past events alike through this package (stored.go);
+// rendering the block and deciding when a new karma epoch begins belong
+// to the packages that use this one.
 //
 // # Staleness
 //

@@ -36,7 +36,7 @@ func (s *Store) RecordTrace(ctx context.Context, t ctxd.Trace) (int64, error) {
 			INSERT INTO traces (session, sigil, query, answer, model, fingerprint, codex, created_unix_nano, binding)
 			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) RETURNING id`,
 			toDB(t.Session), toDB(t.Sigil), toDB(t.Query), toDB(t.Answer), toDB(t.Model), toDB(t.Fingerprint), toDB(t.Codex),
-			t.CreatedAt.UnixNano(), toDB(bindingJSON(&t.Binding))).Scan(&id); err != nil {
+			t.CreatedAt.UnixNano(), toDB(karma.BindingJSON(&t.Binding))).Scan(&id); err != nil {
 			return err
 		}
 		_, err := tx.Exec(ctx, "INSERT INTO trace_text (rowid, words) VALUES ($1, array_to_tsvector($2::text[]))", -id, docWords(t.Query, t.Answer))
@@ -90,7 +90,7 @@ func (s *Store) KarmaEvent(ctx context.Context, ev ctxd.KarmaEvent) (ctxd.Trace,
 		if err := tx.QueryRow(ctx, `
 			INSERT INTO karma_events (trace, action, sigil, note, other, at_unix_nano, binding)
 			VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING id`,
-			ev.Trace, toDB(ev.Action), toDB(ev.Sigil), toDB(ev.Note), ev.Other, ev.At.UnixNano(), toDB(bindingJSON(ev.Binding))).Scan(&eid); err != nil {
+			ev.Trace, toDB(ev.Action), toDB(ev.Sigil), toDB(ev.Note), ev.Other, ev.At.UnixNano(), toDB(karma.BindingJSON(ev.Binding))).Scan(&eid); err != nil {
 			return err
 		}
 		if err := writeDerived(ctx, tx, nt); err != nil {
@@ -101,7 +101,7 @@ func (s *Store) KarmaEvent(ctx context.Context, ev ctxd.KarmaEvent) (ctxd.Trace,
 				return err
 			}
 		}
-		if judges(ev.Action) {
+		if karma.Judges(ev.Action) {
 			if _, err := tx.Exec(ctx, "INSERT INTO trace_text (rowid, words) VALUES ($1, array_to_tsvector($2::text[]))",
 				eid, docWords(t.Query, t.Answer, ev.Note)); err != nil {
 				return err
@@ -118,15 +118,12 @@ func (s *Store) KarmaEvent(ctx context.Context, ev ctxd.KarmaEvent) (ctxd.Trace,
 	return nt, nil
 }
 
-// judges reports whether action sets the status and the note.
-func judges(action string) bool { return action == ctxd.KarmaVerify || action == ctxd.KarmaReject }
-
 func writeDerived(ctx context.Context, tx pgx.Tx, t ctxd.Trace) error {
 	if _, err := tx.Exec(ctx, `
 		UPDATE traces SET status = $1, pinned = $2, note = $3, judged_unix_nano = $4, valid_until_unix_nano = $5,
 			superseded_by = $6, supersedes = $7, rebound = $8 WHERE id = $9`,
 		t.Status, t.Pinned, toDB(t.Note), nullNano(t.JudgedAt), nullNano(t.ValidUntil), t.SupersededBy, t.Supersedes,
-		toDB(bindingJSON(t.Rebound)), t.ID); err != nil {
+		toDB(karma.BindingJSON(t.Rebound)), t.ID); err != nil {
 		return fmt.Errorf("trace %d: %w", t.ID, err)
 	}
 	return nil
@@ -292,28 +289,11 @@ func tracesAtTx(ctx context.Context, tx pgx.Tx, f ctxd.TraceFilter, match string
 				return nil, err
 			}
 		}
-		for _, t := range page {
-			doc := -t.ID
-			mine := make([]ctxd.KarmaEvent, 0, 4)
-			for _, e := range evs {
-				if e.Trace == t.ID || e.Other == t.ID {
-					mine = append(mine, e.KarmaEvent)
-					if e.Trace == t.ID && judges(e.Action) {
-						doc = e.id
-					}
-				}
-			}
-			t, err := karma.Fold(t, mine, f.At)
-			if err != nil {
-				return nil, fmt.Errorf("trace %d as of %s: %w", t.ID, f.At, err)
-			}
-			if f.Status != "" && t.Status != f.Status || f.Pinned && !t.Pinned || match != "" && !docs[doc] {
-				continue
-			}
-			out = append(out, t)
-			if len(out) == limit {
-				return out, nil
-			}
+		var full bool
+		if out, full, err = karma.FoldPage(out, page, evs, f, match != "", docs, limit); err != nil {
+			return nil, err
+		} else if full {
+			return out, nil
 		}
 		if len(page) < atPage {
 			return out, nil
@@ -323,16 +303,8 @@ func tracesAtTx(ctx context.Context, tx pgx.Tx, f ctxd.TraceFilter, match string
 
 // matchingDocs is which trace_text documents of the traces ids (their own
 // and those of the judging events evs) match.
-func matchingDocs(ctx context.Context, tx pgx.Tx, match string, ids []int64, evs []storedEvent) (map[int64]bool, error) {
-	docs := make([]int64, 0, len(ids)+len(evs))
-	for _, id := range ids {
-		docs = append(docs, -id)
-	}
-	for _, e := range evs {
-		if judges(e.Action) {
-			docs = append(docs, e.id)
-		}
-	}
+func matchingDocs(ctx context.Context, tx pgx.Tx, match string, ids []int64, evs []karma.StoredEvent) (map[int64]bool, error) {
+	docs := karma.TextDocs(ids, evs)
 	rows, err := tx.Query(ctx, "SELECT rowid FROM trace_text WHERE words @@ $1::tsquery AND rowid = ANY($2)", match, docs)
 	if err != nil {
 		return nil, err

@@ -2,26 +2,19 @@ package pgstore
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/ctxd/ctxd"
+	"github.com/ctxd/ctxd/karma"
 )
-
-// storedEvent is an event with its row id (its place in the order of
-// events).
-type storedEvent struct {
-	id int64
-	ctxd.KarmaEvent
-}
 
 // eventsTx returns the events of the traces ids (on them, or supersede
 // events naming them as the replacing trace) up to at (zero: all), in the
 // order they were stored.
-func eventsTx(ctx context.Context, tx pgx.Tx, ids []int64, at time.Time) ([]storedEvent, error) {
+func eventsTx(ctx context.Context, tx pgx.Tx, ids []int64, at time.Time) ([]karma.StoredEvent, error) {
 	until := int64(1<<63 - 1)
 	if !at.IsZero() {
 		until = at.UnixNano()
@@ -34,17 +27,17 @@ func eventsTx(ctx context.Context, tx pgx.Tx, ids []int64, at time.Time) ([]stor
 		return nil, fmt.Errorf("karma events: %w", err)
 	}
 	defer rows.Close()
-	var out []storedEvent
+	var out []karma.StoredEvent
 	for rows.Next() {
-		var e storedEvent
+		var e karma.StoredEvent
 		var at int64
 		var binding string
-		if err := rows.Scan(&e.id, &e.Trace, dec(&e.Action), dec(&e.Sigil), dec(&e.Note), &e.Other, &at, dec(&binding)); err != nil {
+		if err := rows.Scan(&e.ID, &e.Trace, dec(&e.Action), dec(&e.Sigil), dec(&e.Note), &e.Other, &at, dec(&binding)); err != nil {
 			return nil, fmt.Errorf("karma events: %w", err)
 		}
 		e.At = fromNano(at)
-		if e.Binding, err = parseBinding(binding); err != nil {
-			return nil, fmt.Errorf("karma event %d: %w", e.id, err)
+		if e.Binding, err = karma.ParseBinding(binding); err != nil {
+			return nil, fmt.Errorf("karma event %d: %w", e.ID, err)
 		}
 		out = append(out, e)
 	}
@@ -95,7 +88,7 @@ func scanTrace(r pgx.Row) (ctxd.Trace, error) {
 		}
 		return t, fmt.Errorf("trace: %w", err)
 	}
-	b, err := parseBinding(binding)
+	b, err := karma.ParseBinding(binding)
 	if err != nil {
 		return t, fmt.Errorf("trace %d: %w", t.ID, err)
 	}
@@ -104,7 +97,7 @@ func scanTrace(r pgx.Row) (ctxd.Trace, error) {
 	} else {
 		t.Binding = ctxd.TraceBinding{Codex: t.Codex} // recorded before bindings: its codex alone
 	}
-	if t.Rebound, err = parseBinding(rebound); err != nil {
+	if t.Rebound, err = karma.ParseBinding(rebound); err != nil {
 		return t, fmt.Errorf("trace %d: %w", t.ID, err)
 	}
 	t.CreatedAt = fromNano(created)
@@ -117,27 +110,6 @@ func scanTrace(r pgx.Row) (ctxd.Trace, error) {
 		t.ValidUntil = &at
 	}
 	return t, nil
-}
-
-// bindingJSON is a binding as stored ("" for none).
-func bindingJSON(b *ctxd.TraceBinding) string {
-	if b == nil {
-		return ""
-	}
-	data, _ := json.Marshal(b) // strings and bools: cannot fail
-	return string(data)
-}
-
-// parseBinding reads a stored binding (nil for "").
-func parseBinding(s string) (*ctxd.TraceBinding, error) {
-	if s == "" {
-		return nil, nil
-	}
-	var b ctxd.TraceBinding
-	if err := json.Unmarshal([]byte(s), &b); err != nil {
-		return nil, fmt.Errorf("binding: %w", err)
-	}
-	return &b, nil
 }
 
 // fromNano is the time of a stored Unix nanosecond count, in UTC.

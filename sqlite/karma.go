@@ -126,7 +126,7 @@ func (s *Store) RecordTrace(ctx context.Context, t ctxd.Trace) (int64, error) {
 	if err := tx.QueryRowContext(ctx, `
 		INSERT INTO traces (session, sigil, query, answer, model, fingerprint, codex, created_unix_nano, binding)
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id`,
-		t.Session, t.Sigil, t.Query, t.Answer, t.Model, t.Fingerprint, t.Codex, t.CreatedAt.UnixNano(), bindingJSON(&t.Binding)).Scan(&id); err != nil {
+		t.Session, t.Sigil, t.Query, t.Answer, t.Model, t.Fingerprint, t.Codex, t.CreatedAt.UnixNano(), karma.BindingJSON(&t.Binding)).Scan(&id); err != nil {
 		return 0, fmt.Errorf("sqlite: record trace: %w", s.fault(err))
 	}
 	if _, err := tx.ExecContext(ctx,
@@ -174,7 +174,7 @@ func (s *Store) KarmaEvent(ctx context.Context, ev ctxd.KarmaEvent) (ctxd.Trace,
 	if err := tx.QueryRowContext(ctx, `
 		INSERT INTO karma_events (trace, action, sigil, note, other, at_unix_nano, binding)
 		VALUES (?, ?, ?, ?, ?, ?, ?) RETURNING id`,
-		ev.Trace, ev.Action, ev.Sigil, ev.Note, ev.Other, ev.At.UnixNano(), bindingJSON(ev.Binding)).Scan(&eid); err != nil {
+		ev.Trace, ev.Action, ev.Sigil, ev.Note, ev.Other, ev.At.UnixNano(), karma.BindingJSON(ev.Binding)).Scan(&eid); err != nil {
 		return ctxd.Trace{}, fmt.Errorf("sqlite: karma event: %w", s.fault(err))
 	}
 	if err := writeDerived(ctx, tx, nt); err != nil {
@@ -185,7 +185,7 @@ func (s *Store) KarmaEvent(ctx context.Context, ev ctxd.KarmaEvent) (ctxd.Trace,
 			return ctxd.Trace{}, err
 		}
 	}
-	if judges(ev.Action) {
+	if karma.Judges(ev.Action) {
 		if _, err := tx.ExecContext(ctx,
 			"INSERT INTO trace_text (rowid, query, answer, note) VALUES (?, ?, ?, ?)", eid, t.Query, t.Answer, ev.Note); err != nil {
 			return ctxd.Trace{}, fmt.Errorf("sqlite: karma event: %w", s.fault(err))
@@ -200,14 +200,11 @@ func (s *Store) KarmaEvent(ctx context.Context, ev ctxd.KarmaEvent) (ctxd.Trace,
 	return nt, nil
 }
 
-// judges reports whether action sets the status and the note.
-func judges(action string) bool { return action == ctxd.KarmaVerify || action == ctxd.KarmaReject }
-
 func writeDerived(ctx context.Context, tx *sql.Tx, t ctxd.Trace) error {
 	if _, err := tx.ExecContext(ctx, `
 		UPDATE traces SET status = ?, pinned = ?, note = ?, judged_unix_nano = ?, valid_until_unix_nano = ?,
 			superseded_by = ?, supersedes = ?, rebound = ? WHERE id = ?`,
-		t.Status, t.Pinned, t.Note, nullNano(t.JudgedAt), nullNano(t.ValidUntil), t.SupersededBy, t.Supersedes, bindingJSON(t.Rebound), t.ID); err != nil {
+		t.Status, t.Pinned, t.Note, nullNano(t.JudgedAt), nullNano(t.ValidUntil), t.SupersededBy, t.Supersedes, karma.BindingJSON(t.Rebound), t.ID); err != nil {
 		return fmt.Errorf("sqlite: trace %d: %w", t.ID, err)
 	}
 	return nil
@@ -350,28 +347,11 @@ func tracesAtTx(ctx context.Context, tx *sql.Tx, f ctxd.TraceFilter, match strin
 				return nil, err
 			}
 		}
-		for _, t := range page {
-			doc := -t.ID
-			mine := make([]ctxd.KarmaEvent, 0, 4)
-			for _, e := range evs {
-				if e.Trace == t.ID || e.Other == t.ID {
-					mine = append(mine, e.KarmaEvent)
-					if e.Trace == t.ID && judges(e.Action) {
-						doc = e.id
-					}
-				}
-			}
-			t, err := karma.Fold(t, mine, f.At)
-			if err != nil {
-				return nil, fmt.Errorf("sqlite: trace %d as of %s: %w", t.ID, f.At, err)
-			}
-			if f.Status != "" && t.Status != f.Status || f.Pinned && !t.Pinned || match != "" && !docs[doc] {
-				continue
-			}
-			out = append(out, t)
-			if len(out) == limit {
-				return out, nil
-			}
+		var full bool
+		if out, full, err = karma.FoldPage(out, page, evs, f, match != "", docs, limit); err != nil {
+			return nil, fmt.Errorf("sqlite: %w", err)
+		} else if full {
+			return out, nil
 		}
 		if len(page) < atPage {
 			return out, nil
@@ -381,16 +361,8 @@ func tracesAtTx(ctx context.Context, tx *sql.Tx, f ctxd.TraceFilter, match strin
 
 // matchingDocs is which trace_text documents of the traces ids (their own
 // and those of the judging events evs) match.
-func matchingDocs(ctx context.Context, tx *sql.Tx, match string, ids []int64, evs []storedEvent) (map[int64]bool, error) {
-	docs := make([]int64, 0, len(ids)+len(evs))
-	for _, id := range ids {
-		docs = append(docs, -id)
-	}
-	for _, e := range evs {
-		if judges(e.Action) {
-			docs = append(docs, e.id)
-		}
-	}
+func matchingDocs(ctx context.Context, tx *sql.Tx, match string, ids []int64, evs []karma.StoredEvent) (map[int64]bool, error) {
+	docs := karma.TextDocs(ids, evs)
 	list, _ := json.Marshal(docs)
 	rows, err := tx.QueryContext(ctx,
 		"SELECT rowid FROM trace_text WHERE trace_text MATCH ? AND rowid IN (SELECT value FROM json_each(?))", match, string(list))
@@ -501,17 +473,10 @@ func (s *Store) snapshots(ctx context.Context, tail string, args ...any) ([]ctxd
 	return out, rows.Err()
 }
 
-// storedEvent is an event with its row id (its place in the order of
-// events).
-type storedEvent struct {
-	id int64
-	ctxd.KarmaEvent
-}
-
 // eventsTx returns the events of the traces ids (on them, or supersede
 // events naming them as the replacing trace) up to at (zero: all), in the
 // order they were stored.
-func eventsTx(ctx context.Context, tx *sql.Tx, ids []int64, at time.Time) ([]storedEvent, error) {
+func eventsTx(ctx context.Context, tx *sql.Tx, ids []int64, at time.Time) ([]karma.StoredEvent, error) {
 	list, _ := json.Marshal(ids)
 	until := int64(1<<63 - 1)
 	if !at.IsZero() {
@@ -526,17 +491,17 @@ func eventsTx(ctx context.Context, tx *sql.Tx, ids []int64, at time.Time) ([]sto
 		return nil, fmt.Errorf("sqlite: karma events: %w", err)
 	}
 	defer rows.Close()
-	var out []storedEvent
+	var out []karma.StoredEvent
 	for rows.Next() {
-		var e storedEvent
+		var e karma.StoredEvent
 		var at int64
 		var binding string
-		if err := rows.Scan(&e.id, &e.Trace, &e.Action, &e.Sigil, &e.Note, &e.Other, &at, &binding); err != nil {
+		if err := rows.Scan(&e.ID, &e.Trace, &e.Action, &e.Sigil, &e.Note, &e.Other, &at, &binding); err != nil {
 			return nil, fmt.Errorf("sqlite: karma events: %w", err)
 		}
 		e.At = fromNano(at)
-		if e.Binding, err = parseBinding(binding); err != nil {
-			return nil, fmt.Errorf("sqlite: karma event %d: %w", e.id, err)
+		if e.Binding, err = karma.ParseBinding(binding); err != nil {
+			return nil, fmt.Errorf("sqlite: karma event %d: %w", e.ID, err)
 		}
 		out = append(out, e)
 	}
@@ -589,7 +554,7 @@ func scanTrace(r interface{ Scan(...any) error }) (ctxd.Trace, error) {
 		}
 		return t, fmt.Errorf("sqlite: trace: %w", err)
 	}
-	b, err := parseBinding(binding)
+	b, err := karma.ParseBinding(binding)
 	if err != nil {
 		return t, fmt.Errorf("sqlite: trace %d: %w", t.ID, err)
 	}
@@ -598,7 +563,7 @@ func scanTrace(r interface{ Scan(...any) error }) (ctxd.Trace, error) {
 	} else {
 		t.Binding = ctxd.TraceBinding{Codex: t.Codex} // recorded before bindings: its codex alone
 	}
-	if t.Rebound, err = parseBinding(rebound); err != nil {
+	if t.Rebound, err = karma.ParseBinding(rebound); err != nil {
 		return t, fmt.Errorf("sqlite: trace %d: %w", t.ID, err)
 	}
 	t.CreatedAt = fromNano(created)
@@ -611,27 +576,6 @@ func scanTrace(r interface{ Scan(...any) error }) (ctxd.Trace, error) {
 		t.ValidUntil = &at
 	}
 	return t, nil
-}
-
-// bindingJSON is a binding as stored (” for none).
-func bindingJSON(b *ctxd.TraceBinding) string {
-	if b == nil {
-		return ""
-	}
-	data, _ := json.Marshal(b) // strings and bools: cannot fail
-	return string(data)
-}
-
-// parseBinding reads a stored binding (nil for ”).
-func parseBinding(s string) (*ctxd.TraceBinding, error) {
-	if s == "" {
-		return nil, nil
-	}
-	var b ctxd.TraceBinding
-	if err := json.Unmarshal([]byte(s), &b); err != nil {
-		return nil, fmt.Errorf("binding: %w", err)
-	}
-	return &b, nil
 }
 
 // fromNano is the time of a stored Unix nanosecond count, in UTC.

@@ -1,0 +1,93 @@
+package karma
+
+import (
+	"encoding/json"
+	"fmt"
+
+	"github.com/ctxd/ctxd"
+)
+
+// What every store keeps alike (package sqlite, package pgstore): how a
+// binding is stored, which events write a trace's note, and how a page of
+// traces read as of a past time is folded and filtered.
+
+// StoredEvent is an event as a store reads it, with its row id: its place
+// in the order of events, and the id of the text document a judging event
+// writes.
+type StoredEvent struct {
+	ID int64
+	ctxd.KarmaEvent
+}
+
+// Judges reports whether an action judges a trace (verify, reject): the
+// events that write its note.
+func Judges(action string) bool { return action == ctxd.KarmaVerify || action == ctxd.KarmaReject }
+
+// BindingJSON is a binding as stored ("" for none).
+func BindingJSON(b *ctxd.TraceBinding) string {
+	if b == nil {
+		return ""
+	}
+	data, _ := json.Marshal(b) // strings and bools: cannot fail
+	return string(data)
+}
+
+// ParseBinding reads a stored binding (nil for "").
+func ParseBinding(s string) (*ctxd.TraceBinding, error) {
+	if s == "" {
+		return nil, nil
+	}
+	var b ctxd.TraceBinding
+	if err := json.Unmarshal([]byte(s), &b); err != nil {
+		return nil, fmt.Errorf("binding: %w", err)
+	}
+	return &b, nil
+}
+
+// FoldPage folds each trace of page (newest first) with its events among
+// evs as they stood at f.At, and appends to out those f's status and
+// pinned filters take and, where a text filter applies (text), whose text
+// document (-id for the one written with the trace, else the id of its
+// latest judging event) is among matched. It stops at limit traces in
+// out, and says whether it reached it.
+func FoldPage(out, page []ctxd.Trace, evs []StoredEvent, f ctxd.TraceFilter, text bool, matched map[int64]bool, limit int) ([]ctxd.Trace, bool, error) {
+	for _, t := range page {
+		doc := -t.ID
+		mine := make([]ctxd.KarmaEvent, 0, 4)
+		for _, e := range evs {
+			if e.Trace == t.ID || e.Other == t.ID {
+				mine = append(mine, e.KarmaEvent)
+				if e.Trace == t.ID && Judges(e.Action) {
+					doc = e.ID
+				}
+			}
+		}
+		t, err := Fold(t, mine, f.At)
+		if err != nil {
+			return out, false, fmt.Errorf("trace %d as of %s: %w", t.ID, f.At, err)
+		}
+		if f.Status != "" && t.Status != f.Status || f.Pinned && !t.Pinned || text && !matched[doc] {
+			continue
+		}
+		out = append(out, t)
+		if len(out) == limit {
+			return out, true, nil
+		}
+	}
+	return out, false, nil
+}
+
+// TextDocs are the text documents of the traces ids and the judging
+// events among evs: the documents a text filter over them may match.
+func TextDocs(ids []int64, evs []StoredEvent) []int64 {
+	docs := make([]int64, 0, len(ids)+len(evs))
+	for _, id := range ids {
+		docs = append(docs, -id)
+	}
+	for _, e := range evs {
+		if Judges(e.Action) {
+			docs = append(docs, e.ID)
+		}
+	}
+	return docs
+}
