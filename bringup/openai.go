@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"net/http"
 
 	"github.com/ctxd/ctxd"
 	"github.com/ctxd/ctxd/chattemplate"
@@ -190,6 +191,11 @@ func (c Config) openAIPromptAs(ctx context.Context, client *openai.Client, opts 
 			return nil, fmt.Errorf("bringup: tokenizing a probe: %w", err)
 		}
 		if err := client.AcceptsTokens(ctx, ids); err != nil {
+			// Only a refusal of the prompt itself means text; a server
+			// that is down or refuses the key fails the start, named.
+			if st := openai.StatusOf(err); st != http.StatusBadRequest && st != http.StatusUnprocessableEntity && st != http.StatusInternalServerError {
+				return nil, fmt.Errorf("bringup: backend.prompt = \"auto\": asking the server whether it takes token ids: %w", err)
+			}
 			c.Logger.Info("the server does not take a prompt of token ids: sending text", "err", err)
 			return client, nil
 		}

@@ -6,6 +6,7 @@ import (
 	"maps"
 	"math"
 	"net"
+	"net/http"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -317,6 +318,10 @@ var reservedFields = []string{"model", "prompt", "stream", "stream_options", "ma
 // headerName is an HTTP header name (RFC 9110's token).
 var headerName = regexp.MustCompile("^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
 
+// reservedHeaders are the headers ctxd or HTTP itself sets: a routing
+// header may not replace them.
+var reservedHeaders = []string{"Authorization", "Content-Type", "Content-Length", "Host", "Accept", "Connection", "Transfer-Encoding", "Te", "Trailer", "Upgrade"}
+
 // validateOpenAI checks the settings of backend.kind = "openai", and that
 // they are not set for another kind.
 func (b Backend) validateOpenAI(p *problems) {
@@ -330,8 +335,8 @@ func (b Backend) validateOpenAI(p *problems) {
 	if b.Retries < 0 || b.Retries > 10 {
 		p.bad("backend.retries", "%d must be between 0 and 10", b.Retries)
 	}
-	if b.IdleTimeout.Duration < 0 {
-		p.bad("backend.idle_timeout", "%s must not be negative", b.IdleTimeout)
+	if b.IdleTimeout.Duration < 0 || b.IdleTimeout.Duration > 0 && b.IdleTimeout.Duration < time.Second {
+		p.bad("backend.idle_timeout", "%s must be 0 (10 minutes) or at least 1s", b.IdleTimeout)
 	}
 	if !slices.Contains([]string{"auto", "tokens", "text"}, b.Prompt) {
 		p.bad("backend.prompt", "%q is not one of auto, tokens, text", b.Prompt)
@@ -345,6 +350,8 @@ func (b Backend) validateOpenAI(p *problems) {
 	for name, v := range b.Routing.Headers {
 		if !headerName.MatchString(name) {
 			p.bad("backend.routing.headers", "%q is not an HTTP header name", name)
+		} else if slices.Contains(reservedHeaders, http.CanonicalHeaderKey(name)) {
+			p.bad("backend.routing.headers", "%q is a header ctxd or HTTP sets itself", name)
 		}
 		checkRouteValue(p, "backend.routing.headers."+name, v)
 	}
@@ -367,8 +374,11 @@ func checkRouteValue(p *problems, field, v string) {
 			p.bad(field, "%q: %s is not one of {session}, {parent}", v, m)
 		}
 	}
-	if strings.ContainsAny(v, "\r\n\x00") {
-		p.bad(field, "must not hold a line break or NUL")
+	for _, r := range v {
+		if r < 0x20 || r > 0x7e {
+			p.bad(field, "%q: only printable ASCII may go in a header or a routing field", v)
+			break
+		}
 	}
 }
 

@@ -1,12 +1,12 @@
 package daemon
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -290,7 +290,16 @@ func (d *Daemon) openStore(ctx context.Context) (func(), error) {
 	// The store opens whatever ctx says: a stop during start-up is handled
 	// after the server has started, like any other stop.
 	if d.cfg.Store.Kind == "postgres" {
-		s, err := pgstore.OpenWith(context.WithoutCancel(ctx), d.cfg.Store.URL, pgstore.OpenOptions{MaxConns: cmp.Or(d.cfg.Store.MaxConns, 8)})
+		maxConns := d.cfg.Store.MaxConns
+		if maxConns == 0 && !strings.Contains(d.cfg.Store.URL, "pool_max_conns") {
+			maxConns = 8 // store.max_conns's default, unless the URL sets the pool's size
+		}
+		if u, err := url.Parse(d.cfg.Store.URL); err == nil && u.User != nil {
+			if _, has := u.User.Password(); has {
+				d.log.Warn("store.url holds a password: anyone who can read the configuration reads it; PGPASSWORD or a ~/.pgpass file keep it out")
+			}
+		}
+		s, err := pgstore.OpenWith(context.WithoutCancel(ctx), d.cfg.Store.URL, pgstore.OpenOptions{MaxConns: maxConns})
 		if err != nil {
 			return nil, err
 		}

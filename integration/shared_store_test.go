@@ -77,6 +77,22 @@ func TestTwoDaemonsShareAPostgreSQLStore(t *testing.T) {
 		t.Fatalf("a new session at the first daemon shows karma %+v, want trace %d verified at the other", next.Karma, sum.Trace)
 	}
 
+	// One session asked at both daemons at the same moment: both begin
+	// its karma epoch 1, the store keeps the first, and both answers are
+	// recorded, as two turns.
+	var both sync.WaitGroup
+	for i, c := range []*client.Client{a, b} {
+		both.Go(func() {
+			if _, err := c.Ask(context.Background(), ctxd.AskRequest{Session: "both", Query: fmt.Sprintf("At once %d: what does Handler1 return?", i)}, nil); err != nil {
+				t.Errorf("the same session at both daemons at once: %v", err)
+			}
+		})
+	}
+	both.Wait()
+	if st, err := a.Session(context.Background(), "both"); err != nil || len(st.Turns) != 2 {
+		t.Errorf("the session asked at both daemons at once: %+v %v, want 2 turns", st, err)
+	}
+
 	// 32 agents, each turn on the other daemon than the last.
 	const agents, turns = 32, 3
 	var wg sync.WaitGroup

@@ -54,8 +54,9 @@ type Options struct {
 
 // Routing says how each request names its session to the engine and the
 // router in front of it. Values are templates: {session} is the session's
-// routing key, {parent} its parent's (a side request: a condensation, a
-// one-off question from the session's client). A header or field whose
+// routing key (a condensation of the session's history goes under it too,
+// as it reads the same cached prefix), {parent} the parent's of a
+// sub-agent's session (ctxd.AskRequest.Parent). A header or field whose
 // value comes out empty is not sent.
 type Routing struct {
 	Headers map[string]string // HTTP header name → value template
@@ -79,9 +80,10 @@ func DefaultRouting() Routing {
 	}
 }
 
-// RoutingKey is the opaque key a session is routed by: the same on every
-// daemon (a session handed to another daemon lands on the same engine),
-// and naming neither the session nor its sigil to the engine.
+// RoutingKey is the key a session is routed by: the same on every daemon
+// (a session handed to another daemon lands on the same engine). It is a
+// digest, not the id: the engine's logs do not show the session's name or
+// its sigil, though one who can guess an id can compute its key.
 func RoutingKey(session string) string {
 	if session == "" {
 		return ""
@@ -159,6 +161,11 @@ func New(base string, opts Options) (*Client, error) {
 	return c, nil
 }
 
+// requestTimeout bounds a request that is not a generation (the models,
+// a count, the probe of a one-token answer): a server that does not
+// answer one in this long is taken as not answering.
+const requestTimeout = time.Minute
+
 // Addr is the server's base URL.
 func (c *Client) Addr() string { return c.base }
 
@@ -210,6 +217,10 @@ type request struct {
 	// per completion costs a dial (and a TLS handshake), small beside a
 	// generation.
 	close bool
+	// idempotent: sending it twice does no harm (a read, a count), so
+	// Go's transport may send it again on a new connection when a pooled
+	// one was closed under it.
+	idempotent bool
 }
 
 // send sends r and returns the server's answer, its status under 400.
@@ -256,6 +267,9 @@ func (c *Client) sendOnce(ctx context.Context, r request, payload []byte) (_ *ht
 		req.Header[k] = v
 	}
 	req.Close = r.close
+	if r.idempotent {
+		req.Header["Idempotency-Key"] = nil // marks it idempotent; the header is not sent
+	}
 	if payload != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
@@ -310,8 +324,9 @@ func (e *statusErr) Error() string {
 }
 func (e *statusErr) Unwrap() error { return e.cause }
 
-// statusOf is the HTTP status of an error answer, 0 for another error.
-func statusOf(err error) int {
+// StatusOf is the HTTP status of the server's error answer in err, 0
+// for another error.
+func StatusOf(err error) int {
 	var se *statusErr
 	if errors.As(err, &se) {
 		return se.status
@@ -357,8 +372,10 @@ func (c *Client) wrap(path string, err error) error {
 	return &ctxd.Error{Kind: ctxd.KindBackend, Err: err, Message: fmt.Sprintf("openai: %s%s: %v", c.base, path, err)}
 }
 
-// getJSON reads a JSON answer into out.
+// getJSON reads a JSON answer into out, within requestTimeout.
 func (c *Client) getJSON(ctx context.Context, r request, out any) error {
+	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
+	defer cancel()
 	resp, err := c.send(ctx, r)
 	if err != nil {
 		return err

@@ -248,6 +248,19 @@ func TestNothingAcceptedIsSentTwice(t *testing.T) {
 			hj, _, _ := w.(http.Hijacker).Hijack()
 			hj.Close()
 			return
+		case "drop": // read the request, then the connection ends before any answer
+			hj, _, _ := w.(http.Hijacker).Hijack()
+			hj.Close()
+			return
+		case "error-event":
+			w.Header().Set("Content-Type", "text/event-stream")
+			io.WriteString(w, `error: {"code":500,"message":"failed to decode the batch","type":"server_error"}`+"\n\n")
+			return
+		case "parser":
+			w.Header().Set("Content-Type", "text/event-stream")
+			io.WriteString(w, `data: {"choices":[{"text":"Par","finish_reason":null}]}`+"\n\n")
+			io.WriteString(w, `data: {"error":{"code":500,"message":"The output does not match the expected format"}}`+"\n\n")
+			return
 		case "500":
 			http.Error(w, `{"error":{"message":"engine died"}}`, http.StatusInternalServerError)
 			return
@@ -277,6 +290,15 @@ func TestNothingAcceptedIsSentTwice(t *testing.T) {
 	gen, err := run("break", 0)
 	if err == nil || hits.Load() != 1 || gen.Text != "Par" {
 		t.Errorf("a broken stream: %v, %d requests (want 1: never resent), text %q", err, hits.Load(), gen.Text)
+	}
+	if _, err := run("drop", 0); err == nil || hits.Load() != 1 {
+		t.Errorf("a connection ended after the request was read: %v, %d requests (want 1: never resent)", err, hits.Load())
+	}
+	if _, err := run("error-event", 0); err == nil || hits.Load() != 1 || !strings.Contains(err.Error(), "failed to decode the batch") {
+		t.Errorf("an error event: %v, want the server's message", err)
+	}
+	if gen, err := run("parser", 0); err != nil || gen.DoneReason != ctxd.DoneIncomplete || gen.Text != "Par" {
+		t.Errorf("the output parser's refusal: %+v %v, want the text so far, incomplete", gen, err)
 	}
 	if _, err := run("500", 0); err == nil || hits.Load() != 1 || !strings.Contains(err.Error(), "engine died") {
 		t.Errorf("a 500: %v, %d requests (want 1)", err, hits.Load())

@@ -133,18 +133,9 @@ func (c *Client) Generate(ctx context.Context, req ctxd.GenerateRequest, onToken
 	if err != nil {
 		return gen, c.idleError(idle, path, err)
 	}
-	// An answer that ended is read to its end (at most 64 KiB past its
-	// last event) before it is closed: a connection closed early costs a
-	// new one (and a TLS handshake), and a router in front of the engine
-	// sees a client that went away. One stopped early is closed at once,
-	// which stops the generation.
-	ended := false
-	defer func() {
-		if ended {
-			io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
-		}
-		resp.Body.Close()
-	}()
+	// The connection closes with the answer (request.close): what ends
+	// a generation early stops the server's work too.
+	defer resp.Body.Close()
 	var sb strings.Builder
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 0, 64<<10), 16<<20)
@@ -155,7 +146,9 @@ func (c *Client) Generate(ctx context.Context, req ctxd.GenerateRequest, onToken
 		line := sc.Text()
 		data, ok := strings.CutPrefix(line, "data:")
 		if !ok {
-			if strings.HasPrefix(line, "{") { // an error body some servers send unframed
+			if data, ok = strings.CutPrefix(line, "error:"); ok { // llama-server's error event
+				data = `{"error":` + strings.TrimSpace(data) + `}`
+			} else if strings.HasPrefix(line, "{") { // an error body some servers send unframed
 				data = line
 			} else {
 				continue // blank separators, comments, event: lines
@@ -171,6 +164,14 @@ func (c *Client) Generate(ctx context.Context, req ctxd.GenerateRequest, onToken
 			return gen, c.wrap(path, fmt.Errorf("bad event %q: %w", data, err))
 		}
 		if ch.Error != nil {
+			if strings.Contains(ch.Error.Message, "does not match the expected") {
+				// llama-server generated the answer, then its output parser
+				// rejected the text (random weights end on half a UTF-8
+				// character): what streamed is the answer. Kept, and marked.
+				gen.Text, gen.DoneReason = sb.String(), ctxd.DoneIncomplete
+				gen.Note = "the server's output parser rejected the end of the generated text (" + ch.Error.Message + ")"
+				return gen, nil
+			}
 			return gen, c.statusError(path, http.StatusInternalServerError, ch.Error.Message)
 		}
 		ch.measured(&gen, &c.reportsCached)
@@ -204,7 +205,6 @@ func (c *Client) Generate(ctx context.Context, req ctxd.GenerateRequest, onToken
 		return gen, c.wrap(path, fmt.Errorf("the answer stream ended before its last event: %w", io.ErrUnexpectedEOF))
 	}
 	gen.DoneReason = doneReason(finish)
-	ended = true
 	return gen, nil
 }
 

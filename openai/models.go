@@ -52,7 +52,7 @@ func (c *Client) Models(ctx context.Context) ([]Model, error) {
 	var out struct {
 		Data []Model `json:"data"`
 	}
-	if err := c.getJSON(ctx, request{method: http.MethodGet, path: "/v1/models"}, &out); err != nil {
+	if err := c.getJSON(ctx, request{method: http.MethodGet, path: "/v1/models", idempotent: true}, &out); err != nil {
 		return nil, err
 	}
 	return out.Data, nil
@@ -109,15 +109,15 @@ func (c *Client) Tokenize(ctx context.Context, text string, addSpecial, parseSpe
 		if sh == shapeVLLM {
 			body = map[string]any{"model": c.opts.Model, "prompt": text, "add_special_tokens": addSpecial}
 		}
-		if err = c.getJSON(ctx, request{method: http.MethodPost, path: "/tokenize", body: body}, &out); err == nil {
+		if err = c.getJSON(ctx, request{method: http.MethodPost, path: "/tokenize", body: body, idempotent: true}, &out); err == nil {
 			c.shape.Store(int32(sh))
 			return out.Tokens, nil
 		}
-		if st := statusOf(err); st != http.StatusBadRequest && st != http.StatusNotFound && st != http.StatusUnprocessableEntity {
+		if st := StatusOf(err); st != http.StatusBadRequest && st != http.StatusNotFound && st != http.StatusUnprocessableEntity {
 			return nil, err // not a question of shape
 		}
 	}
-	if statusOf(err) == http.StatusNotFound {
+	if StatusOf(err) == http.StatusNotFound {
 		return nil, fmt.Errorf("%w: %w", ErrNoTokenize, err)
 	}
 	return nil, err

@@ -135,7 +135,17 @@ func (k *karmaBook) save(ctx context.Context, snap ctxd.KarmaSnapshot) error {
 	sctx, cancel := k.deadline.ctx(ctx, true)
 	defer cancel()
 	if err := k.cfg.Store.SaveKarmaSnapshot(sctx, snap); err != nil {
+		if k.shared && ctxd.KindOf(err) == ctxd.KindConflict {
+			// Another daemon answering the session at the same time
+			// stored this epoch first: the record keeps its block, and
+			// this answer is still recorded.
+			k.log.Warn("another daemon stored this karma epoch first; the record keeps its block", "session", snap.Session, "karma_epoch", snap.KarmaEpoch)
+			return nil
+		}
 		return k.deadline.err(sctx, snap.Session, fmt.Sprintf("store karma epoch %d", snap.KarmaEpoch), err)
+	}
+	if k.shared {
+		return nil // nothing is read back from memory (Config.SharedStore)
 	}
 	k.mu.Lock()
 	if len(k.snapshots) >= 1024 {
@@ -161,7 +171,7 @@ func (k *karmaBook) snapshot(ctx context.Context, session string) (ctxd.KarmaSna
 	if err != nil {
 		return s, false, k.deadline.err(sctx, session, "read its karma snapshot", err)
 	}
-	if ok {
+	if ok && !k.shared {
 		k.mu.Lock()
 		k.snapshots[session] = s
 		k.mu.Unlock()

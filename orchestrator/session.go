@@ -49,7 +49,9 @@ func newSessions(store ctxd.Store, deadline storeDeadline, reg *sigils.Registry,
 // (nothing stored under its id) is the sigil's at once, and its claim is
 // written behind (w), while the backend evaluates the prompt: nobody else
 // can take it meanwhile, as the caller holds the session and the state
-// directory is this daemon's alone.
+// directory is this daemon's alone. With a shared store another daemon
+// could: the store's ClaimSession decides, and the loser's request ends
+// refused (KindForbidden), its answer not recorded.
 func (s *sessions) open(ctx context.Context, req ctxd.AskRequest, sigil runcontext.Sigil, w *writeBehind) (sess ctxd.Session, followed bool, err error) {
 	if req.Ephemeral {
 		return ctxd.Session{ID: req.Session}, false, nil
@@ -98,11 +100,29 @@ func (s *sessions) get(ctx context.Context, id string) (ctxd.Session, error) {
 
 // scoped is the session that sigil's id names (ctxd.ScopedSessionID).
 func (s *sessions) scoped(ctx context.Context, sigil, id string) (string, error) {
+	if or, ok := s.store.(ownerReader); ok && s.shared {
+		// Nothing is held: read the owner alone, not the whole session
+		// (open reads that once the request holds it).
+		sctx, cancel := s.deadline.ctx(ctx, false)
+		defer cancel()
+		owner, err := or.SessionOwner(sctx, id)
+		if err != nil {
+			return "", s.deadline.err(sctx, id, "read the session's owner", err)
+		}
+		return ctxd.ScopedSessionID(owner, sigil, s.sigils.Default(), id), nil
+	}
 	sess, err := s.get(ctx, id)
 	if err != nil {
 		return "", err
 	}
 	return ctxd.ScopedSessionID(sess.Owner, sigil, s.sigils.Default(), id), nil
+}
+
+// ownerReader is a store that reads a session's owner alone ("" for a
+// session never begun or recorded before owners were): a shared store,
+// where nothing is held and a whole session costs a read.
+type ownerReader interface {
+	SessionOwner(ctx context.Context, id string) (string, error)
 }
 
 // claim makes the session sigil's, or refuses a session another sigil
@@ -207,13 +227,15 @@ func (s *sessions) delete(ctx context.Context, id string) error {
 // begin counts a new session of sigil, or refuses it (KindTooMany) if the
 // sigil holds perSigil sessions already: one sigil's thousands of
 // sessions cost every other's store. The counts are read from the store
-// on first use and kept after.
+// on first use and kept after; with a shared store, where other daemons
+// begin and delete sessions too, they are read at every new session (two
+// daemons beginning a sigil's last one at once may both admit it).
 func (s *sessions) begin(ctx context.Context, sigil string) error {
 	if s.perSigil <= 0 {
 		return nil
 	}
 	s.mu.Lock()
-	counted := s.owned != nil
+	counted := s.owned != nil && !s.shared
 	s.mu.Unlock()
 	if !counted {
 		sctx, cancel := s.deadline.ctx(ctx, false)
@@ -231,7 +253,7 @@ func (s *sessions) begin(ctx context.Context, sigil string) error {
 			owned[owner]++
 		}
 		s.mu.Lock()
-		if s.owned == nil {
+		if s.owned == nil || s.shared {
 			s.owned = owned
 		}
 		s.mu.Unlock()
@@ -248,6 +270,9 @@ func (s *sessions) begin(ctx context.Context, sigil string) error {
 // keep holds sess as stored (its owner included), for the session's next
 // request.
 func (s *sessions) keep(sess ctxd.Session) {
+	if s.shared {
+		return // nothing is read back from memory (Config.SharedStore)
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if len(s.held) >= 1024 {

@@ -21,8 +21,9 @@ var scaleWrite = flag.String("scale-write", "", "run the store's scale simulatio
 
 // simTurn is what one daemon asks of a shared store for one agent's
 // turn, as the orchestrator does with store.kind = "postgres" (nothing
-// held in memory between requests): read the session and its karma
-// snapshot, append the turn, record the answer as a trace. A session's
+// held in memory between requests): read the session's owner (before the
+// request waits for the session), the session and its karma snapshot,
+// append the turn, record the answer as a trace. A session's
 // first turn also claims it and chooses its karma (the eligible traces,
 // a snapshot saved); one turn in ten is judged (a verification).
 func simTurn(ctx context.Context, s *Store, session, sigil string, turn int, ops *atomic.Int64, lat *latencies) error {
@@ -46,6 +47,9 @@ func simTurn(ctx context.Context, s *Store, session, sigil string, turn int, ops
 		}); err != nil {
 			return err
 		}
+	}
+	if err := op(func() error { _, err := s.SessionOwner(ctx, session); return err }); err != nil {
+		return err
 	}
 	if err := op(func() error { _, err := s.Session(ctx, session); return err }); err != nil {
 		return err
@@ -185,17 +189,16 @@ func TestScaleSimulation(t *testing.T) {
 	if *scaleWrite == "" {
 		t.Skip("the scale simulation runs with -scale-write FILE (make bench-scale)")
 	}
-	url := pgtest.NewDatabase(t)
 	var rows []simResult
 	// Closed loop, no think time: what the store can do.
 	for _, c := range []struct{ daemons, agents int }{{1, 8}, {2, 16}, {4, 16}, {8, 16}, {8, 64}, {16, 64}, {24, 16}} {
-		r := simulate(t, url, c.daemons, c.agents, 0, 6*time.Second)
+		r := simulate(t, pgtest.NewDatabase(t), c.daemons, c.agents, 0, 6*time.Second) // each row on a fresh database
 		t.Logf("%+v", r)
 		rows = append(rows, r)
 	}
 	// Agents as a cluster engine paces them: one turn each per 2 s.
 	for _, c := range []struct{ daemons, agents int }{{4, 64}, {4, 128}, {8, 96}, {8, 128}, {16, 128}, {16, 256}} {
-		r := simulate(t, url, c.daemons, c.agents, 2*time.Second, 10*time.Second)
+		r := simulate(t, pgtest.NewDatabase(t), c.daemons, c.agents, 2*time.Second, 10*time.Second)
 		t.Logf("%+v", r)
 		rows = append(rows, r)
 	}
@@ -218,7 +221,7 @@ func writeScaleTable(t *testing.T, path string, rows []simResult) {
 		t.Fatalf("%s has no scale block", path)
 	}
 	var sb strings.Builder
-	fmt.Fprintf(&sb, "Measured %s by `make bench-scale` (`pgstore.TestScaleSimulation`) on this machine (%d CPUs, PostgreSQL %s from Debian on the same cores, fsync on, max_connections 200): each daemon a store with its own pool of 8 connections, each agent its own session, its turns' store operations as the orchestrator makes them on a shared store (read the session and its karma snapshot, append the turn, record the trace; a first turn also claims the session and saves its karma; one turn in ten verified).\n\n",
+	fmt.Fprintf(&sb, "Measured %s by `make bench-scale` (`pgstore.TestScaleSimulation`) on this machine (%d CPUs, PostgreSQL %s from Debian on the same cores, fsync on, max_connections 200): each daemon a store with its own pool of 8 connections, each agent its own session, its turns' store operations as the orchestrator makes them on a shared store (read the session's owner, the session and its karma snapshot; append the turn; record the trace; a first turn also claims the session and saves its karma; one turn in ten verified), each row on a fresh database.\n\n",
 		time.Now().UTC().Format("2006-01-02"), runtime.NumCPU(), serverVersion(t, path))
 	sb.WriteString("| daemons × agents | think time | turns/s | store ops/s | op p50 / p95 / p99 (ms) | a turn's store time p95 (ms) | connections | errors |\n|---|---|---|---|---|---|---|---|\n")
 	for _, r := range rows {
@@ -250,8 +253,8 @@ func writeScaleTable(t *testing.T, path string, rows []simResult) {
 	fmt.Fprintf(&sb, "\nClosed loop, the store here does at most about %.0f turns a second (%d × %d), and adding daemons past that only lengthens the queue. ",
 		float64(best.turns)/best.secs, best.daemons, best.agents)
 	if under != nil && over != nil {
-		fmt.Fprintf(&sb, "Paced as a cluster engine paces them (a turn each per 2 s), %d agents (%.0f turns/s) spent %s ms a turn in the store (p95), and %d agents (%.0f turns/s) %s ms: the store becomes the bottleneck between the two, well under its closed-loop ceiling, because every agent's first turns and the simulated daemons themselves share these two cores with PostgreSQL.\n",
-			under.daemons*under.agents, float64(under.turns)/under.secs, ms(under.turnP95), over.daemons*over.agents, float64(over.turns)/over.secs, ms(over.turnP95))
+		fmt.Fprintf(&sb, "Paced as a cluster engine paces them (a turn each per 2 s), %d agents (%.0f turns/s) spent %s ms a turn in the store (p95), and %d agents (%.0f turns/s) %s ms: the store becomes the bottleneck between the two, well under its closed-loop ceiling, because the simulated daemons themselves share this machine's %d cores with PostgreSQL.\n",
+			under.daemons*under.agents, float64(under.turns)/under.secs, ms(under.turnP95), over.daemons*over.agents, float64(over.turns)/over.secs, ms(over.turnP95), runtime.NumCPU())
 	}
 	out := s[:i] + begin + sb.String() + s[j:]
 	if err := os.WriteFile(path, []byte(out), 0o644); err != nil {

@@ -244,6 +244,22 @@ func (s *Store) SessionCount(ctx context.Context) (int, error) {
 	return n, err
 }
 
+// SessionOwner is the sigil that owns session id, "" for a session never
+// begun (or recorded before owners were): one row read, for a daemon that
+// needs the owner and not the turns.
+func (s *Store) SessionOwner(ctx context.Context, id string) (string, error) {
+	var owner string
+	err := s.read(ctx, fmt.Sprintf("session %q", id), func(tx pgx.Tx) error {
+		owner = ""
+		err := tx.QueryRow(ctx, "SELECT sigil FROM sessions WHERE id = $1", toDB(id)).Scan(dec(&owner))
+		if isNoRows(err) {
+			return nil
+		}
+		return err
+	})
+	return owner, err
+}
+
 // ClaimSession makes sigil the owner of session id (creating it) unless
 // it has one, and returns its owner then; a session recorded before
 // owners, with turns, goes to legacy only. Claims of one session go one

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 
@@ -113,4 +114,19 @@ func dbOf(t *testing.T, url string) string {
 		t.Fatal(err)
 	}
 	return cfg.Database
+}
+
+// TestSessionOwner: the owner alone, "" for a session never begun.
+func TestSessionOwner(t *testing.T) {
+	s := openTest(t)
+	ctx := t.Context()
+	if owner, err := s.SessionOwner(ctx, "none"); err != nil || owner != "" {
+		t.Fatalf("unknown session: %q %v", owner, err)
+	}
+	if _, err := s.ClaimSession(ctx, "mine", "alice", "default", time.Unix(1700000000, 0)); err != nil {
+		t.Fatal(err)
+	}
+	if owner, err := s.SessionOwner(ctx, "mine"); err != nil || owner != "alice" {
+		t.Errorf("claimed session: %q %v, want alice", owner, err)
+	}
 }
