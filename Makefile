@@ -40,7 +40,7 @@ RUN_MODEL   := $(REAL_MODEL)
 SERVE_FLAGS  =
 endif
 
-.PHONY: all build ollama models run readme-demo bench-quality swa-table run-llamacpp test systemd-analyze install bench bench-agents bench-edits bench-drift bench-reuse bench-personas bench-dashboard bench-rollback reliability fuzz vet fmt clean chromium postgres bench-scale dashboard-vendor screenshots FORCE
+.PHONY: all build ollama models run readme-demo bench-quality swa-table run-llamacpp test systemd-analyze install bench bench-agents bench-edits bench-drift bench-reuse bench-personas bench-dashboard bench-rollback reliability fuzz vet fmt clean chromium postgres bench-scale test-openai dashboard-vendor screenshots FORCE
 all: build
 
 build: $(CTXD)
@@ -116,6 +116,7 @@ test: ollama $(BIN)/ollama-$(COMPAT_VERSION) $(NODE_CLIENTS) systemd-analyze chr
 	scripts/fetch-models || echo "make test: a trained model could not be fetched (see above): the tests that need it skip, and fail in CI"
 	$(TEST_ENV) $(GO) test -race -count=1 -timeout 30m $(RACE_PKGS)
 	$(TEST_ENV) $(GO) test -count=1 -timeout 45m $(E2E_PKGS)
+	$(MAKE) --no-print-directory test-openai
 	CTXD_REQUIRE_OLLAMA=1 CTXD_LLAMA_SERVER=off CTXD_OLLAMA_BIN=$(abspath $(BIN)/ollama-$(COMPAT_VERSION)) $(GO) test -count=1 -timeout 30m ./ollama/ ./integration/
 
 
@@ -244,6 +245,16 @@ systemd-analyze:
 # Headless Chromium for the dashboard's browser test (Debian's package).
 chromium:
 	./scripts/ensure-chromium.sh
+
+# The backend-facing integration tests once more on the OpenAI backend, in
+# front of llama-server (CTXD_TEST_BACKEND=openai gives each daemon they
+# would give a managed Ollama an external llama-server behind
+# backend.kind = "openai" instead); those that read Ollama's own log or
+# kill its process are left out (docs/scale.md). They skip, saying so,
+# where llama-server is not found.
+OPENAI_TESTS := TestDoors|TestBadInputGetsClearErrors|TestSessionReusesPrefixAndSurvivesRestart|TestKarmaGoesStaleWithItsCode|TestMCPServesTheRealDaemon|TestMCPOverHTTPWithTheNpmClient|TestRunContextKeepsItsPrefixUntilTheEpoch|TestWSSessionReusesPrefix|TestWorkingSetGrowsAtAnEpoch|TestTokenCountsMatchBackend|TestReadmeDoors|TestReadmeMCP
+test-openai: $(NODE_CLIENTS)
+	CTXD_TEST_BACKEND=openai CTXD_REQUIRE_NODE=1 CTXD_OLLAMA_BIN=$(abspath $(OLLAMA)) $(GO) test -count=1 -timeout 20m -run '^($(OPENAI_TESTS))$$' ./integration/
 
 # The shared store at scale: N daemons × M agents against one PostgreSQL
 # on this machine, its table written into docs/scale.md by the test that

@@ -175,6 +175,12 @@ func startOpts(t testing.TB, cfg config.Config, wait bool, opts daemon.Options) 
 		opts.Logger = slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: level}))
 	}
 	opts.Version = "test"
+	if os.Getenv("CTXD_TEST_BACKEND") == "openai" && cfg.Backend.Kind == "ollama" && cfg.Backend.Mode == "managed" && len(cfg.Personas) == 0 {
+		// A suite run on the OpenAI backend in front of llama-server:
+		// every daemon the tests would give a managed Ollama gets it
+		// instead (make test-openai; docs/scale.md).
+		cfg.Backend.Kind, cfg.Backend.Mode, cfg.Backend.URL, cfg.Backend.Binary = "openai", "external", "", ""
+	}
 	if cfg.Backend.Kind == "openai" && cfg.Backend.URL == "" {
 		startOpenAIServer(t, &cfg)
 	}
