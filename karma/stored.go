@@ -91,3 +91,57 @@ func TextDocs(ids []int64, evs []StoredEvent) []int64 {
 	}
 	return docs
 }
+
+// PageSize is how many traces TracesAt folds at a time.
+const PageSize = 200
+
+// Pager is how a store reads what TracesAt folds.
+type Pager struct {
+	// Page reads the next PageSize traces created by f.At that f's sigil
+	// and session filters take, newest first (created, then id), after
+	// the trace created at afterCreated with id afterID (none on the first
+	// page: after is false).
+	Page func(after bool, afterCreated, afterID int64) ([]ctxd.Trace, error)
+	// Events reads the events of the traces ids up to f.At, in order.
+	Events func(ids []int64) ([]StoredEvent, error)
+	// Matching reads which of the text documents docs match the text
+	// filter; called only when there is one.
+	Matching func(docs []int64) (map[int64]bool, error)
+}
+
+// TracesAt lists the traces as they stood at f.At (those created by then,
+// folded from their events up to then), a page at a time, until limit
+// pass f's filters; text says whether a text filter applies.
+func TracesAt(f ctxd.TraceFilter, text bool, limit int, p Pager) ([]ctxd.Trace, error) {
+	var out []ctxd.Trace
+	afterCreated, afterID := int64(0), int64(0)
+	for after := false; ; after = true {
+		page, err := p.Page(after, afterCreated, afterID)
+		if err != nil || len(page) == 0 {
+			return out, err
+		}
+		last := page[len(page)-1]
+		afterCreated, afterID = last.CreatedAt.UnixNano(), last.ID
+		ids := make([]int64, len(page))
+		for i, t := range page {
+			ids[i] = t.ID
+		}
+		evs, err := p.Events(ids)
+		if err != nil {
+			return nil, err
+		}
+		var matched map[int64]bool
+		if text {
+			if matched, err = p.Matching(TextDocs(ids, evs)); err != nil {
+				return nil, err
+			}
+		}
+		var full bool
+		if out, full, err = FoldPage(out, page, evs, f, text, matched, limit); err != nil || full {
+			return out, err
+		}
+		if len(page) < PageSize {
+			return out, nil
+		}
+	}
+}

@@ -247,78 +247,42 @@ func tracesNowTx(ctx context.Context, tx pgx.Tx, f ctxd.TraceFilter, match strin
 	return queryTraces(ctx, tx, q.sql("ORDER BY created_unix_nano DESC, id DESC LIMIT "+q.arg(limit)), q.args...)
 }
 
-// atPage is how many traces tracesAtTx folds at a time.
-const atPage = 200
-
-// tracesAtTx lists the traces as they stood at f.At: those created by then,
-// folded from their events up to then, a page at a time until limit pass
-// the filter.
+// tracesAtTx lists the traces as they stood at f.At (karma.TracesAt).
 func tracesAtTx(ctx context.Context, tx pgx.Tx, f ctxd.TraceFilter, match string, limit int) ([]ctxd.Trace, error) {
-	var out []ctxd.Trace
-	afterCreated, afterID := int64(0), int64(0)
-	for first := true; ; first = false {
-		var q query
-		q.and("created_unix_nano <= " + q.arg(f.At.UnixNano()))
-		if f.Sigil != "" {
-			q.and("sigil = " + q.arg(toDB(f.Sigil)))
-		}
-		if f.Session != "" {
-			q.and("session = " + q.arg(toDB(f.Session)))
-		}
-		if !first {
-			c := q.arg(afterCreated)
-			q.and("(created_unix_nano < " + c + " OR created_unix_nano = " + c + " AND id < " + q.arg(afterID) + ")")
-		}
-		page, err := queryTraces(ctx, tx, q.sql("ORDER BY created_unix_nano DESC, id DESC LIMIT "+q.arg(atPage)), q.args...)
-		if err != nil || len(page) == 0 {
-			return out, err
-		}
-		last := page[len(page)-1]
-		afterCreated, afterID = last.CreatedAt.UnixNano(), last.ID
-		ids := make([]int64, len(page))
-		for i, t := range page {
-			ids[i] = t.ID
-		}
-		evs, err := eventsTx(ctx, tx, ids, f.At)
-		if err != nil {
-			return nil, err
-		}
-		var docs map[int64]bool // the trace_text documents that match
-		if match != "" {
-			if docs, err = matchingDocs(ctx, tx, match, ids, evs); err != nil {
+	return karma.TracesAt(f, match != "", limit, karma.Pager{
+		Page: func(after bool, afterCreated, afterID int64) ([]ctxd.Trace, error) {
+			var q query
+			q.and("created_unix_nano <= " + q.arg(f.At.UnixNano()))
+			if f.Sigil != "" {
+				q.and("sigil = " + q.arg(toDB(f.Sigil)))
+			}
+			if f.Session != "" {
+				q.and("session = " + q.arg(toDB(f.Session)))
+			}
+			if after {
+				c := q.arg(afterCreated)
+				q.and("(created_unix_nano < " + c + " OR created_unix_nano = " + c + " AND id < " + q.arg(afterID) + ")")
+			}
+			return queryTraces(ctx, tx, q.sql("ORDER BY created_unix_nano DESC, id DESC LIMIT "+q.arg(karma.PageSize)), q.args...)
+		},
+		Events: func(ids []int64) ([]karma.StoredEvent, error) { return eventsTx(ctx, tx, ids, f.At) },
+		Matching: func(docs []int64) (map[int64]bool, error) {
+			rows, err := tx.Query(ctx, "SELECT rowid FROM trace_text WHERE words @@ $1::tsquery AND rowid = ANY($2)", match, docs)
+			if err != nil {
 				return nil, err
 			}
-		}
-		var full bool
-		if out, full, err = karma.FoldPage(out, page, evs, f, match != "", docs, limit); err != nil {
-			return nil, err
-		} else if full {
-			return out, nil
-		}
-		if len(page) < atPage {
-			return out, nil
-		}
-	}
-}
-
-// matchingDocs is which trace_text documents of the traces ids (their own
-// and those of the judging events evs) match.
-func matchingDocs(ctx context.Context, tx pgx.Tx, match string, ids []int64, evs []karma.StoredEvent) (map[int64]bool, error) {
-	docs := karma.TextDocs(ids, evs)
-	rows, err := tx.Query(ctx, "SELECT rowid FROM trace_text WHERE words @@ $1::tsquery AND rowid = ANY($2)", match, docs)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	out := map[int64]bool{}
-	for rows.Next() {
-		var d int64
-		if err := rows.Scan(&d); err != nil {
-			return nil, err
-		}
-		out[d] = true
-	}
-	return out, rows.Err()
+			defer rows.Close()
+			out := map[int64]bool{}
+			for rows.Next() {
+				var d int64
+				if err := rows.Scan(&d); err != nil {
+					return nil, err
+				}
+				out[d] = true
+			}
+			return out, rows.Err()
+		},
+	})
 }
 
 // Eligible is every trace of sigil that may enter the karma block now

@@ -303,82 +303,45 @@ func tracesNowTx(ctx context.Context, tx *sql.Tx, f ctxd.TraceFilter, match stri
 	return queryTraces(ctx, tx, q, append(args, limit)...)
 }
 
-// atPage is how many traces tracesAtTx folds at a time.
-const atPage = 200
-
-// tracesAtTx lists the traces as they stood at f.At: those created by then,
-// folded from their events up to then, a page at a time until limit pass
-// the filter.
+// tracesAtTx lists the traces as they stood at f.At (karma.TracesAt).
 func tracesAtTx(ctx context.Context, tx *sql.Tx, f ctxd.TraceFilter, match string, limit int) ([]ctxd.Trace, error) {
-	at := f.At.UnixNano()
-	where, args := []string{"created_unix_nano <= ?"}, []any{at}
+	where, args := []string{"created_unix_nano <= ?"}, []any{f.At.UnixNano()}
 	if f.Sigil != "" {
 		where, args = append(where, "sigil = ?"), append(args, f.Sigil)
 	}
 	if f.Session != "" {
 		where, args = append(where, "session = ?"), append(args, f.Session)
 	}
-	var out []ctxd.Trace
-	afterCreated, afterID := int64(0), int64(0)
-	for first := true; ; first = false {
-		pw, pargs := where, args
-		if !first {
-			pw = append(pw, "(created_unix_nano < ? OR created_unix_nano = ? AND id < ?)")
-			pargs = append(pargs, afterCreated, afterCreated, afterID)
-		}
-		page, err := queryTraces(ctx, tx, "SELECT "+traceColumns+" FROM traces WHERE "+strings.Join(pw, " AND ")+
-			" ORDER BY created_unix_nano DESC, id DESC LIMIT ?", append(pargs, atPage)...)
-		if err != nil || len(page) == 0 {
-			return out, err
-		}
-		last := page[len(page)-1]
-		afterCreated, afterID = last.CreatedAt.UnixNano(), last.ID
-		ids := make([]int64, len(page))
-		for i, t := range page {
-			ids[i] = t.ID
-		}
-		evs, err := eventsTx(ctx, tx, ids, f.At)
-		if err != nil {
-			return nil, err
-		}
-		var docs map[int64]bool // the trace_text documents that match
-		if match != "" {
-			if docs, err = matchingDocs(ctx, tx, match, ids, evs); err != nil {
-				return nil, err
+	return karma.TracesAt(f, match != "", limit, karma.Pager{
+		Page: func(after bool, afterCreated, afterID int64) ([]ctxd.Trace, error) {
+			pw, pargs := where, args
+			if after {
+				pw = append(pw[:len(pw):len(pw)], "(created_unix_nano < ? OR created_unix_nano = ? AND id < ?)")
+				pargs = append(pargs[:len(pargs):len(pargs)], afterCreated, afterCreated, afterID)
 			}
-		}
-		var full bool
-		if out, full, err = karma.FoldPage(out, page, evs, f, match != "", docs, limit); err != nil {
-			return nil, fmt.Errorf("sqlite: %w", err)
-		} else if full {
-			return out, nil
-		}
-		if len(page) < atPage {
-			return out, nil
-		}
-	}
-}
-
-// matchingDocs is which trace_text documents of the traces ids (their own
-// and those of the judging events evs) match.
-func matchingDocs(ctx context.Context, tx *sql.Tx, match string, ids []int64, evs []karma.StoredEvent) (map[int64]bool, error) {
-	docs := karma.TextDocs(ids, evs)
-	list, _ := json.Marshal(docs)
-	rows, err := tx.QueryContext(ctx,
-		"SELECT rowid FROM trace_text WHERE trace_text MATCH ? AND rowid IN (SELECT value FROM json_each(?))", match, string(list))
-	if err != nil {
-		return nil, fmt.Errorf("sqlite: traces: %w", err)
-	}
-	defer rows.Close()
-	out := map[int64]bool{}
-	for rows.Next() {
-		var d int64
-		if err := rows.Scan(&d); err != nil {
-			return nil, fmt.Errorf("sqlite: traces: %w", err)
-		}
-		out[d] = true
-	}
-	return out, rows.Err()
+			return queryTraces(ctx, tx, "SELECT "+traceColumns+" FROM traces WHERE "+strings.Join(pw, " AND ")+
+				" ORDER BY created_unix_nano DESC, id DESC LIMIT ?", append(pargs, karma.PageSize)...)
+		},
+		Events: func(ids []int64) ([]karma.StoredEvent, error) { return eventsTx(ctx, tx, ids, f.At) },
+		Matching: func(docs []int64) (map[int64]bool, error) {
+			list, _ := json.Marshal(docs)
+			rows, err := tx.QueryContext(ctx,
+				"SELECT rowid FROM trace_text WHERE trace_text MATCH ? AND rowid IN (SELECT value FROM json_each(?))", match, string(list))
+			if err != nil {
+				return nil, fmt.Errorf("sqlite: traces: %w", err)
+			}
+			defer rows.Close()
+			out := map[int64]bool{}
+			for rows.Next() {
+				var d int64
+				if err := rows.Scan(&d); err != nil {
+					return nil, fmt.Errorf("sqlite: traces: %w", err)
+				}
+				out[d] = true
+			}
+			return out, rows.Err()
+		},
+	})
 }
 
 // textMatch is the FTS5 query for every word of text ("" when it has
