@@ -145,3 +145,24 @@ func TracesAt(f ctxd.TraceFilter, text bool, limit int, p Pager) ([]ctxd.Trace, 
 		}
 	}
 }
+
+// DefaultTraceLimit is how many traces a listing holds when its filter
+// says 0.
+const DefaultTraceLimit = 100
+
+// FilterLimit checks a listing's filter (a known status, a limit not
+// negative) and returns how many traces it may hold.
+func FilterLimit(f ctxd.TraceFilter) (int, error) {
+	switch f.Status {
+	case "", ctxd.TraceRecorded, ctxd.TraceVerified, ctxd.TraceRejected:
+	default:
+		return 0, ctxd.Errorf(ctxd.KindInvalid, "traces: unknown status %q", f.Status)
+	}
+	if f.Limit < 0 {
+		return 0, ctxd.Errorf(ctxd.KindInvalid, "traces: limit %d is negative", f.Limit)
+	}
+	if f.Limit == 0 {
+		return DefaultTraceLimit, nil
+	}
+	return f.Limit, nil
+}

@@ -17,9 +17,6 @@ import (
 const traceColumns = `id, session, sigil, query, answer, model, fingerprint, codex, created_unix_nano,
 	status, pinned, note, judged_unix_nano, valid_until_unix_nano, superseded_by, supersedes, binding, rebound`
 
-// defaultTraceLimit is how many traces Traces lists when the filter says 0.
-const defaultTraceLimit = 100
-
 // RecordTrace stores a new trace, recorded and unpinned, and returns its
 // id. t's ID and derived fields are ignored; its Sigil and CreatedAt are
 // required.
@@ -161,12 +158,9 @@ func (s *Store) Trace(ctx context.Context, id int64) (ctxd.Trace, []ctxd.KarmaEv
 // every word of it (runs of letters and digits, any case); a Text with no
 // words matches nothing.
 func (s *Store) Traces(ctx context.Context, f ctxd.TraceFilter) ([]ctxd.Trace, error) {
-	if err := checkFilter(f); err != nil {
+	limit, err := karma.FilterLimit(f)
+	if err != nil {
 		return nil, err
-	}
-	limit := f.Limit
-	if limit == 0 {
-		limit = defaultTraceLimit
 	}
 	var match string
 	if f.Text != "" {
@@ -175,7 +169,7 @@ func (s *Store) Traces(ctx context.Context, f ctxd.TraceFilter) ([]ctxd.Trace, e
 		}
 	}
 	var out []ctxd.Trace
-	err := s.read(ctx, "traces", func(tx pgx.Tx) error {
+	err = s.read(ctx, "traces", func(tx pgx.Tx) error {
 		var err error
 		if f.At.IsZero() {
 			out, err = tracesNowTx(ctx, tx, f, match, limit)
@@ -188,18 +182,6 @@ func (s *Store) Traces(ctx context.Context, f ctxd.TraceFilter) ([]ctxd.Trace, e
 		return nil, err
 	}
 	return out, nil
-}
-
-func checkFilter(f ctxd.TraceFilter) error {
-	switch f.Status {
-	case "", ctxd.TraceRecorded, ctxd.TraceVerified, ctxd.TraceRejected:
-	default:
-		return ctxd.Errorf(ctxd.KindInvalid, "traces: unknown status %q", f.Status)
-	}
-	if f.Limit < 0 {
-		return ctxd.Errorf(ctxd.KindInvalid, "traces: limit %d is negative", f.Limit)
-	}
-	return nil
 }
 
 // query builds a statement's WHERE clause and its numbered arguments.
