@@ -252,7 +252,7 @@ chromium:
 # backend.kind = "openai" instead); those that read Ollama's own log or
 # kill its process are left out (docs/scale.md). They skip, saying so,
 # where llama-server is not found.
-OPENAI_TESTS := TestDoors|TestBadInputGetsClearErrors|TestSessionReusesPrefixAndSurvivesRestart|TestKarmaGoesStaleWithItsCode|TestMCPServesTheRealDaemon|TestMCPOverHTTPWithTheNpmClient|TestRunContextKeepsItsPrefixUntilTheEpoch|TestWSSessionReusesPrefix|TestWorkingSetGrowsAtAnEpoch|TestTokenCountsMatchBackend|TestReadmeDoors|TestReadmeMCP
+OPENAI_TESTS := TestRealAgents|TestDoors|TestBadInputGetsClearErrors|TestSessionReusesPrefixAndSurvivesRestart|TestKarmaGoesStaleWithItsCode|TestMCPServesTheRealDaemon|TestMCPOverHTTPWithTheNpmClient|TestRunContextKeepsItsPrefixUntilTheEpoch|TestWSSessionReusesPrefix|TestWorkingSetGrowsAtAnEpoch|TestTokenCountsMatchBackend|TestReadmeDoors|TestReadmeMCP
 test-openai: $(NODE_CLIENTS)
 	CTXD_TEST_BACKEND=openai CTXD_REQUIRE_NODE=1 CTXD_OLLAMA_BIN=$(abspath $(OLLAMA)) $(GO) test -count=1 -timeout 20m -run '^($(OPENAI_TESTS))$$' ./integration/
 
