@@ -78,8 +78,11 @@ type Store interface {
 	// stored as given (JSON).
 	AppendTurn(ctx context.Context, id string, t Turn, summary []byte, now time.Time) (int64, error)
 	// NewEpoch starts the session's next epoch with the turns keep
-	// (sequence numbers) and summary; other turns stay in the record.
-	NewEpoch(ctx context.Context, id string, keep []int64, summary string, now time.Time) (int, error)
+	// (sequence numbers) and summary, and every turn of the current epoch
+	// after since (the last the caller read: turns another daemon sharing
+	// the store appended meanwhile are not left out); other turns stay in
+	// the record.
+	NewEpoch(ctx context.Context, id string, keep []int64, since int64, summary string, now time.Time) (int, error)
 	// DropExcerpts starts the session's next epoch with the same turns and
 	// summary, all of them without their codex excerpts from then on
 	// (the record keeps them): stale excerpts give way to fresh ones.

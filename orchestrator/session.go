@@ -156,7 +156,11 @@ func (s *sessions) newEpoch(ctx context.Context, id string, sess *ctxd.Session, 
 	}
 	sctx, cancel := s.deadline.ctx(ctx, false)
 	defer cancel()
-	epoch, err := s.store.NewEpoch(sctx, id, seqs, summary, s.now())
+	var since int64 // the last turn read: later ones are another daemon's, kept
+	if n := len(sess.Seqs); n > 0 {
+		since = sess.Seqs[n-1]
+	}
+	epoch, err := s.store.NewEpoch(sctx, id, seqs, since, summary, s.now())
 	if err != nil {
 		s.forget(id)
 		return s.deadline.err(sctx, id, "begin a new epoch", err)

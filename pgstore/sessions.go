@@ -85,12 +85,14 @@ func lockSession(ctx context.Context, tx pgx.Tx, id string, now time.Time) (epoc
 }
 
 // NewEpoch starts the session's next epoch with the turns keep (sequence
-// numbers) and summary. Turns left out stay in the database under their
-// old epoch: compaction drops them from the prompt, never from the record.
-func (s *Store) NewEpoch(ctx context.Context, id string, keep []int64, summary string, now time.Time) (int, error) {
+// numbers), the current epoch's turns after since, and summary. Turns left
+// out stay in the database under their old epoch: compaction drops them
+// from the prompt, never from the record.
+func (s *Store) NewEpoch(ctx context.Context, id string, keep []int64, since int64, summary string, now time.Time) (int, error) {
 	var epoch int
 	err := s.write(ctx, "new epoch", func(tx pgx.Tx) error {
-		if _, _, err := lockSession(ctx, tx, id, now); err != nil {
+		current, _, err := lockSession(ctx, tx, id, now)
+		if err != nil {
 			return err
 		}
 		if err := tx.QueryRow(ctx,
@@ -100,7 +102,7 @@ func (s *Store) NewEpoch(ctx context.Context, id string, keep []int64, summary s
 		if keep == nil {
 			keep = []int64{}
 		}
-		_, err := tx.Exec(ctx, "UPDATE turns SET epoch = $1 WHERE session_id = $2 AND seq = ANY($3)", epoch, toDB(id), keep)
+		_, err = tx.Exec(ctx, "UPDATE turns SET epoch = $1 WHERE session_id = $2 AND (seq = ANY($3) OR epoch = $4 AND seq > $5)", epoch, toDB(id), keep, current, since)
 		return err
 	})
 	return epoch, err

@@ -208,9 +208,10 @@ func (s *Store) Session(ctx context.Context, id string) (ctxd.Session, error) {
 }
 
 // NewEpoch starts the session's next epoch with the turns keep (sequence
-// numbers) and summary. Turns left out stay in the database under their
-// old epoch: compaction drops them from the prompt, never from the record.
-func (s *Store) NewEpoch(ctx context.Context, id string, keep []int64, summary string, now time.Time) (int, error) {
+// numbers), the current epoch's turns after since, and summary. Turns left
+// out stay in the database under their old epoch: compaction drops them
+// from the prompt, never from the record.
+func (s *Store) NewEpoch(ctx context.Context, id string, keep []int64, since int64, summary string, now time.Time) (int, error) {
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
 		return 0, fmt.Errorf("sqlite: new epoch: %w", s.fault(err))
@@ -223,6 +224,9 @@ func (s *Store) NewEpoch(ctx context.Context, id string, keep []int64, summary s
 	var epoch int
 	if err := tx.QueryRowContext(ctx,
 		"UPDATE sessions SET epoch = epoch + 1, summary = ? WHERE id = ? RETURNING epoch", summary, id).Scan(&epoch); err != nil {
+		return 0, fmt.Errorf("sqlite: new epoch: %w", s.fault(err))
+	}
+	if _, err := tx.ExecContext(ctx, "UPDATE turns SET epoch = ? WHERE session_id = ? AND epoch = ? AND seq > ?", epoch, id, epoch-1, since); err != nil {
 		return 0, fmt.Errorf("sqlite: new epoch: %w", s.fault(err))
 	}
 	for _, seq := range keep {

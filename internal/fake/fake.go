@@ -131,7 +131,7 @@ func (s *Store) AppendTurn(_ context.Context, id string, t ctxd.Turn, _ []byte, 
 	return seq, nil
 }
 
-func (s *Store) NewEpoch(_ context.Context, id string, keep []int64, summary string, _ time.Time) (int, error) {
+func (s *Store) NewEpoch(_ context.Context, id string, keep []int64, since int64, summary string, _ time.Time) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err := s.writeErrLocked(); err != nil {
@@ -141,7 +141,7 @@ func (s *Store) NewEpoch(_ context.Context, id string, keep []int64, summary str
 	st.epoch++
 	st.summary = summary
 	for i := range st.turns {
-		if slices.Contains(keep, st.turns[i].seq) {
+		if slices.Contains(keep, st.turns[i].seq) || st.turns[i].epoch == st.epoch-1 && st.turns[i].seq > since {
 			st.turns[i].epoch = st.epoch
 		}
 	}

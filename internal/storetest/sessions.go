@@ -104,7 +104,7 @@ var sessionCases = []struct {
 			appendTurn(t, s, "s", ctxd.Turn{Query: string(rune('a' + i)), Answer: "x", Verbatim: i == 0})
 		}
 		before := session(t, s, "s")
-		epoch, err := s.NewEpoch(ctx, "s", []int64{before.Seqs[0], before.Seqs[4]}, "they talked", T0)
+		epoch, err := s.NewEpoch(ctx, "s", []int64{before.Seqs[0], before.Seqs[4]}, before.Seqs[len(before.Seqs)-1], "they talked", T0)
 		if err != nil || epoch != 1 {
 			t.Fatalf("epoch %d, %v", epoch, err)
 		}
@@ -117,8 +117,31 @@ var sessionCases = []struct {
 		if after.Count != 6 {
 			t.Errorf("the record holds %d turns, want all 6", after.Count)
 		}
-		if epoch, err := s.NewEpoch(ctx, "fresh", nil, "", T0); err != nil || epoch != 1 {
+		if epoch, err := s.NewEpoch(ctx, "fresh", nil, 0, "", T0); err != nil || epoch != 1 {
 			t.Errorf("a new epoch of a new session: %d, %v; want 1", epoch, err)
+		}
+	}},
+	{"new epoch keeps turns appended since its caller read", func(t *testing.T, s ctxd.Store) {
+		// A daemon reads the session (turns 1 and 2) and compacts it to
+		// its last turn while another daemon sharing the store appends
+		// turn 3: the new epoch holds 2 and 3, not 2 alone.
+		ctx := t.Context()
+		appendTurn(t, s, "s", ctxd.Turn{Query: "q1", Answer: "a1"})
+		appendTurn(t, s, "s", ctxd.Turn{Query: "q2", Answer: "a2"})
+		read := session(t, s, "s")
+		appendTurn(t, s, "s", ctxd.Turn{Query: "q3", Answer: "a3"})
+		if _, err := s.NewEpoch(ctx, "s", read.Seqs[1:], read.Seqs[1], "", T0); err != nil {
+			t.Fatal(err)
+		}
+		if got := session(t, s, "s"); !slices.Equal(queries(got.Turns), []string{"q2", "q3"}) || got.Count != 3 {
+			t.Errorf("after a compaction that raced an append: turns %q (record %d); want q2 and the raced q3", queries(got.Turns), got.Count)
+		}
+		// A turn the caller read and left out stays out.
+		if _, err := s.NewEpoch(ctx, "s", nil, 3, "", T0); err != nil {
+			t.Fatal(err)
+		}
+		if got := session(t, s, "s"); len(got.Turns) != 0 {
+			t.Errorf("turns read and left out came back: %q", queries(got.Turns))
 		}
 	}},
 	{"drop excerpts", func(t *testing.T, s ctxd.Store) {
@@ -126,7 +149,7 @@ var sessionCases = []struct {
 		ex := []ctxd.Excerpt{{Path: "a.go", Text: "package a"}}
 		appendTurn(t, s, "s", ctxd.Turn{Query: "q1", Answer: "a1", Excerpts: ex})
 		appendTurn(t, s, "s", ctxd.Turn{Query: "q2", Answer: "a2", Excerpts: ex})
-		if _, err := s.NewEpoch(ctx, "s", []int64{2}, "summary", T0); err != nil {
+		if _, err := s.NewEpoch(ctx, "s", []int64{2}, 2, "summary", T0); err != nil {
 			t.Fatal(err)
 		}
 		epoch, err := s.DropExcerpts(ctx, "s", T0)
@@ -146,7 +169,7 @@ var sessionCases = []struct {
 		ctx := t.Context()
 		appendTurn(t, s, "s", ctxd.Turn{Query: "q1", Answer: "a1"})
 		appendTurn(t, s, "s", ctxd.Turn{Query: "q2", Answer: "a2"})
-		if _, err := s.NewEpoch(ctx, "s", []int64{1, 2}, "summary", T0); err != nil {
+		if _, err := s.NewEpoch(ctx, "s", []int64{1, 2}, 2, "summary", T0); err != nil {
 			t.Fatal(err)
 		}
 		epoch, seqs, err := s.ReplaceTurns(ctx, "s", []ctxd.Turn{{Query: "r1", Answer: "b1"}, {Query: "r2", Answer: "b2", Verbatim: true}}, T0)
@@ -241,7 +264,7 @@ var sessionCases = []struct {
 		claim("legacy", "default", "default")
 		claim("legacy", "ops", "default")
 		// One with no turns yet goes to whoever claims it first.
-		if _, err := s.NewEpoch(ctx, "empty", nil, "", T0); err != nil {
+		if _, err := s.NewEpoch(ctx, "empty", nil, 0, "", T0); err != nil {
 			t.Fatal(err)
 		}
 		claim("empty", "ops", "ops")
