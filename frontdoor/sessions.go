@@ -34,7 +34,12 @@ import (
 // system text) whose answers it holds, all of them and only them (their
 // text joined, white space aside), when it also opens as that
 // conversation did: the same first message or an edit of it (the two
-// share their first half, or their first 4 KiB). The session takes the
+// share their first half, or their first 4 KiB). It also joins the
+// session whose answers it holds all of, in order, among others (at
+// least 64 characters of that session's, white space aside; the newest
+// such conversation): Qwen Code asks again with a larger answer limit when an answer
+// is cut, goes on in the second conversation, and keeps both answers
+// when it resumes. The session takes the
 // client's history as a new epoch, keeping the codex excerpts of its
 // first turn (see orchestrator's follow) and the record of the turns it
 // replaced. A conversation that diverged — another answer to a question,
@@ -61,6 +66,70 @@ type opening struct {
 	who, first, digest string
 	size               int
 	session            string
+	// answers mark the conversation's answers, in order, as of its last
+	// answered turn.
+	answers []answerMark
+}
+
+// answerMark is one answer, white space left out: its start, length and
+// digest, enough to find it in another conversation's answers.
+type answerMark struct {
+	head string
+	n    int
+	sum  [sha256.Size]byte
+}
+
+// Bounds of the answers an opening marks (the newest are kept), and of
+// what a conversation must have been answered before a history that holds
+// its answers among others joins it.
+const (
+	maxMarks    = 256
+	minMarkedIn = 64
+)
+
+// markAnswers marks turns' answers.
+func markAnswers(turns []ctxd.Turn) []answerMark {
+	var marks []answerMark
+	for _, t := range turns {
+		a := strings.Join(strings.Fields(t.Answer), "")
+		if a == "" {
+			continue
+		}
+		marks = append(marks, answerMark{head: a[:min(len(a), 32)], n: len(a), sum: sha256.Sum256([]byte(a))})
+	}
+	return marks[max(0, len(marks)-maxMarks):]
+}
+
+// heldIn reports whether answers (a conversation's answers joined, white
+// space left out) hold every answer o marks, in order, and they are at
+// least minMarkedIn long in all.
+func (o opening) heldIn(answers string) bool {
+	total := 0
+	for _, m := range o.answers {
+		total += m.n
+	}
+	if total < minMarkedIn {
+		return false
+	}
+	at := 0
+	for _, m := range o.answers {
+		found := false
+		for at+m.n <= len(answers) {
+			i := strings.Index(answers[at:], m.head)
+			if i < 0 || at+i+m.n > len(answers) {
+				return false
+			}
+			if sha256.Sum256([]byte(answers[at+i:at+i+m.n])) == m.sum {
+				at, found = at+i+m.n, true
+				break
+			}
+			at += i + 1
+		}
+		if !found {
+			return false
+		}
+	}
+	return true
 }
 
 // Bounds of the openings remembered: how many, and how much of each first
@@ -102,16 +171,29 @@ func (c *conversations) opened(o opening) {
 // cannot place rewrites: the one whose answers (answersKey) it holds, if
 // it opens as that one did.
 func (c *conversations) rewritten(who string, history []ctxd.Turn) (string, bool) {
-	id, ok := c.find(answersKey(who, history))
-	if !ok || len(history) == 0 {
+	if len(history) == 0 {
 		return "", false
 	}
 	cand := newOpening(who, history[0].Query, "")
+	id, exact := c.find(answersKey(who, history))
+	answers := answersText(history)
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if exact {
+		for i := len(c.starts) - 1; i >= 0; i-- {
+			if o := c.starts[i]; o.session == id {
+				if o.who == who && o.opens(cand) {
+					return id, true
+				}
+				break
+			}
+		}
+	}
+	// The newest conversation of this asker, opened so, whose answers
+	// the history holds among others.
 	for i := len(c.starts) - 1; i >= 0; i-- {
-		if o := c.starts[i]; o.session == id {
-			return id, o.who == who && o.opens(cand)
+		if o := c.starts[i]; o.who == who && o.opens(cand) && o.heldIn(answers) {
+			return o.session, true
 		}
 	}
 	return "", false
@@ -126,12 +208,19 @@ func answersKey(who string, turns []ctxd.Turn) string {
 	h.Write([]byte("answers\x00"))
 	h.Write([]byte(who))
 	h.Write([]byte{0})
+	h.Write([]byte(answersText(turns)))
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// answersText is turns' answers joined, white space left out.
+func answersText(turns []ctxd.Turn) string {
+	var sb strings.Builder
 	for _, t := range turns {
 		for _, f := range strings.Fields(t.Answer) {
-			h.Write([]byte(f))
+			sb.WriteString(f)
 		}
 	}
-	return hex.EncodeToString(h.Sum(nil))
+	return sb.String()
 }
 
 // maxConversations bounds the door's memory of conversations: digests of
@@ -197,13 +286,21 @@ type following struct {
 }
 
 // answered remembers the conversation, with this answer, under session:
-// its digest, its answers' digest, and how it opened.
+// its digest, its answers' digest, and how it opened; and the history
+// the request came with (a question asked again, with a larger answer
+// limit or after a failure, goes on in the same session, however the
+// session came by that history).
 func (f following) answered(session, answer string) {
 	if f.turns != nil {
 		turns := f.turns(answer)
+		if len(turns) > 1 {
+			f.convs.remember(f.key(turns[:len(turns)-1]), session)
+		}
 		f.convs.remember(f.key(turns), session)
 		f.convs.remember(answersKey(f.who, turns), session)
-		f.convs.opened(newOpening(f.who, f.first, session))
+		o := newOpening(f.who, f.first, session)
+		o.answers = markAnswers(turns)
+		f.convs.opened(o)
 	}
 }
 

@@ -92,3 +92,57 @@ func TestRewrittenConversationStaysInItsSession(t *testing.T) {
 		}
 	}
 }
+
+// TestRetriedAnswersStayInTheirSession: Qwen Code asks a question again
+// with a larger answer limit when the answer is cut (the same messages:
+// a session of its own), goes on there, and, resuming the conversation
+// later, sends both tries' answers as one. That history holds all of the
+// second conversation's answers, in order, among others: it joins it,
+// turn after turn; a history that holds none of them whole does not.
+func TestRetriedAnswersStayInTheirSession(t *testing.T) {
+	t.Parallel()
+	e := &engine{}
+	srv := serve(t, e, false)
+	opening := strings.Repeat("The project is a CSV reader. ", 8) + "How does the Reader parse a quoted field?"
+	msg := func(role, content string) string {
+		b, _ := json.Marshal(map[string]string{"role": role, "content": content})
+		return string(b)
+	}
+	chat := func(answer string, msgs ...string) string {
+		t.Helper()
+		e.pieces = []string{answer}
+		body := `{"model":"ctxd","stream":false,"messages":[` + msg("system", "agent") + "," + strings.Join(msgs, ",") + `]}`
+		if resp, b := post(t, srv, "/v1/chat/completions", body); resp.StatusCode != 200 {
+			t.Fatalf("%d %s", resp.StatusCode, b)
+		}
+		return e.asks[len(e.asks)-1].Session
+	}
+	a1, a2, a3 := "The first try, cut at its limit: alpha", "The second try, with more room: beta gamma delta", "and where it was cut it goes on: epsilon zeta"
+	first := chat(a1, msg("user", opening))
+	retried := chat(a2, msg("user", opening))
+	if retried == first {
+		t.Fatalf("the retried question joined the first try's session %q: its history is empty", first)
+	}
+	if s := chat(a3, msg("user", opening), msg("assistant", a2), msg("user", "Output limit hit. Resume.")); s != retried {
+		t.Fatalf("the continuation went to %q, not %q", s, retried)
+	}
+	joined := a1 + a2 + a3
+	b1, b2 := "Another answer, cut as well: eta theta", "Asked again, answered whole: iota kappa lambda"
+	if s := chat(b1, msg("user", opening), msg("assistant", joined), msg("user", "And the writer?")); s != retried {
+		t.Errorf("the resumed conversation went to %q, not %q, whose answers it holds among the first try's", s, retried)
+	}
+	if s := chat(b2, msg("user", opening), msg("assistant", joined), msg("user", "And the writer?")); s != retried {
+		t.Errorf("its question asked again went to %q, not %q", s, retried)
+	}
+	if s := chat("ok", msg("user", opening), msg("assistant", joined), msg("user", "And the writer?"), msg("assistant", b1+" "+b2), msg("user", "thanks")); s != retried {
+		t.Errorf("resumed again, with both tries of its second question, the conversation went to %q, not %q", s, retried)
+	}
+	for name, got := range map[string]string{
+		"none of its answers whole": chat("x", msg("user", opening), msg("assistant", "The second try, with more room: beta, and then something else entirely"), msg("user", "q")),
+		"another opening":           chat("x", msg("user", "Where is the writer? "+opening), msg("assistant", joined), msg("user", "q")),
+	} {
+		if got == retried || got == first {
+			t.Errorf("%s: joined the conversation's session %q", name, got)
+		}
+	}
+}
