@@ -679,8 +679,16 @@ func checkAgentRun(t *testing.T, run agentRun) {
 			// when sent back) and agents that rewrite their history, it is
 			// not always met; the agents table in docs/benchmarks.md
 			// reports each turn.
+			// What the target cannot count as reused: this request's own
+			// codex excerpts (retrieved for its question, new to every
+			// prompt) are logged beside it.
 			if e.Main && float64(measured) < 0.95*float64(s.PromptTokens) {
-				t.Logf("%s turn %d: the conversation reused %.1f%% of its prompt (target 95%%)", run.Agent, n, 100*float64(measured)/float64(s.PromptTokens))
+				fresh := 0
+				if ws := s.WorkingSet; ws != nil {
+					fresh = ws.ExcerptTokensNew
+				}
+				t.Logf("%s turn %d: the conversation reused %.1f%% of its prompt (target 95%%); %d of its tokens are this question's new codex excerpts, and it reused %.1f%% of the rest",
+					run.Agent, n, 100*float64(measured)/float64(s.PromptTokens), fresh, 100*float64(measured)/float64(max(1, s.PromptTokens-fresh)))
 			}
 		}
 	}
