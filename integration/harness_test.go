@@ -60,13 +60,19 @@ func openaiConfig(t testing.TB, stateDir, codex string) config.Config {
 // max_num_ctx) and the slots, and sets the URL.
 func startOpenAIServer(t testing.TB, cfg *config.Config) {
 	t.Helper()
-	b := &cfg.Backend
+	cfg.Backend.URL = llamaservertest.Start(t, cfg.Backend.GGUF, openAIServerArgs(*cfg)...)
+}
+
+// openAIServerArgs are the llama-server arguments for an openaiConfig:
+// each slot's window, the slots, and the model's name.
+func openAIServerArgs(cfg config.Config) []string {
+	b := cfg.Backend
 	n := b.NumCtx
 	if n == 0 {
 		n = b.MaxNumCtx
 	}
 	slots := max(1, b.Slots)
-	b.URL = llamaservertest.Start(t, b.GGUF, "-c", strconv.Itoa(n*slots), "-np", strconv.Itoa(slots), "--swa-full", "--alias", b.Model)
+	return []string{"-c", strconv.Itoa(n * slots), "-np", strconv.Itoa(slots), "--swa-full", "--alias", b.Model}
 }
 
 // backend is a model server the socket suite runs against.

@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log"
 	"net"
@@ -12,7 +13,10 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
+	"github.com/ctxd/ctxd"
+	"github.com/ctxd/ctxd/client"
 	"github.com/ctxd/ctxd/httpapi"
 	"github.com/ctxd/ctxd/internal/llamaservertest"
 	"github.com/ctxd/ctxd/internal/ollamatest"
@@ -24,9 +28,10 @@ import (
 // router stands where a cluster's prefix-aware router would: it passes
 // each request on to the engine and keeps the routing headers it saw.
 type router struct {
-	mu   sync.Mutex
-	seen []http.Header
-	srv  *httptest.Server
+	mu     sync.Mutex
+	seen   []http.Header
+	engine *url.URL // where requests go: another engine from setEngine on
+	srv    *httptest.Server
 }
 
 func newRouter(t *testing.T, engine string) *router {
@@ -35,8 +40,12 @@ func newRouter(t *testing.T, engine string) *router {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &router{}
-	proxy := httputil.NewSingleHostReverseProxy(u)
+	r := &router{engine: u}
+	proxy := &httputil.ReverseProxy{Rewrite: func(pr *httputil.ProxyRequest) {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		pr.SetURL(r.engine)
+	}}
 	proxy.FlushInterval = -1 // stream as the engine does
 	proxy.ErrorLog = log.New(testWriter{t}, "router: ", 0)
 	r.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
@@ -49,6 +58,19 @@ func newRouter(t *testing.T, engine string) *router {
 	}))
 	t.Cleanup(r.srv.Close)
 	return r
+}
+
+// setEngine sends the requests from now on to engine (a base URL), as a
+// cluster's router sends them to another worker when one is lost.
+func (r *router) setEngine(t *testing.T, engine string) {
+	t.Helper()
+	u, err := url.Parse(engine)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.mu.Lock()
+	r.engine = u
+	r.mu.Unlock()
 }
 
 func (r *router) completions() []http.Header {
@@ -177,5 +199,59 @@ func TestOpenAIBackendOnOllama(t *testing.T) {
 		if sum.BackendPromptN == 0 || sum.DoneReason == "" {
 			t.Errorf("turn %d: %+v: want Ollama's usage and a done reason", i+1, sum)
 		}
+	}
+}
+
+// TestOpenAIBackendKilledMidAnswer: the engine behind the OpenAI backend
+// is killed in the middle of an answer (ctxd does not run it, so nothing
+// restarts it). The client's error says the answer broke off and was not
+// recorded; while no engine answers, an ask is refused as unavailable,
+// naming the backend, and the daemon stays up; once an engine answers
+// again behind the same URL (a new llama-server behind the router, as a
+// cluster's router sends to another worker), the session goes on from the
+// turns it recorded, with no restart of the daemon.
+func TestOpenAIBackendKilledMidAnswer(t *testing.T) {
+	needLlamaServer(t)
+	cfg := openaiConfig(t, t.TempDir(), codexDir(t, 800))
+	cfg.Limits.AnswerReserve = 1500 // an answer long enough to be killed in
+	args := openAIServerArgs(cfg)
+	first := llamaservertest.StartServer(t, cfg.Backend.GGUF, args...)
+	rt := newRouter(t, first.URL)
+	cfg.Backend.URL = rt.srv.URL
+	d := startLogged(t, cfg, true)
+	d.mustAsk(t, "k", "Say anything.")
+	var (
+		killed   time.Time
+		killOnce sync.Once
+	)
+	_, err := d.ask("k", "Tell me a long story about the handlers.", func(string) {
+		killOnce.Do(func() {
+			killed = time.Now()
+			first.Kill()
+		})
+	})
+	if killed.IsZero() {
+		t.Fatalf("no token streamed before the answer ended (%v)", err)
+	}
+	t.Logf("killed mid-answer: %s", wantError(t, err, "broke off", "not recorded"))
+	_, err = d.ask("k", "Are you there?", nil)
+	var api *client.APIError
+	if !errors.As(err, &api) || api.Kind != ctxd.KindUnavailable {
+		t.Errorf("with no engine behind the URL the ask gave %v; want an unavailable error", err)
+	}
+	t.Logf("no engine: %s", wantError(t, err, "502 Bad Gateway", "no engine answering"))
+	var st httpapi.Status
+	if err := client.New(cfg.Daemon.Socket).GetJSON(context.Background(), "/v1/status", &st); err != nil {
+		t.Fatalf("the daemon did not stay up: %v", err)
+	}
+	second := llamaservertest.StartServer(t, cfg.Backend.GGUF, args...)
+	rt.setEngine(t, second.URL)
+	t.Logf("recovered: %s", d.recovery(t, "k", killed))
+	sum, err := d.ask("k", "And now?", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sum.Turn != 3 {
+		t.Errorf("turn %d after the recovery; want 3: the first answer and the recovery's recorded, the broken one not", sum.Turn)
 	}
 }

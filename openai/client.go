@@ -336,6 +336,9 @@ func StatusOf(err error) int {
 
 // statusError classifies an error answer.
 func (c *Client) statusError(path string, status int, msg string) error {
+	if msg == "" {
+		msg = http.StatusText(status)
+	}
 	text := fmt.Sprintf("openai: %s%s: %d %s", c.base, path, status, msg)
 	lower := strings.ToLower(msg)
 	e := &ctxd.Error{Kind: ctxd.KindBackend, Err: &statusErr{status: status}, Message: text}
@@ -348,6 +351,11 @@ func (c *Client) statusError(path string, status int, msg string) error {
 	case status == http.StatusTooManyRequests || status == http.StatusServiceUnavailable:
 		e.Kind, e.Err = ctxd.KindUnavailable, &statusErr{status: status, cause: ErrUnavailable}
 		e.Message += " (the server is busy or starting)"
+	case status == http.StatusBadGateway || status == http.StatusGatewayTimeout:
+		// A router or proxy in front of the engines found none answering.
+		// Not sent again: the engine may have had the request.
+		e.Kind, e.Err = ctxd.KindUnavailable, &statusErr{status: status, cause: ErrUnavailable}
+		e.Message += " (a router or proxy in front of the engine found no engine answering: it is down, restarting or unreachable)"
 	case status == http.StatusNotFound && strings.Contains(lower, "model"):
 		e.Message += " (check backend.model against the server's /v1/models)"
 	case status < 500:

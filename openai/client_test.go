@@ -288,7 +288,7 @@ func TestNothingAcceptedIsSentTwice(t *testing.T) {
 		t.Errorf("a 503 once: %v, %d requests (want 2)", err, hits.Load())
 	}
 	gen, err := run("break", 0)
-	if err == nil || hits.Load() != 1 || gen.Text != "Par" {
+	if err == nil || hits.Load() != 1 || gen.Text != "Par" || !strings.Contains(err.Error(), "broke off the answer after 3 bytes") || !strings.Contains(err.Error(), "not recorded") {
 		t.Errorf("a broken stream: %v, %d requests (want 1: never resent), text %q", err, hits.Load(), gen.Text)
 	}
 	if _, err := run("drop", 0); err == nil || hits.Load() != 1 {
@@ -324,6 +324,8 @@ func TestErrorsNameTheCause(t *testing.T) {
 		{401, `{"error":{"message":"Invalid API Key","type":"authentication_error"}}`, ctxd.KindBackend, "backend.api_key"},
 		{404, `{"detail":"The model 'x' does not exist."}`, ctxd.KindBackend, "backend.model"},
 		{429, `{"error":{"message":"rate limited"}}`, ctxd.KindUnavailable, "busy"},
+		{502, ``, ctxd.KindUnavailable, "502 Bad Gateway (a router or proxy in front of the engine found no engine answering"},
+		{504, `upstream timed out`, ctxd.KindUnavailable, "no engine answering"},
 	} {
 		status.Store(int32(tc.status))
 		body.Store(tc.body)

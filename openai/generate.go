@@ -196,16 +196,27 @@ func (c *Client) Generate(ctx context.Context, req ctxd.GenerateRequest, onToken
 		gen.TTFT = time.Since(start)
 	}
 	if err := sc.Err(); err != nil {
+		if ctx.Err() == nil {
+			return gen, c.brokeOff(path, sb.Len(), err)
+		}
 		return gen, c.idleError(idle, path, c.wrap(path, err))
 	}
 	if !done && finish == "" {
 		if err := ctx.Err(); err != nil {
 			return gen, c.idleError(idle, path, fmt.Errorf("openai: %s: %w", path, err))
 		}
-		return gen, c.wrap(path, fmt.Errorf("the answer stream ended before its last event: %w", io.ErrUnexpectedEOF))
+		return gen, c.brokeOff(path, sb.Len(), fmt.Errorf("the answer stream ended before its last event: %w", io.ErrUnexpectedEOF))
 	}
 	gen.DoneReason = doneReason(finish)
 	return gen, nil
+}
+
+// brokeOff is the error of an answer whose stream the server began and
+// did not end (n bytes of text came): the server crashed, was stopped or
+// lost the connection. The request is not sent again (the engine had it).
+func (c *Client) brokeOff(path string, n int, err error) error {
+	return &ctxd.Error{Kind: ctxd.KindBackend, Err: err, Message: fmt.Sprintf(
+		"openai: %s%s: the server broke off the answer after %d bytes of it (%v): it crashed, was stopped or lost the connection; the partial answer is not recorded", c.base, path, n, err)}
 }
 
 // idleError names the idle timeout when it is what ended a request.

@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -48,6 +49,19 @@ func Binary(tb testing.TB) string {
 // cleanup. A server that cannot start here skips the test with its log.
 func Start(tb testing.TB, model string, args ...string) string {
 	tb.Helper()
+	return StartServer(tb, model, args...).URL
+}
+
+// Server is a llama-server a test started: its base URL, and Kill, which
+// kills it (SIGKILL, as a crash) and waits for it to exit.
+type Server struct {
+	URL  string
+	Kill func()
+}
+
+// StartServer is Start, with the server's handle.
+func StartServer(tb testing.TB, model string, args ...string) *Server {
+	tb.Helper()
 	bin := Binary(tb)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -67,11 +81,13 @@ func Start(tb testing.TB, model string, args ...string) string {
 		tb.Skipf("llama-server %s cannot start here: %v", bin, err)
 	}
 	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait(); logf.Close() }()
-	tb.Cleanup(func() {
+	done := make(chan struct{})
+	go func() { exited <- cmd.Wait(); logf.Close(); close(done) }()
+	kill := sync.OnceFunc(func() {
 		cmd.Process.Kill()
-		<-exited
+		<-done
 	})
+	tb.Cleanup(kill)
 	base := "http://127.0.0.1:" + strconv.Itoa(port)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -80,7 +96,7 @@ func Start(tb testing.TB, model string, args ...string) string {
 		if resp, err := http.DefaultClient.Do(req); err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
-				return base
+				return &Server{URL: base, Kill: kill}
 			}
 		}
 		select {
