@@ -2,6 +2,7 @@ package frontdoor
 
 import (
 	"encoding/json"
+	"net/http/httptest"
 	"strings"
 	"testing"
 
@@ -51,17 +52,10 @@ func TestRewrittenConversationStaysInItsSession(t *testing.T) {
 	e := &engine{pieces: []string{"a"}}
 	srv := serve(t, e, false)
 	opening := strings.Repeat("The project is a CSV reader. ", 8) + "How does the Reader parse a quoted field?"
-	msg := func(role, content string) string {
-		b, _ := json.Marshal(map[string]string{"role": role, "content": content})
-		return string(b)
-	}
+	msg := chatMsg
 	chat := func(system string, msgs ...string) string {
 		t.Helper()
-		body := `{"model":"ctxd","stream":false,"messages":[` + msg("system", system) + "," + strings.Join(msgs, ",") + `]}`
-		if resp, b := post(t, srv, "/v1/chat/completions", body); resp.StatusCode != 200 {
-			t.Fatalf("%d %s", resp.StatusCode, b)
-		}
-		return e.asks[len(e.asks)-1].Session
+		return chatAs(t, srv, e, system, msgs...)
 	}
 	first := chat("agent", msg("user", opening+"\n<reminder>today is Thursday</reminder>"))
 	cont := chat("agent", msg("user", opening+"\n<reminder>today is Thursday</reminder>"), msg("assistant", "a"), msg("user", "go on"))
@@ -104,18 +98,11 @@ func TestRetriedAnswersStayInTheirSession(t *testing.T) {
 	e := &engine{}
 	srv := serve(t, e, false)
 	opening := strings.Repeat("The project is a CSV reader. ", 8) + "How does the Reader parse a quoted field?"
-	msg := func(role, content string) string {
-		b, _ := json.Marshal(map[string]string{"role": role, "content": content})
-		return string(b)
-	}
+	msg := chatMsg
 	chat := func(answer string, msgs ...string) string {
 		t.Helper()
 		e.pieces = []string{answer}
-		body := `{"model":"ctxd","stream":false,"messages":[` + msg("system", "agent") + "," + strings.Join(msgs, ",") + `]}`
-		if resp, b := post(t, srv, "/v1/chat/completions", body); resp.StatusCode != 200 {
-			t.Fatalf("%d %s", resp.StatusCode, b)
-		}
-		return e.asks[len(e.asks)-1].Session
+		return chatAs(t, srv, e, "agent", msgs...)
 	}
 	a1, a2, a3 := "The first try, cut at its limit: alpha", "The second try, with more room: beta gamma delta", "and where it was cut it goes on: epsilon zeta"
 	first := chat(a1, msg("user", opening))
@@ -145,4 +132,21 @@ func TestRetriedAnswersStayInTheirSession(t *testing.T) {
 			t.Errorf("%s: joined the conversation's session %q", name, got)
 		}
 	}
+}
+
+// chatMsg is one chat message, as JSON.
+func chatMsg(role, content string) string {
+	b, _ := json.Marshal(map[string]string{"role": role, "content": content})
+	return string(b)
+}
+
+// chatAs sends the messages after the system text to srv's OpenAI door,
+// not streamed, and returns the session e was asked in.
+func chatAs(t *testing.T, srv *httptest.Server, e *engine, system string, msgs ...string) string {
+	t.Helper()
+	body := `{"model":"ctxd","stream":false,"messages":[` + chatMsg("system", system) + "," + strings.Join(msgs, ",") + `]}`
+	if resp, b := post(t, srv, "/v1/chat/completions", body); resp.StatusCode != 200 {
+		t.Fatalf("%d %s", resp.StatusCode, b)
+	}
+	return e.asks[len(e.asks)-1].Session
 }
