@@ -84,9 +84,10 @@ type Store interface {
 	// the record.
 	NewEpoch(ctx context.Context, id string, keep []int64, since int64, summary string, now time.Time) (int, error)
 	// DropExcerpts starts the session's next epoch with the same turns and
-	// summary, all of them without their codex excerpts from then on
-	// (the record keeps them): stale excerpts give way to fresh ones.
-	DropExcerpts(ctx context.Context, id string, now time.Time) (int, error)
+	// summary, the turns seqs without their codex excerpts from then on
+	// (nil: every turn so far; the record keeps them): stale excerpts give
+	// way to fresh ones.
+	DropExcerpts(ctx context.Context, id string, seqs []int64, now time.Time) (int, error)
 	// ReplaceTurns starts the session's next epoch (creating the session)
 	// holding turns as new records, with no summary, and returns the epoch
 	// and the turns' sequence numbers; earlier turns stay in the record.

@@ -310,17 +310,26 @@ func (g *preparation) makeRoom() error {
 func roomMargin(l governor.Limits, client int) int { return max(256, l.PromptBudget()/10, client/4) }
 
 // dropStale leaves the history's excerpts out: a new epoch whose history
-// keeps its turns without their excerpts, and the question's own come
-// back in full.
+// keeps its turns, some or all without their excerpts, and the question's
+// own come back in full. Which: when the codex working set would keep
+// them (absorb; the conversation is then evaluated again from the codex
+// block anyway), all of them; else the newest turns' first, as few as
+// make room, so the conversation before them stays in the backend's cache
+// (an agent whose every request brings excerpts of its own re-reads the
+// turn before, not its whole conversation).
 func (g *preparation) dropStale() error {
 	sess, id := &g.p.sess, g.req.Session
-	n := stale(sess.Turns)
 	before, err := g.o.count.Text(runcontext.RenderState(g.p.rc.State))
 	if err != nil {
 		return ctxd.Errorf(ctxd.KindInternal, "orchestrator: %w", err)
 	}
+	seqs, n, err := g.staleToDrop()
+	if err != nil {
+		return err
+	}
+	all := stale(sess.Turns)
 	history := sess.Turns // dropExcerpts leaves it as it is: the working set may keep its excerpts
-	if err := g.o.sessions.dropExcerpts(g.ctx, id, sess); err != nil {
+	if err := g.o.sessions.dropExcerpts(g.ctx, id, sess, seqs); err != nil {
 		return err
 	}
 	g.p.rc.State = runcontext.State{Epoch: sess.Epoch, Summary: sess.Summary, Turns: sess.Turns}
@@ -328,22 +337,103 @@ func (g *preparation) dropStale() error {
 	if err != nil {
 		return ctxd.Errorf(ctxd.KindInternal, "orchestrator: %w", err)
 	}
-	kept, err := g.absorb(history, before-after)
-	if err != nil {
-		return err
+	act := ctxd.Action{Kind: ctxd.ActionStale, Epoch: sess.Epoch, TokensDropped: max(0, before-after)}
+	if seqs == nil {
+		kept, err := g.absorb(history, before-after)
+		if err != nil {
+			return err
+		}
+		act.Reason = fmt.Sprintf("the request did not fit; the history's %d codex excerpts of earlier questions were left out of it (a new epoch) before any of this question's", all)
+		if kept > 0 {
+			act.Reason += fmt.Sprintf("; the codex working set keeps %d of them and of this question's at its end", kept)
+		}
+	} else {
+		act.Reason = fmt.Sprintf("the request did not fit; %d of the history's %d codex excerpts of earlier questions, those of its last %d turns with excerpts, were left out of it (a new epoch) before any of this question's: the newest first and as few as make room, so the conversation before them stays cached", n, all, len(seqs))
 	}
-	act := ctxd.Action{Kind: ctxd.ActionStale, Epoch: sess.Epoch, TokensDropped: max(0, before-after),
-		Reason: fmt.Sprintf("the request did not fit; the history's %d codex excerpts of earlier questions were left out of it (a new epoch) before any of this question's", n)}
-	if kept > 0 {
-		act.Reason += fmt.Sprintf("; the codex working set keeps %d of them and of this question's at its end", kept)
-	}
-	g.o.log.InfoContext(g.ctx, "stale excerpts left out", "session", id, "epoch", sess.Epoch, "excerpts", n, "tokens", act.TokensDropped)
+	g.o.log.InfoContext(g.ctx, "stale excerpts left out", "session", id, "epoch", sess.Epoch, "excerpts", n, "of", all, "tokens", act.TokensDropped)
 	g.p.actions = append(g.p.actions, act)
 	g.excerptsBack()
 	if err := g.chooseKarma(); err != nil {
 		return err
 	}
 	return g.adjust()
+}
+
+// staleToDrop chooses the history's turns whose excerpts the request
+// leaves out (see dropStale), and how many excerpts they hold: nil for all
+// of them.
+func (g *preparation) staleToDrop() ([]int64, int, error) {
+	turns, seqs := g.p.sess.Turns, g.p.sess.Seqs
+	if len(seqs) != len(turns) {
+		return nil, stale(turns), nil
+	}
+	type freed struct{ tokens, chars int }
+	per := make([]freed, len(turns))
+	total := 0
+	for i, t := range turns {
+		if len(t.Excerpts) == 0 {
+			continue
+		}
+		var sb strings.Builder
+		for _, e := range t.Excerpts {
+			sb.WriteString(runcontext.RenderExcerpt(e))
+		}
+		n, err := g.o.count.Text(sb.String())
+		if err != nil {
+			return nil, 0, ctxd.Errorf(ctxd.KindInternal, "orchestrator: %w", err)
+		}
+		per[i] = freed{n, sb.Len()}
+		total += n
+	}
+	if g.absorbs(total) {
+		return nil, stale(turns), nil
+	}
+	// What the prompt is over by, with a margin (counts of pieces are
+	// not the prompt's to the token).
+	needTokens := g.tally.tokens - g.lim.PromptBudget()
+	needTokens += max(32, needTokens/10)
+	needChars := 0
+	if g.lim.MaxChars > 0 {
+		if over := g.tally.r.Len() - g.lim.MaxChars; over > 0 {
+			needChars = over + max(128, over/10)
+		}
+	}
+	var out []int64
+	var got freed
+	n, with := 0, 0
+	for i := len(turns) - 1; i >= 0; i-- {
+		if len(turns[i].Excerpts) == 0 {
+			continue
+		}
+		with++
+		if got.tokens >= needTokens && got.chars >= needChars {
+			continue
+		}
+		out = append(out, seqs[i])
+		got.tokens += per[i].tokens
+		got.chars += per[i].chars
+		n += len(turns[i].Excerpts)
+	}
+	if len(out) == with {
+		return nil, n, nil // all of them
+	}
+	return out, n, nil
+}
+
+// absorbs reports whether the codex working set would keep, at its end,
+// the excerpts a new epoch that left out all of the history's (freed
+// tokens of them) frees: see absorb. Growing the codex block makes the
+// backend evaluate again the blocks between it and the conversation (the
+// environment, the client's tools and system text, karma), which the
+// epoch alone leaves cached: worth it only when they are smaller than
+// what the working set would keep (half of what the history frees). An
+// agent's tools (tens of thousands of tokens) never are.
+func (g *preparation) absorbs(freed int) bool {
+	if _, ok := g.codex.retriever.(Absorber); !ok || g.req.Ephemeral || g.p.workingSet == nil {
+		return false
+	}
+	bt := g.tally.exact.BlockTokens
+	return bt[runcontext.BlockEnvironment]+bt[runcontext.BlockSigil]+bt[runcontext.BlockKarma] <= freed/2
 }
 
 // absorb has the codex working set keep, at its end, the excerpts a new
@@ -357,19 +447,10 @@ func (g *preparation) dropStale() error {
 // question's it holds out of the query.
 func (g *preparation) absorb(history []ctxd.Turn, freed int) (int, error) {
 	a, ok := g.codex.retriever.(Absorber)
-	if !ok || g.req.Ephemeral || g.p.workingSet == nil {
+	if !ok || !g.absorbs(freed) {
 		return 0, nil
 	}
-	// Growing the codex block makes the backend evaluate again the blocks
-	// between it and the conversation (the environment, the client's tools
-	// and system text, karma), which the epoch alone leaves cached: worth
-	// it only when they are smaller than what the working set would keep.
-	// An agent's tools (tens of thousands of tokens) never are.
 	budget := freed / 2
-	bt := g.tally.exact.BlockTokens
-	if between := bt[runcontext.BlockEnvironment] + bt[runcontext.BlockSigil] + bt[runcontext.BlockKarma]; between > budget {
-		return 0, nil
-	}
 	var want []ctxd.Excerpt
 	seen := map[ctxd.Excerpt]bool{}
 	wanted := func(es []ctxd.Excerpt) {

@@ -650,14 +650,19 @@ func (freshRetriever) Search(_ context.Context, q string, k int) ([]ctxd.Excerpt
 
 // TestStaleExcerptsGoBeforeFreshOnes: when the history's excerpts of
 // earlier questions fill the window, they are left out of it (a new epoch)
-// and the new question keeps all of its own.
+// and the new question keeps all of its own: the newest turns' first, as
+// few as make room (this retriever keeps nothing in a working set), so the
+// first turns keep theirs and the prompt stays the same up to the first
+// turn that lost them.
 func TestStaleExcerptsGoBeforeFreshOnes(t *testing.T) {
 	t.Parallel()
 	h := newTest(t, governor.Limits{NumCtx: 3200, AnswerReserve: 64, MaxDepth: 100, CompactTo: 50}, 1)
 	h.o.SetCodex(runcontext.Codex{Name: "big", Mode: runcontext.ModeRAG, Body: "map of files\n"},
 		ctxd.CodexPlan{Mode: runcontext.ModeRAG, Reason: "too big"}, freshRetriever{}, h.o.Limits())
 	staled := 0
+	var before ctxd.Session
 	for i := range 8 {
+		held, _ := h.store.Session(t.Context(), "s")
 		sum := h.ask(t, "s", fmt.Sprintf("q%d what is here?", i))
 		if sum.Excerpts != 3 {
 			t.Errorf("turn %d: %d excerpts, want all 3 (actions %+v)", i+1, sum.Excerpts, sum.Governor)
@@ -666,6 +671,10 @@ func TestStaleExcerptsGoBeforeFreshOnes(t *testing.T) {
 			switch a.Kind {
 			case ctxd.ActionStale:
 				staled++
+				before = held
+				if !strings.Contains(a.Reason, "the newest first and as few as make room") {
+					t.Errorf("turn %d: stale excerpts left out: %s; want the newest turns' first", i+1, a.Reason)
+				}
 			case ctxd.ActionExcerpts, ctxd.ActionCondense:
 				t.Errorf("turn %d: %s before the stale excerpts went: %s", i+1, a.Kind, a.Reason)
 			}
@@ -675,8 +684,25 @@ func TestStaleExcerptsGoBeforeFreshOnes(t *testing.T) {
 		t.Fatal("the history's excerpts were never left out: the window never filled, the test proves nothing")
 	}
 	sess, _ := h.store.Session(t.Context(), "s")
-	if len(sess.Turns) < 2 || len(sess.Turns[0].Excerpts) != 0 || len(sess.Turns[len(sess.Turns)-1].Excerpts) != 3 {
-		t.Errorf("history after: %d turns, first with %d excerpts, last with %d", len(sess.Turns), len(sess.Turns[0].Excerpts), len(sess.Turns[len(sess.Turns)-1].Excerpts))
+	if len(sess.Turns) < 3 || len(sess.Turns[0].Excerpts) != 3 || len(sess.Turns[len(sess.Turns)-1].Excerpts) != 3 {
+		t.Fatalf("history after: %d turns, first with %d excerpts (want its 3 kept), last with %d", len(sess.Turns), len(sess.Turns[0].Excerpts), len(sess.Turns[len(sess.Turns)-1].Excerpts))
+	}
+	// The last drop left out the excerpts of the newest turns it held:
+	// every turn before the first it stripped is as it was.
+	first := -1
+	for i, t := range sess.Turns[:len(before.Turns)] {
+		if len(t.Excerpts) == 0 && len(before.Turns[i].Excerpts) > 0 {
+			first = i
+			break
+		}
+	}
+	if first < 1 {
+		t.Fatalf("the last drop stripped turn %d first (want a later turn than the first): %d turns held", first+1, len(before.Turns))
+	}
+	for i := first; i < len(before.Turns); i++ {
+		if len(before.Turns[i].Excerpts) > 0 && len(sess.Turns[i].Excerpts) > 0 {
+			t.Errorf("turn %d kept its excerpts after turn %d lost them: the newest go first", i+1, first+1)
+		}
 	}
 }
 

@@ -171,18 +171,21 @@ func (s *sessions) newEpoch(ctx context.Context, id string, sess *ctxd.Session, 
 }
 
 // dropExcerpts stores a new epoch of session id whose history keeps its
-// turns without their excerpts, and updates sess to match.
-func (s *sessions) dropExcerpts(ctx context.Context, id string, sess *ctxd.Session) error {
+// turns, those at seqs (nil: all) without their excerpts, and updates sess
+// to match.
+func (s *sessions) dropExcerpts(ctx context.Context, id string, sess *ctxd.Session, seqs []int64) error {
 	sctx, cancel := s.deadline.ctx(ctx, false)
 	defer cancel()
-	epoch, err := s.store.DropExcerpts(sctx, id, s.now())
+	epoch, err := s.store.DropExcerpts(sctx, id, seqs, s.now())
 	if err != nil {
 		s.forget(id)
 		return s.deadline.err(sctx, id, "leave the history's excerpts out", err)
 	}
 	turns := slices.Clone(sess.Turns)
 	for i := range turns {
-		turns[i].Excerpts = nil
+		if seqs == nil || i < len(sess.Seqs) && slices.Contains(seqs, sess.Seqs[i]) {
+			turns[i].Excerpts = nil
+		}
 	}
 	sess.Epoch, sess.Turns = epoch, turns
 	s.keep(*sess)

@@ -10,7 +10,7 @@ import (
 
 // schemaVersion is the version the migrations below bring a database to:
 // package sqlite's schemaVersion, whose migrations these repeat.
-const schemaVersion = 6
+const schemaVersion = 7
 
 // migrations are package sqlite's, version for version (migrations[v-1]
 // brings a database to version v). SQLite's INTEGER is bigint here (0/1
@@ -46,6 +46,9 @@ var migrations = []string{
 	`ALTER TABLE sessions ADD COLUMN sigil TEXT NOT NULL DEFAULT '';`,
 	// 6: the code a trace holds for (karma tied to code versions).
 	karmaBindings,
+	// 7: a turn renders without its codex excerpts once bare (the newest
+	// turns' excerpts give way first, keeping the prefix before them).
+	`ALTER TABLE turns ADD COLUMN bare BOOLEAN NOT NULL DEFAULT false;`,
 }
 
 // schemaFunctions come with migration 4: refuse() is the append-only

@@ -28,7 +28,7 @@ func (s *Store) Session(ctx context.Context, id string) (ctxd.Session, error) {
 			return err
 		}
 		rows, err := tx.Query(ctx,
-			"SELECT seq, query, excerpts, answer, verbatim FROM turns WHERE session_id = $1 AND epoch = $2 ORDER BY seq", toDB(id), sess.Epoch)
+			"SELECT seq, query, excerpts, answer, verbatim, bare FROM turns WHERE session_id = $1 AND epoch = $2 ORDER BY seq", toDB(id), sess.Epoch)
 		if err != nil {
 			return err
 		}
@@ -37,13 +37,14 @@ func (s *Store) Session(ctx context.Context, id string) (ctxd.Session, error) {
 			var t ctxd.Turn
 			var excerpts string
 			var seq int64
-			if err := rows.Scan(&seq, dec(&t.Query), dec(&excerpts), dec(&t.Answer), &t.Verbatim); err != nil {
+			var bareTurn bool
+			if err := rows.Scan(&seq, dec(&t.Query), dec(&excerpts), dec(&t.Answer), &t.Verbatim, &bareTurn); err != nil {
 				return err
 			}
 			if err := json.Unmarshal([]byte(excerpts), &t.Excerpts); err != nil {
 				return fmt.Errorf("turn %d excerpts: %w", seq, err)
 			}
-			if seq <= bare {
+			if seq <= bare || bareTurn {
 				t.Excerpts = nil
 			}
 			sess.Turns = append(sess.Turns, t)
@@ -109,20 +110,30 @@ func (s *Store) NewEpoch(ctx context.Context, id string, keep []int64, since int
 }
 
 // DropExcerpts starts the session's next epoch with the same turns and
-// summary, the turns so far without their excerpts from then on.
-func (s *Store) DropExcerpts(ctx context.Context, id string, now time.Time) (int, error) {
+// summary, the turns seqs (nil: all so far) without their excerpts from
+// then on.
+func (s *Store) DropExcerpts(ctx context.Context, id string, seqs []int64, now time.Time) (int, error) {
 	var epoch int
 	err := s.write(ctx, "drop excerpts", func(tx pgx.Tx) error {
 		if _, _, err := lockSession(ctx, tx, id, now); err != nil {
 			return err
 		}
+		through := "bare_through"
+		if seqs == nil {
+			through = "(SELECT COALESCE(MAX(seq), 0) FROM turns WHERE session_id = $1)"
+		}
 		if err := tx.QueryRow(ctx, `
-			UPDATE sessions SET epoch = epoch + 1,
-				bare_through = (SELECT COALESCE(MAX(seq), 0) FROM turns WHERE session_id = $1)
+			UPDATE sessions SET epoch = epoch + 1, bare_through = `+through+`
 			WHERE id = $1 RETURNING epoch`, toDB(id)).Scan(&epoch); err != nil {
 			return err
 		}
-		_, err := tx.Exec(ctx, "UPDATE turns SET epoch = $1 WHERE session_id = $2 AND epoch = $3", epoch, toDB(id), epoch-1)
+		if _, err := tx.Exec(ctx, "UPDATE turns SET epoch = $1 WHERE session_id = $2 AND epoch = $3", epoch, toDB(id), epoch-1); err != nil {
+			return err
+		}
+		if len(seqs) == 0 {
+			return nil
+		}
+		_, err := tx.Exec(ctx, "UPDATE turns SET bare = true WHERE session_id = $1 AND seq = ANY($2)", toDB(id), seqs)
 		return err
 	})
 	return epoch, err

@@ -98,7 +98,7 @@ func TestMigrationFromVersion3KeepsSessions(t *testing.T) {
 	// Take the database back to version 3 with a session in it.
 	for _, stmt := range []string{
 		"DROP TABLE trace_text", "DROP TABLE karma_snapshots", "DROP TABLE karma_events", "DROP TABLE traces",
-		"ALTER TABLE sessions DROP COLUMN sigil", "PRAGMA user_version = 3",
+		"ALTER TABLE sessions DROP COLUMN sigil", "ALTER TABLE turns DROP COLUMN bare", "PRAGMA user_version = 3",
 	} {
 		if _, err := s.db.ExecContext(ctx, stmt); err != nil {
 			t.Fatalf("%s: %v", stmt, err)

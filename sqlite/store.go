@@ -16,7 +16,7 @@ import (
 )
 
 // schemaVersion is the user_version the migrations below bring a database to.
-const schemaVersion = 6
+const schemaVersion = 7
 
 var migrations = []string{
 	`CREATE TABLE sessions (
@@ -47,6 +47,9 @@ var migrations = []string{
 	`ALTER TABLE sessions ADD COLUMN sigil TEXT NOT NULL DEFAULT '';`,
 	// 6: the code a trace holds for (karma tied to code versions).
 	karmaBindings,
+	// 7: a turn renders without its codex excerpts once bare (the newest
+	// turns' excerpts give way first, keeping the prefix before them).
+	`ALTER TABLE turns ADD COLUMN bare INTEGER NOT NULL DEFAULT 0;`,
 }
 
 // Store is the session store and the karma store. It is safe for
@@ -176,7 +179,7 @@ func (s *Store) Session(ctx context.Context, id string) (ctxd.Session, error) {
 		return sess, fmt.Errorf("sqlite: session %q: %w", id, s.fault(err))
 	}
 	rows, err := tx.QueryContext(ctx,
-		"SELECT seq, query, excerpts, answer, verbatim FROM turns WHERE session_id = ? AND epoch = ? ORDER BY seq", id, sess.Epoch)
+		"SELECT seq, query, excerpts, answer, verbatim, bare FROM turns WHERE session_id = ? AND epoch = ? ORDER BY seq", id, sess.Epoch)
 	if err != nil {
 		return sess, fmt.Errorf("sqlite: session %q turns: %w", id, s.fault(err))
 	}
@@ -185,13 +188,14 @@ func (s *Store) Session(ctx context.Context, id string) (ctxd.Session, error) {
 		var t ctxd.Turn
 		var excerpts string
 		var seq int64
-		if err := rows.Scan(&seq, &t.Query, &excerpts, &t.Answer, &t.Verbatim); err != nil {
+		var bareTurn bool
+		if err := rows.Scan(&seq, &t.Query, &excerpts, &t.Answer, &t.Verbatim, &bareTurn); err != nil {
 			return sess, fmt.Errorf("sqlite: session %q turn: %w", id, s.fault(err))
 		}
 		if err := json.Unmarshal([]byte(excerpts), &t.Excerpts); err != nil {
 			return sess, fmt.Errorf("sqlite: session %q turn excerpts: %w", id, s.fault(err))
 		}
-		if seq <= bare {
+		if seq <= bare || bareTurn {
 			t.Excerpts = nil
 		}
 		sess.Turns = append(sess.Turns, t)
@@ -241,8 +245,9 @@ func (s *Store) NewEpoch(ctx context.Context, id string, keep []int64, since int
 }
 
 // DropExcerpts starts the session's next epoch with the same turns and
-// summary, the turns so far without their excerpts from then on.
-func (s *Store) DropExcerpts(ctx context.Context, id string, now time.Time) (int, error) {
+// summary, the turns seqs (nil: all so far) without their excerpts from
+// then on.
+func (s *Store) DropExcerpts(ctx context.Context, id string, seqs []int64, now time.Time) (int, error) {
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
 		return 0, fmt.Errorf("sqlite: drop excerpts: %w", s.fault(err))
@@ -253,14 +258,26 @@ func (s *Store) DropExcerpts(ctx context.Context, id string, now time.Time) (int
 		return 0, fmt.Errorf("sqlite: drop excerpts: %w", s.fault(err))
 	}
 	var epoch int
+	through := "bare_through"
+	if seqs == nil {
+		through = "(SELECT COALESCE(MAX(seq), 0) FROM turns WHERE session_id = ?)"
+	}
+	args := []any{id}
+	if seqs == nil {
+		args = []any{id, id}
+	}
 	if err := tx.QueryRowContext(ctx, `
-		UPDATE sessions SET epoch = epoch + 1,
-			bare_through = (SELECT COALESCE(MAX(seq), 0) FROM turns WHERE session_id = ?)
-		WHERE id = ? RETURNING epoch`, id, id).Scan(&epoch); err != nil {
+		UPDATE sessions SET epoch = epoch + 1, bare_through = `+through+`
+		WHERE id = ? RETURNING epoch`, args...).Scan(&epoch); err != nil {
 		return 0, fmt.Errorf("sqlite: drop excerpts: %w", s.fault(err))
 	}
 	if _, err := tx.ExecContext(ctx, "UPDATE turns SET epoch = ? WHERE session_id = ? AND epoch = ?", epoch, id, epoch-1); err != nil {
 		return 0, fmt.Errorf("sqlite: drop excerpts: %w", s.fault(err))
+	}
+	for _, seq := range seqs {
+		if _, err := tx.ExecContext(ctx, "UPDATE turns SET bare = 1 WHERE session_id = ? AND seq = ?", id, seq); err != nil {
+			return 0, fmt.Errorf("sqlite: drop excerpts: %w", s.fault(err))
+		}
 	}
 	if err := tx.Commit(); err != nil {
 		return 0, fmt.Errorf("sqlite: drop excerpts: %w", s.fault(err))

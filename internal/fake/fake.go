@@ -166,7 +166,7 @@ func (s *Store) ReplaceTurns(_ context.Context, id string, turns []ctxd.Turn, _ 
 	return st.epoch, seqs, nil
 }
 
-func (s *Store) DropExcerpts(_ context.Context, id string, _ time.Time) (int, error) {
+func (s *Store) DropExcerpts(_ context.Context, id string, seqs []int64, _ time.Time) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err := s.writeErrLocked(); err != nil {
@@ -178,7 +178,9 @@ func (s *Store) DropExcerpts(_ context.Context, id string, _ time.Time) (int, er
 		if st.turns[i].epoch == st.epoch-1 {
 			st.turns[i].epoch = st.epoch
 		}
-		st.turns[i].turn.Excerpts = nil
+		if seqs == nil || slices.Contains(seqs, st.turns[i].seq) {
+			st.turns[i].turn.Excerpts = nil
+		}
 	}
 	return st.epoch, nil
 }

@@ -133,7 +133,7 @@ var concurrencyCases = []struct {
 						}
 						give(seq, who)
 					case 2:
-						if _, err := s.DropExcerpts(ctx, "mixed", T0); err != nil {
+						if _, err := s.DropExcerpts(ctx, "mixed", nil, T0); err != nil {
 							errs <- err
 						}
 					case 3:

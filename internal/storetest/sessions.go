@@ -152,7 +152,7 @@ var sessionCases = []struct {
 		if _, err := s.NewEpoch(ctx, "s", []int64{2}, 2, "summary", T0); err != nil {
 			t.Fatal(err)
 		}
-		epoch, err := s.DropExcerpts(ctx, "s", T0)
+		epoch, err := s.DropExcerpts(ctx, "s", nil, T0)
 		if err != nil || epoch != 2 {
 			t.Fatalf("drop excerpts: epoch %d, %v; want 2", epoch, err)
 		}
@@ -163,6 +163,32 @@ var sessionCases = []struct {
 		}
 		if got.Turns[0].Excerpts != nil || !slices.Equal(got.Turns[1].Excerpts, ex) {
 			t.Errorf("excerpts: %+v, %+v; want none for the turn before, the later turn's kept", got.Turns[0].Excerpts, got.Turns[1].Excerpts)
+		}
+	}},
+	{"drop the newest turns' excerpts", func(t *testing.T, s ctxd.Store) {
+		ctx := t.Context()
+		ex := []ctxd.Excerpt{{Path: "a.go", Text: "package a"}}
+		for _, q := range []string{"q1", "q2", "q3"} {
+			appendTurn(t, s, "s", ctxd.Turn{Query: q, Answer: "a", Excerpts: ex})
+		}
+		epoch, err := s.DropExcerpts(ctx, "s", []int64{2, 3}, T0)
+		if err != nil || epoch != 1 {
+			t.Fatalf("drop excerpts of turns 2 and 3: epoch %d, %v; want 1", epoch, err)
+		}
+		appendTurn(t, s, "s", ctxd.Turn{Query: "q4", Answer: "a", Excerpts: ex})
+		got := session(t, s, "s")
+		var held []int
+		for _, tu := range got.Turns {
+			held = append(held, len(tu.Excerpts))
+		}
+		if !slices.Equal(queries(got.Turns), []string{"q1", "q2", "q3", "q4"}) || !slices.Equal(held, []int{1, 0, 0, 1}) {
+			t.Fatalf("after dropping turns 2 and 3's excerpts: turns %q holding %v excerpts; want q1..q4 holding [1 0 0 1]", queries(got.Turns), held)
+		}
+		if _, err := s.DropExcerpts(ctx, "s", nil, T0); err != nil {
+			t.Fatal(err)
+		}
+		if got := session(t, s, "s"); stale(got.Turns) != 0 || len(got.Turns) != 4 {
+			t.Errorf("after dropping all: %d turns holding %d excerpts; want 4 holding none", len(got.Turns), stale(got.Turns))
 		}
 	}},
 	{"replace turns", func(t *testing.T, s ctxd.Store) {
@@ -292,4 +318,13 @@ var sessionCases = []struct {
 			t.Errorf("snapshots after deleting the session: %+v, %v", snaps, err)
 		}
 	}},
+}
+
+// stale counts the excerpts turns hold.
+func stale(turns []ctxd.Turn) int {
+	n := 0
+	for _, t := range turns {
+		n += len(t.Excerpts)
+	}
+	return n
 }
