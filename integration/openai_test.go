@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -253,5 +254,79 @@ func TestOpenAIBackendKilledMidAnswer(t *testing.T) {
 	}
 	if sum.Turn != 3 {
 		t.Errorf("turn %d after the recovery; want 3: the first answer and the recovery's recorded, the broken one not", sum.Turn)
+	}
+}
+
+// TestOpenAIBackendCancelStopsTheEngine: a client that goes away in the
+// middle of an answer stops the engine's work behind the OpenAI backend
+// too (ctxd closes the completion's connection, and llama-server stops
+// the slot): the engine's own count of the tokens it predicted (its
+// /metrics) grows by far fewer than the answer reserve, and the cancelled
+// answer is not recorded.
+func TestOpenAIBackendCancelStopsTheEngine(t *testing.T) {
+	needLlamaServer(t)
+	cfg := openaiConfig(t, t.TempDir(), codexDir(t, 2000))
+	cfg.Limits.AnswerReserve = 600
+	engine := llamaservertest.StartServer(t, cfg.Backend.GGUF, append(openAIServerArgs(cfg), "--metrics")...)
+	cfg.Backend.URL = engine.URL
+	d := start(t, cfg, true)
+	// metric is one of llama-server's metrics, once no request is being
+	// processed.
+	metric := func(name string) float64 {
+		t.Helper()
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			resp, err := http.Get(engine.URL + "/metrics")
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			values := map[string]float64{}
+			for _, line := range strings.Split(string(body), "\n") {
+				if k, v, ok := strings.Cut(line, " "); ok && strings.HasPrefix(k, "llamacpp:") {
+					f, _ := strconv.ParseFloat(v, 64)
+					values[strings.TrimPrefix(k, "llamacpp:")] = f
+				}
+			}
+			got, ok := values[name]
+			if _, idle := values["requests_processing"]; !ok || !idle {
+				t.Fatalf("llama-server's /metrics has no %s or requests_processing:\n%s", name, body)
+			}
+			if values["requests_processing"] == 0 {
+				return got
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("llama-server still processing a request 30 s on:\n%s", body)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	before := metric("tokens_predicted_total")
+	ctx, cancel := context.WithCancel(context.Background())
+	tokens := 0
+	_, err := d.client.Ask(ctx, ctxd.AskRequest{Session: "cancelled", Query: "Tell me a very long story about every handler."}, func(string) {
+		if tokens++; tokens == 3 {
+			cancel()
+		}
+	})
+	if err == nil {
+		t.Skipf("the answer ended on its own after %d pieces, before the cancel: nothing to observe", tokens)
+	}
+	predicted := metric("tokens_predicted_total") - before
+	t.Logf("cancelled after %d pieces; the engine predicted %.0f tokens of the answer (%d allowed)", tokens, predicted, cfg.Limits.AnswerReserve)
+	if predicted > float64(cfg.Limits.AnswerReserve)/3 {
+		t.Errorf("the engine predicted %.0f tokens of the cancelled answer (allowed %d): it did not stop", predicted, cfg.Limits.AnswerReserve)
+	}
+	var s ctxd.SessionTurns
+	if err := d.client.GetJSON(context.Background(), "/v1/sessions/cancelled", &s); err != nil || len(s.Turns) != 0 {
+		t.Errorf("the cancelled answer was recorded: %+v %v", s, err)
+	}
+	// The control: an answer left to run predicts its tokens, counted so.
+	ask(t, d.client, "control", "Tell me a very long story about every handler.")
+	if control := metric("tokens_predicted_total") - before - predicted; control < float64(tokens) {
+		t.Errorf("an answer left to run counted %.0f predicted tokens: the metric does not count what this test needs", control)
+	} else {
+		t.Logf("an answer left to run: %.0f tokens predicted", control)
 	}
 }
