@@ -37,9 +37,9 @@ import (
 // share their first half, or their first 4 KiB). It also joins the
 // session whose answers it holds all of, in order, among others (at
 // least 64 characters of that session's, white space aside; the newest
-// such conversation): Qwen Code asks again with a larger answer limit when an answer
-// is cut, goes on in the second conversation, and keeps both answers
-// when it resumes. The session takes the
+// such conversation): Qwen Code asks again with a larger answer limit
+// when an answer is cut, goes on in the second conversation, and keeps
+// both answers when it resumes. The session takes the
 // client's history as a new epoch, keeping the codex excerpts of its
 // first turn (see orchestrator's follow) and the record of the turns it
 // replaced. A conversation that diverged — another answer to a question,
