@@ -323,7 +323,7 @@ func (g *preparation) dropStale() error {
 	if err != nil {
 		return ctxd.Errorf(ctxd.KindInternal, "orchestrator: %w", err)
 	}
-	seqs, n, err := g.staleToDrop()
+	seqs, n, whole, err := g.staleToDrop()
 	if err != nil {
 		return err
 	}
@@ -338,7 +338,7 @@ func (g *preparation) dropStale() error {
 		return ctxd.Errorf(ctxd.KindInternal, "orchestrator: %w", err)
 	}
 	act := ctxd.Action{Kind: ctxd.ActionStale, Epoch: sess.Epoch, TokensDropped: max(0, before-after)}
-	if seqs == nil {
+	if whole {
 		kept, err := g.absorb(history, before-after)
 		if err != nil {
 			return err
@@ -360,64 +360,58 @@ func (g *preparation) dropStale() error {
 }
 
 // staleToDrop chooses the history's turns whose excerpts the request
-// leaves out (see dropStale), and how many excerpts they hold: nil for all
-// of them.
-func (g *preparation) staleToDrop() ([]int64, int, error) {
-	turns, seqs := g.p.sess.Turns, g.p.sess.Seqs
-	if len(seqs) != len(turns) {
-		return nil, stale(turns), nil
+// leaves out (see dropStale), how many excerpts they hold, and whether
+// they are all of the history's. The turns are named (nil, for the store
+// all of them, only where the session's sequence numbers are unknown), so
+// a turn another daemon wrote meanwhile keeps its excerpts.
+func (g *preparation) staleToDrop() (seqs []int64, n int, whole bool, err error) {
+	turns := g.p.sess.Turns
+	if len(g.p.sess.Seqs) != len(turns) {
+		return nil, stale(turns), true, nil
 	}
 	type freed struct{ tokens, chars int }
 	per := make([]freed, len(turns))
 	total := 0
-	for i, t := range turns {
-		if len(t.Excerpts) == 0 {
-			continue
-		}
-		var sb strings.Builder
-		for _, e := range t.Excerpts {
-			sb.WriteString(runcontext.RenderExcerpt(e))
-		}
-		n, err := g.o.count.Text(sb.String())
-		if err != nil {
-			return nil, 0, ctxd.Errorf(ctxd.KindInternal, "orchestrator: %w", err)
-		}
-		per[i] = freed{n, sb.Len()}
-		total += n
-	}
-	if g.absorbs(total) {
-		return nil, stale(turns), nil
-	}
-	// What the prompt is over by, with a margin (counts of pieces are
-	// not the prompt's to the token).
-	needTokens := g.tally.tokens - g.lim.PromptBudget()
-	needTokens += max(32, needTokens/10)
-	needChars := 0
-	if g.lim.MaxChars > 0 {
-		if over := g.tally.r.Len() - g.lim.MaxChars; over > 0 {
-			needChars = over + max(128, over/10)
-		}
-	}
-	var out []int64
-	var got freed
-	n, with := 0, 0
+	var holding []int // the turns with excerpts, newest first
 	for i := len(turns) - 1; i >= 0; i-- {
 		if len(turns[i].Excerpts) == 0 {
 			continue
 		}
-		with++
-		if got.tokens >= needTokens && got.chars >= needChars {
-			continue
+		holding = append(holding, i)
+		var sb strings.Builder
+		for _, e := range turns[i].Excerpts {
+			sb.WriteString(runcontext.RenderExcerpt(e))
 		}
-		out = append(out, seqs[i])
-		got.tokens += per[i].tokens
-		got.chars += per[i].chars
+		tokens, err := g.o.count.Text(sb.String())
+		if err != nil {
+			return nil, 0, false, ctxd.Errorf(ctxd.KindInternal, "orchestrator: %w", err)
+		}
+		per[i] = freed{tokens, sb.Len()}
+		total += tokens
+	}
+	take := len(holding)
+	if !g.absorbs(total) {
+		// What the prompt is over by, with a margin (counts of pieces
+		// are not the prompt's to the token).
+		needTokens := g.tally.tokens - g.lim.PromptBudget()
+		needTokens += max(32, needTokens/10)
+		needChars := 0
+		if g.lim.MaxChars > 0 {
+			if over := g.tally.r.Len() - g.lim.MaxChars; over > 0 {
+				needChars = over + max(128, over/10)
+			}
+		}
+		var got freed
+		for take = 0; take < len(holding) && (got.tokens < needTokens || got.chars < needChars); take++ {
+			got.tokens += per[holding[take]].tokens
+			got.chars += per[holding[take]].chars
+		}
+	}
+	for _, i := range holding[:take] {
+		seqs = append(seqs, g.p.sess.Seqs[i])
 		n += len(turns[i].Excerpts)
 	}
-	if len(out) == with {
-		return nil, n, nil // all of them
-	}
-	return out, n, nil
+	return seqs, n, take == len(holding), nil
 }
 
 // absorbs reports whether the codex working set would keep, at its end,

@@ -37,7 +37,8 @@ var migrations = []string{
 	);`,
 	// 2: epochs may start with a condensed summary of the turns before them.
 	`ALTER TABLE sessions ADD COLUMN summary TEXT NOT NULL DEFAULT '';`,
-	// 3: turns up to bare_through render without their codex excerpts.
+	// 3: turns up to bare_through render without their codex excerpts
+	// (written before migration 7; read still, for what it marked).
 	`ALTER TABLE sessions ADD COLUMN bare_through BIGINT NOT NULL DEFAULT 0;`,
 	// 4: karma: traces, their events and the karma each session was shown.
 	karmaSchema,

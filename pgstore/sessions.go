@@ -118,20 +118,15 @@ func (s *Store) DropExcerpts(ctx context.Context, id string, seqs []int64, now t
 		if _, _, err := lockSession(ctx, tx, id, now); err != nil {
 			return err
 		}
-		through := "bare_through"
-		if seqs == nil {
-			through = "(SELECT COALESCE(MAX(seq), 0) FROM turns WHERE session_id = $1)"
-		}
-		if err := tx.QueryRow(ctx, `
-			UPDATE sessions SET epoch = epoch + 1, bare_through = `+through+`
-			WHERE id = $1 RETURNING epoch`, toDB(id)).Scan(&epoch); err != nil {
+		if err := tx.QueryRow(ctx, "UPDATE sessions SET epoch = epoch + 1 WHERE id = $1 RETURNING epoch", toDB(id)).Scan(&epoch); err != nil {
 			return err
 		}
 		if _, err := tx.Exec(ctx, "UPDATE turns SET epoch = $1 WHERE session_id = $2 AND epoch = $3", epoch, toDB(id), epoch-1); err != nil {
 			return err
 		}
-		if len(seqs) == 0 {
-			return nil
+		if seqs == nil {
+			_, err := tx.Exec(ctx, "UPDATE turns SET bare = true WHERE session_id = $1 AND epoch = $2", toDB(id), epoch)
+			return err
 		}
 		_, err := tx.Exec(ctx, "UPDATE turns SET bare = true WHERE session_id = $1 AND seq = ANY($2)", toDB(id), seqs)
 		return err

@@ -38,7 +38,8 @@ var migrations = []string{
 	);`,
 	// 2: epochs may start with a condensed summary of the turns before them.
 	`ALTER TABLE sessions ADD COLUMN summary TEXT NOT NULL DEFAULT '';`,
-	// 3: turns up to bare_through render without their codex excerpts.
+	// 3: turns up to bare_through render without their codex excerpts
+	// (written before migration 7; read still, for what it marked).
 	`ALTER TABLE sessions ADD COLUMN bare_through INTEGER NOT NULL DEFAULT 0;`,
 	// 4: karma: traces, their events and the karma each session was shown.
 	karmaSchema,
@@ -258,26 +259,19 @@ func (s *Store) DropExcerpts(ctx context.Context, id string, seqs []int64, now t
 		return 0, fmt.Errorf("sqlite: drop excerpts: %w", s.fault(err))
 	}
 	var epoch int
-	through := "bare_through"
-	if seqs == nil {
-		through = "(SELECT COALESCE(MAX(seq), 0) FROM turns WHERE session_id = ?)"
-	}
-	args := []any{id}
-	if seqs == nil {
-		args = []any{id, id}
-	}
-	if err := tx.QueryRowContext(ctx, `
-		UPDATE sessions SET epoch = epoch + 1, bare_through = `+through+`
-		WHERE id = ? RETURNING epoch`, args...).Scan(&epoch); err != nil {
+	if err := tx.QueryRowContext(ctx, "UPDATE sessions SET epoch = epoch + 1 WHERE id = ? RETURNING epoch", id).Scan(&epoch); err != nil {
 		return 0, fmt.Errorf("sqlite: drop excerpts: %w", s.fault(err))
 	}
 	if _, err := tx.ExecContext(ctx, "UPDATE turns SET epoch = ? WHERE session_id = ? AND epoch = ?", epoch, id, epoch-1); err != nil {
 		return 0, fmt.Errorf("sqlite: drop excerpts: %w", s.fault(err))
 	}
-	for _, seq := range seqs {
-		if _, err := tx.ExecContext(ctx, "UPDATE turns SET bare = 1 WHERE session_id = ? AND seq = ?", id, seq); err != nil {
-			return 0, fmt.Errorf("sqlite: drop excerpts: %w", s.fault(err))
-		}
+	bare, args := "UPDATE turns SET bare = 1 WHERE session_id = ? AND epoch = ?", []any{id, epoch}
+	if seqs != nil {
+		list, _ := json.Marshal(seqs)
+		bare, args = "UPDATE turns SET bare = 1 WHERE session_id = ? AND seq IN (SELECT value FROM json_each(?))", []any{id, string(list)}
+	}
+	if _, err := tx.ExecContext(ctx, bare, args...); err != nil {
+		return 0, fmt.Errorf("sqlite: drop excerpts: %w", s.fault(err))
 	}
 	if err := tx.Commit(); err != nil {
 		return 0, fmt.Errorf("sqlite: drop excerpts: %w", s.fault(err))
